@@ -1,0 +1,16 @@
+"""fairseq-ext: a fairseq ``--user-dir`` plugin.
+
+Importing this package (``--user-dir fairseq_ext``, or ``import fairseq_ext``) registers every
+task, model, architecture, criterion and optimizer it defines, and lets fairseq checkpoints load
+on torch >= 2.6 with safe unpickling kept on (:mod:`fairseq_ext.checkpoint_loading`).
+"""
+from fairseq_ext.checkpoint_loading import allow_fairseq_checkpoint_globals
+
+allow_fairseq_checkpoint_globals()
+
+from fairseq_ext import models, optim  # noqa: E402,F401  (registration happens on import)
+from fairseq_ext.fused_kernels import log_fused_kernels  # noqa: E402
+
+log_fused_kernels()
+
+__version__ = "0.1.0"

@@ -1,0 +1,78 @@
+"""``--optimizer fused_adamw``: fairseq's Adam semantics on fused kernels.
+
+fairseq's ``--optimizer adam`` is AdamW (decoupled weight decay, Loshchilov & Hutter) and uses
+apex's ``FusedAdam`` on CUDA when apex is installed; without apex it runs a per-parameter Python
+loop. This optimizer keeps the same flags (``--adam-betas``, ``--adam-eps``, ``--weight-decay``)
+and update rule, and runs:
+
+* apex ``FusedAdam`` (through fairseq's own wrapper) when NVIDIA apex is importable and the
+  parameters are on CUDA;
+* otherwise ``torch.optim.AdamW(fused=True)``, torch's single-kernel implementation (CUDA and
+  CPU).
+
+The choice is logged when the optimizer is built.
+"""
+import logging
+from dataclasses import dataclass, field
+from typing import Any, List
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from fairseq.optim import FairseqOptimizer, register_optimizer
+from fairseq.optim.fused_adam import get_fused_adam_class
+from omegaconf import II
+
+from fairseq_ext.fused_kernels import nvidia_apex_available
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FusedAdamWConfig(FairseqDataclass):
+    adam_betas: Any = field(default=(0.9, 0.999), metadata={"help": "betas for Adam optimizer"})
+    adam_eps: float = field(default=1e-8, metadata={"help": "epsilon for Adam optimizer"})
+    weight_decay: float = field(default=0.0, metadata={"help": "decoupled weight decay"})
+    lr: List[float] = II("optimization.lr")
+
+
+def _parse_betas(betas):
+    if isinstance(betas, str):
+        betas = tuple(float(b) for b in betas.strip("()[] ").split(","))
+    betas = tuple(float(b) for b in betas)
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"--adam-betas must be two numbers in [0, 1), e.g. '(0.9, 0.98)'; got {betas}")
+    return betas
+
+
+@register_optimizer("fused_adamw", dataclass=FusedAdamWConfig)
+class FairseqFusedAdamW(FairseqOptimizer):
+    """AdamW through apex ``FusedAdam`` or ``torch.optim.AdamW(fused=True)``."""
+
+    def __init__(self, cfg: FusedAdamWConfig, params):
+        super().__init__(cfg)
+        params = list(params)
+        on_cuda = any(
+            (p["params"][0] if isinstance(p, dict) else p).is_cuda for p in params
+        )
+        apex_adam = get_fused_adam_class() if (on_cuda and nvidia_apex_available()) else None
+        if apex_adam is not None:
+            self.implementation = "apex FusedAdam"
+            self._optimizer = apex_adam(params, **self.optimizer_config)
+        else:
+            self.implementation = "torch.optim.AdamW(fused=True)"
+            self._optimizer = torch.optim.AdamW(params, fused=True, **self.optimizer_config)
+        logger.info(f"fused_adamw: using {self.implementation}")
+
+    @property
+    def optimizer_config(self):
+        """Keyword arguments of the wrapped optimizer (fairseq resets ``lr`` from the schedule)."""
+        return {
+            "lr": self.cfg.lr[0],
+            "betas": _parse_betas(self.cfg.adam_betas),
+            "eps": self.cfg.adam_eps,
+            "weight_decay": self.cfg.weight_decay,
+        }
+
+    @property
+    def supports_flat_params(self):
+        return True

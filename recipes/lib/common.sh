@@ -1,0 +1,43 @@
+# Shared helpers for the bash recipes; sourced, not run.
+# Conventions (README "Recipes"): `set -euo pipefail`; every hyperparameter is an environment
+# variable whose default is the paper's; the full fairseq command is printed before it runs.
+
+RECIPES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO_ROOT="$(cd "${RECIPES_DIR}/.." && pwd)"
+USER_DIR="${USER_DIR:-${REPO_ROOT}/fairseq_ext}"
+
+# Prefer the project's virtualenv when it exists and the caller did not choose an interpreter.
+if [[ -z "${FAIRSEQ_BIN:-}" && -x "${REPO_ROOT}/.venv/bin/fairseq-train" ]]; then
+  FAIRSEQ_BIN="${REPO_ROOT}/.venv/bin"
+fi
+fairseq_cmd() { if [[ -n "${FAIRSEQ_BIN:-}" ]]; then echo "${FAIRSEQ_BIN}/$1"; else echo "$1"; fi; }
+
+# Number of GPUs this process group will use: $NUM_GPUS, else what nvidia-smi sees, else 1 (CPU).
+detect_num_gpus() {
+  if [[ -n "${NUM_GPUS:-}" ]]; then echo "${NUM_GPUS}"; return; fi
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    nvidia-smi -L | grep -c '^GPU'
+  else
+    echo 1
+  fi
+}
+
+# update_freq EFFECTIVE_BATCH PER_GPU_BATCH: gradient accumulation steps so that
+# PER_GPU_BATCH x GPUs x NNODES x update_freq == EFFECTIVE_BATCH, on 1 GPU or many nodes.
+update_freq() {
+  local effective=$1 per_gpu=$2 gpus nodes replicas
+  gpus=$(detect_num_gpus); nodes=${NNODES:-1}
+  replicas=$(( per_gpu * gpus * nodes ))
+  if (( effective % replicas != 0 )); then
+    echo "error: BATCH_SIZE=${effective} is not a multiple of MAX_SENTENCES=${per_gpu} x ${gpus} GPU(s) x NNODES=${nodes};" \
+         "change MAX_SENTENCES or BATCH_SIZE" >&2
+    return 1
+  fi
+  echo $(( effective / replicas ))
+}
+
+# run_printed CMD...: print the command (shell-quoted, one line) and run it.
+run_printed() {
+  printf '+'; printf ' %q' "$@"; printf '\n'
+  "$@"
+}

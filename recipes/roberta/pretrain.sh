@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# RoBERTa pre-training with fairseq's `roberta` model and stock `masked_lm` task.
+# Defaults: RoBERTa-base (Liu et al. 2019, Table 9): batch 8K sequences of 512 tokens, peak lr
+# 6e-4, 500K updates, 24K warmup, Adam (0.9, 0.98) eps 1e-6, weight decay 0.01, dropout 0.1,
+# no clipping, 15% masking (80/10/10). Override any of them through the environment, e.g.
+#   DATA=data-bin/python-docs-spm8000 ARCH=roberta_small BATCH_SIZE=16 recipes/roberta/pretrain.sh
+# Extra arguments are appended to the fairseq-train command line.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+
+DATA="${DATA:?set DATA to a fairseq data-bin (scripts/prepare_corpus.sh makes one)}"
+SAVE_DIR="${SAVE_DIR:-checkpoints/roberta}"
+ARCH="${ARCH:-roberta_base}"
+TOKENS_PER_SAMPLE="${TOKENS_PER_SAMPLE:-512}"
+SAMPLE_BREAK_MODE="${SAMPLE_BREAK_MODE:-complete}"
+MASK_PROB="${MASK_PROB:-0.15}"
+LEAVE_UNMASKED_PROB="${LEAVE_UNMASKED_PROB:-0.1}"
+RANDOM_TOKEN_PROB="${RANDOM_TOKEN_PROB:-0.1}"
+BATCH_SIZE="${BATCH_SIZE:-8192}"          # effective batch, in sequences
+MAX_SENTENCES="${MAX_SENTENCES:-16}"      # per GPU (or per CPU process)
+PEAK_LR="${PEAK_LR:-0.0006}"
+TOTAL_UPDATES="${TOTAL_UPDATES:-500000}"
+WARMUP_UPDATES="${WARMUP_UPDATES:-24000}"
+ADAM_BETAS="${ADAM_BETAS:-(0.9,0.98)}"
+ADAM_EPS="${ADAM_EPS:-1e-06}"
+WEIGHT_DECAY="${WEIGHT_DECAY:-0.01}"
+CLIP_NORM="${CLIP_NORM:-0.0}"
+DROPOUT="${DROPOUT:-0.1}"
+ATTENTION_DROPOUT="${ATTENTION_DROPOUT:-0.1}"
+CRITERION="${CRITERION:-masked_lm}"       # never fairseq's default cross_entropy (divides by all tokens)
+OPTIMIZER="${OPTIMIZER:-fused_adamw}"
+SEED="${SEED:-1}"
+LOG_INTERVAL="${LOG_INTERVAL:-100}"
+SAVE_INTERVAL_UPDATES="${SAVE_INTERVAL_UPDATES:-2000}"
+NUM_WORKERS="${NUM_WORKERS:-1}"
+CPU="${CPU:-0}"                           # 1: train on the CPU
+PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --bf16 on GPUs
+
+UPDATE_FREQ="$(update_freq "${BATCH_SIZE}" "${MAX_SENTENCES}")"
+
+cmd=(
+  "$(fairseq_cmd fairseq-train)" "${DATA}"
+  --user-dir "${USER_DIR}"
+  --task masked_lm --criterion "${CRITERION}"
+  --arch "${ARCH}" --max-positions "${TOKENS_PER_SAMPLE}"
+  --tokens-per-sample "${TOKENS_PER_SAMPLE}" --sample-break-mode "${SAMPLE_BREAK_MODE}"
+  --mask-prob "${MASK_PROB}" --leave-unmasked-prob "${LEAVE_UNMASKED_PROB}"
+  --random-token-prob "${RANDOM_TOKEN_PROB}"
+  --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
+  --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
+  --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
+  --lr-scheduler polynomial_decay --lr "${PEAK_LR}"
+  --warmup-updates "${WARMUP_UPDATES}" --total-num-update "${TOTAL_UPDATES}"
+  --max-update "${TOTAL_UPDATES}"
+  --batch-size "${MAX_SENTENCES}" --update-freq "${UPDATE_FREQ}"
+  --seed "${SEED}" --num-workers "${NUM_WORKERS}"
+  --log-interval "${LOG_INTERVAL}" --skip-invalid-size-inputs-valid-test
+  --save-dir "${SAVE_DIR}" --save-interval-updates "${SAVE_INTERVAL_UPDATES}"
+  --keep-interval-updates 1 --no-epoch-checkpoints
+)
+[[ "${CPU}" == 1 ]] && cmd+=(--cpu)
+[[ -n "${PRECISION}" ]] && cmd+=("${PRECISION}")
+run_printed "${cmd[@]}" "$@"
