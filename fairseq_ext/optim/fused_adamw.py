@@ -36,12 +36,16 @@ class FusedAdamWConfig(FairseqDataclass):
 
 
 def _parse_betas(betas):
-    if isinstance(betas, str):
-        betas = tuple(float(b) for b in betas.strip("()[] ").split(","))
-    betas = tuple(float(b) for b in betas)
-    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-        raise ValueError(f"--adam-betas must be two numbers in [0, 1), e.g. '(0.9, 0.98)'; got {betas}")
-    return betas
+    """``"(0.9, 0.98)"`` (fairseq's string form) or a sequence -> a validated pair of floats."""
+    error = ValueError(f"--adam-betas must be two numbers in [0, 1), e.g. '(0.9, 0.98)'; got {betas!r}")
+    pieces = betas.strip("()[] ").split(",") if isinstance(betas, str) else list(betas)
+    try:
+        values = tuple(float(b) for b in pieces if str(b).strip())
+    except ValueError:
+        raise error from None
+    if len(values) != 2 or not all(0.0 <= b < 1.0 for b in values):
+        raise error
+    return values
 
 
 @register_optimizer("fused_adamw", dataclass=FusedAdamWConfig)

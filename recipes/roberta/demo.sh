@@ -3,6 +3,7 @@
 # CPU for a fixed number of updates. Same recipe as pretrain.sh with demo-sized defaults; its
 # hydra twin is recipes/config/roberta/demo.yaml (tests/test_recipes.py checks they agree).
 set -euo pipefail
+export SAVE_DIR="${SAVE_DIR:-checkpoints/roberta_demo}"
 export ARCH="${ARCH:-roberta_small}"
 export TOKENS_PER_SAMPLE="${TOKENS_PER_SAMPLE:-128}"
 export BATCH_SIZE="${BATCH_SIZE:-16}"

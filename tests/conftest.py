@@ -1,0 +1,139 @@
+"""Shared fixtures: a tiny data-bin and checkpoints written by fairseq-train / fairseq-hydra-train.
+
+Everything runs the real fairseq CLIs in subprocesses (the same interpreter as pytest), on data
+the fixtures make, so the tests exercise exactly what a user runs.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+USER_DIR = REPO_ROOT / "fairseq_ext"
+BIN_DIR = Path(sys.executable).parent
+
+WORDS = (
+    "the a of to in is that for it as with was on be by this are from or have an they which "
+    "one you were her all she there would their we him been has when who will more no if out "
+    "so said what up its about into than them can only other new some could time these two may "
+    "then do first any my now such like our over man me even most made after also did many "
+    "before must through back years where much your way well down should because each just "
+    "those people how too little state good very make world still own see men work long get "
+    "here between both life being under never day same another know while last might us great "
+    "old year off come since against go came right used take three"
+).split()
+
+
+def fairseq_cli(name: str) -> str:
+    """Path of a fairseq console script installed beside this interpreter."""
+    return str(BIN_DIR / name)
+
+
+def run_cli(args, cwd=None, env=None, timeout=600, check=True):
+    """Run a command; on failure show its output in the assertion message."""
+    full_env = dict(os.environ, PATH=f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}")
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=full_env, capture_output=True, text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"command failed ({proc.returncode}): {' '.join(map(str, args))}\n"
+            f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
+        )
+    return proc
+
+
+def json_log_records(text: str, key: str = "num_updates"):
+    """Parse fairseq `--log-format json` lines (any logging prefix) that carry `key`."""
+    records = []
+    for line in text.splitlines():
+        brace = line.find("{")
+        if brace < 0:
+            continue
+        try:
+            record = json.loads(line[brace:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and key in record:
+            records.append(record)
+    return records
+
+
+def write_documents(path: Path, n_docs: int, seed: int) -> None:
+    """Blank-line separated documents of random sentences over a small vocabulary."""
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(n_docs):
+            for _ in range(rng.randint(2, 6)):
+                f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 30))) + "\n")
+            f.write("\n")
+
+
+@pytest.fixture(scope="session")
+def tiny_data_bin(tmp_path_factory) -> Path:
+    """A word-level fairseq data-bin (train/valid) with document boundaries."""
+    root = tmp_path_factory.mktemp("tiny_corpus")
+    write_documents(root / "train.txt", 300, seed=0)
+    write_documents(root / "valid.txt", 30, seed=1)
+    dest = root / "data-bin"
+    run_cli([
+        fairseq_cli("fairseq-preprocess"), "--only-source",
+        "--trainpref", root / "train.txt", "--validpref", root / "valid.txt",
+        "--destdir", dest, "--workers", "1",
+    ])
+    return dest
+
+
+# Tiny-model overrides shared by the shell and hydra runs of the demo recipe.
+TINY_UPDATES = 6
+TINY_SHELL_ENV = {
+    "ARCH": "roberta_tiny", "TOKENS_PER_SAMPLE": "64", "BATCH_SIZE": "8", "MAX_SENTENCES": "8",
+    "TOTAL_UPDATES": str(TINY_UPDATES), "WARMUP_UPDATES": "2", "LOG_INTERVAL": "2",
+}
+TINY_HYDRA_OVERRIDES = [
+    "model._name=roberta_tiny", "model.max_positions=64", "task.tokens_per_sample=64",
+    "dataset.batch_size=8", f"optimization.max_update={TINY_UPDATES}",
+    f"lr_scheduler.total_num_update={TINY_UPDATES}", "lr_scheduler.warmup_updates=2",
+    "common.log_interval=2",
+]
+
+
+def train_with_shell_recipe(data: Path, save_dir: Path, extra_env=None, extra_args=()):
+    env = dict(TINY_SHELL_ENV, DATA=str(data), SAVE_DIR=str(save_dir), **(extra_env or {}))
+    return run_cli(
+        [REPO_ROOT / "recipes/roberta/demo.sh", "--log-format", "json", "--no-progress-bar",
+         *extra_args],
+        env=env,
+    )
+
+
+def train_with_hydra_recipe(data: Path, save_dir: Path, extra_overrides=(),
+                            sizes=tuple(TINY_HYDRA_OVERRIDES)):
+    """fairseq-hydra-train on the demo YAML; `sizes=()` keeps the demo's own sizes."""
+    return run_cli(
+        [fairseq_cli("fairseq-hydra-train"), "--config-dir", REPO_ROOT / "recipes/config/roberta",
+         "--config-name", "demo", f"task.data={data}", f"checkpoint.save_dir={save_dir}",
+         "common.log_format=json", "common.no_progress_bar=true", *sizes,
+         *extra_overrides],
+        cwd=REPO_ROOT,
+    )
+
+
+@pytest.fixture(scope="session")
+def shell_trained(tiny_data_bin, tmp_path_factory):
+    """(checkpoint dir, completed process) of the demo recipe run through `fairseq-train`."""
+    save_dir = tmp_path_factory.mktemp("ckpt_shell")
+    return save_dir, train_with_shell_recipe(tiny_data_bin, save_dir)
+
+
+@pytest.fixture(scope="session")
+def hydra_trained(tiny_data_bin, tmp_path_factory):
+    """(checkpoint dir, completed process) of the demo YAML run through `fairseq-hydra-train`."""
+    save_dir = tmp_path_factory.mktemp("ckpt_hydra")
+    return save_dir, train_with_hydra_recipe(tiny_data_bin, save_dir)

@@ -1,0 +1,65 @@
+"""Importing fairseq_ext registers its components; the CLIs see them through --user-dir."""
+import importlib
+import json
+import pkgutil
+import re
+import subprocess
+import sys
+
+import fairseq_ext
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.optim import OPTIMIZER_REGISTRY
+
+from conftest import REPO_ROOT, USER_DIR, fairseq_cli, run_cli
+
+OUR_ARCHS = {"roberta_small": "roberta", "roberta_tiny": "roberta"}
+OUR_OPTIMIZERS = {"fused_adamw"}
+
+
+def test_architectures_and_optimizers_are_registered():
+    for arch, model in OUR_ARCHS.items():
+        assert ARCH_MODEL_REGISTRY[arch] is ARCH_MODEL_REGISTRY[model]
+    assert OUR_OPTIMIZERS <= set(OPTIMIZER_REGISTRY)
+
+
+def test_importing_the_package_imports_every_registering_module():
+    """A module that registers components but is not imported would be invisible to fairseq."""
+    expected = set()
+    for sub in fairseq_ext.REGISTERING_SUBPACKAGES:
+        package = importlib.import_module(f"fairseq_ext.{sub}")
+        expected |= {m.name for m in pkgutil.walk_packages(package.__path__, f"fairseq_ext.{sub}.")}
+    code = "import json, sys, fairseq_ext; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    imported = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert expected and expected <= imported, expected - imported
+
+
+def _assert_help_lists_our_components(user_dir, cwd):
+    """fairseq's --help enumerates criteria and optimizers; an --arch resolves to its flags."""
+    train = fairseq_cli("fairseq-train")
+    text = run_cli([train, "--user-dir", user_dir, "--help"], cwd=cwd).stdout
+    optimizer_choices = re.search(r"--optimizer \{([^}]*)\}", text).group(1).split(",")
+    assert OUR_OPTIMIZERS <= set(optimizer_choices)
+    for arch in OUR_ARCHS:
+        text = run_cli([train, "--user-dir", user_dir, "--task", "masked_lm", "--arch", arch,
+                        "--help"], cwd=cwd).stdout
+        assert "--encoder-layers" in text
+    bad = run_cli([train, "--user-dir", user_dir, "--arch", "no_such_arch", "--help"], cwd=cwd,
+                  check=False)
+    assert bad.returncode != 0 and all(arch in bad.stderr for arch in OUR_ARCHS)
+
+
+def test_fairseq_train_help_lists_our_components_from_repo_root():
+    _assert_help_lists_our_components("fairseq_ext", cwd=REPO_ROOT)
+
+
+def test_fairseq_train_help_from_an_installed_copy(tmp_path):
+    """`pip install .` (not editable) into a separate target, used from another directory."""
+    target = tmp_path / "site"
+    run_cli([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+             "--target", target, REPO_ROOT])
+    installed = target / "fairseq_ext"
+    assert (installed / "__init__.py").exists() and installed.resolve() != USER_DIR.resolve()
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    _assert_help_lists_our_components(installed, cwd=workdir)
