@@ -1,0 +1,226 @@
+#!/usr/bin/env python
+"""`make demo`: prepare the embedded corpus, pre-train the demo models, validate, summarize.
+
+1. ``scripts/prepare_corpus.sh`` turns the Python 3.11 documentation (Debian's
+   ``python3.11-doc``) into a data-bin; a re-run reuses it.
+2. Each entry of :data:`DEMO_RUNS` is trained through its bash recipe (the same script a user
+   runs on a cluster) on the CPU for a fixed number of updates, with a progress display.
+3. ``fairseq-validate`` scores each final checkpoint on the valid split.
+4. A table compares valid loss/ppl, updates and seconds per update.
+
+Adding a model to the comparison is one line in :data:`DEMO_RUNS`. Every run writes into a fresh
+``runs/demo/<timestamp>/<name>/`` (logs, checkpoints, ``summary.json``); nothing earlier is
+overwritten.
+"""
+import argparse
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BIN_DIR = Path(sys.executable).parent
+DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoRun:
+    """One model of the comparison: a recipe and the environment overrides it runs with."""
+
+    name: str
+    recipe: str  # path relative to the repository root
+    env: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+DEMO_RUNS: List[DemoRun] = [
+    DemoRun("roberta-15%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.15"}),
+]
+
+
+def parse_json_records(line: str) -> Optional[dict]:
+    """The JSON object of a fairseq ``--log-format json`` line, or None."""
+    brace = line.find("{")
+    if brace < 0:
+        return None
+    try:
+        record = json.loads(line[brace:])
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def seconds_per_update(train_inner: List[dict]) -> float:
+    """Mean seconds per update from fairseq's per-interval ``ups`` (updates per second).
+
+    The first interval (model build, first batches, thread warm-up) is left out when there are
+    others; each interval is weighted by the updates it covers.
+    """
+    intervals = []
+    previous = 0
+    for record in train_inner:
+        updates = int(record["num_updates"])
+        intervals.append((updates - previous, float(record["ups"])))
+        previous = updates
+    if len(intervals) > 1:
+        intervals = intervals[1:]
+    total_updates = sum(n for n, _ in intervals)
+    if total_updates == 0:
+        return math.nan
+    return sum(n / ups for n, ups in intervals if ups > 0) / total_updates
+
+
+def stream(cmd: List[str], env: dict, log_path: Path) -> Iterator[str]:
+    """Run ``cmd``, tee stdout+stderr into ``log_path``, yield its lines; raise on failure."""
+    with open(log_path, "w") as log, subprocess.Popen(
+        cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        bufsize=1,
+    ) as proc:
+        tail: List[str] = []
+        for line in proc.stdout:
+            log.write(line)
+            tail = (tail + [line])[-40:]
+            yield line
+        if proc.wait() != 0:
+            sys.stdout.write("".join(tail))
+            raise SystemExit(f"error: {cmd[0]} failed (exit {proc.returncode}); full log: {log_path}")
+
+
+class Progress:
+    """A one-line progress bar on a terminal; one line per fairseq log record otherwise."""
+
+    def __init__(self, name: str):
+        self.name, self.total = name, 0
+        self.interactive = sys.stdout.isatty()
+
+    def set_total_from_command(self, printed_command: str) -> None:
+        """The recipe prints its fairseq command first; its ``--max-update`` is our total."""
+        words = printed_command.split()
+        if "--max-update" in words:
+            self.total = int(words[words.index("--max-update") + 1])
+
+    def update(self, record: dict) -> None:
+        done = int(record["num_updates"])
+        text = (f"{self.name:<14} update {done:>5}/{self.total}  loss {record['loss']:>6}  "
+                f"{1.0 / max(float(record['ups']), 1e-9):.2f} s/update")
+        if self.interactive:
+            filled = int(30 * done / max(self.total, 1))
+            sys.stdout.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}")
+        else:
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        if self.interactive:
+            sys.stdout.write("\n")
+
+
+def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int]) -> dict:
+    """Train one demo model through its recipe; return its train-side figures."""
+    env = dict(os.environ, DATA=str(data), SAVE_DIR=str(run_dir / "checkpoints"), **run.env)
+    env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
+    if updates is not None:
+        env["TOTAL_UPDATES"] = str(updates)
+    cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar"]
+    progress = Progress(run.name)
+    records: List[dict] = []
+    final_updates = 0  # from every record, the epoch summaries' `train_num_updates` included
+    start = time.time()
+    for line in stream(cmd, env, run_dir / "train.log"):
+        if line.startswith("+ "):
+            print(line.rstrip())
+            progress.set_total_from_command(line)
+        record = parse_json_records(line)
+        for key in ("num_updates", "train_num_updates"):
+            if record and key in record:
+                final_updates = max(final_updates, int(record[key]))
+        if record and "train_inner" in line and {"ups", "loss", "num_updates"} <= set(record):
+            records.append(record)
+            progress.update(record)
+    progress.close()
+    if not records:
+        raise SystemExit(f"error: {run.name} logged no training progress; see {run_dir / 'train.log'}")
+    return {
+        "updates": final_updates,
+        "train_loss": float(records[-1]["loss"]),
+        "sec_per_update": seconds_per_update(records),
+        "train_wall_sec": time.time() - start,
+    }
+
+
+def validate(run: DemoRun, data: Path, run_dir: Path) -> dict:
+    """fairseq-validate on the final checkpoint (criterion as saved in the checkpoint)."""
+    cmd = [str(BIN_DIR / "fairseq-validate"), str(data), "--user-dir", str(REPO_ROOT / "fairseq_ext"),
+           "--task", "masked_lm", "--path", str(run_dir / "checkpoints" / "checkpoint_last.pt"),
+           "--valid-subset", "valid", "--batch-size", "16", "--cpu", "--log-format", "json"]
+    result = None
+    for line in stream(cmd, dict(os.environ), run_dir / "validate.log"):
+        record = parse_json_records(line)
+        if record and "valid_loss" in record:
+            result = record
+    if result is None:
+        raise SystemExit(f"error: fairseq-validate printed no result; see {run_dir / 'validate.log'}")
+    return {key[len("valid_"):]: float(value) for key, value in result.items()
+            if key.startswith("valid_") and key[len("valid_"):] in ("loss", "ppl")}
+
+
+def format_table(rows: List[dict]) -> str:
+    """The summary table (valid loss in bits, as fairseq logs it)."""
+    columns = [("model", "{}"), ("updates", "{:d}"), ("valid loss", "{:.3f}"),
+               ("valid ppl", "{:.2f}"), ("s/update", "{:.3f}"), ("train min", "{:.1f}")]
+    keys = ["name", "updates", "valid_loss", "valid_ppl", "sec_per_update", "train_min"]
+    cells = [[fmt.format(row[key]) for (_, fmt), key in zip(columns, keys)] for row in rows]
+    widths = [max(len(title), *(len(r[i]) for r in cells)) for i, (title, _) in enumerate(columns)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line, "| " + " | ".join(t.ljust(w) for (t, _), w in zip(columns, widths)) + " |", line]
+    out += ["| " + " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                             enumerate(zip(r, widths))) + " |" for r in cells]
+    return "\n".join(out + [line])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=None,
+                        help="an existing data-bin; default: prepare the embedded corpus into "
+                             f"{DEFAULT_DATA.relative_to(REPO_ROOT)}")
+    parser.add_argument("--updates", type=int, default=None,
+                        help="override every recipe's TOTAL_UPDATES (e.g. for a quick check)")
+    parser.add_argument("--runs-dir", type=Path, default=None,
+                        help="where runs go (default: runs/demo/<timestamp>)")
+    parser.add_argument("--only", nargs="*", default=None, help="names of DEMO_RUNS to run")
+    args = parser.parse_args(argv)
+
+    started = time.time()
+    data = args.data
+    if data is None:
+        data = DEFAULT_DATA
+        print(f"== preparing the embedded corpus into {data.relative_to(REPO_ROOT)}", flush=True)
+        subprocess.run(["bash", str(REPO_ROOT / "scripts/prepare_corpus.sh"), "--destdir", str(data)],
+                       cwd=REPO_ROOT, check=True)
+    runs = [r for r in DEMO_RUNS if args.only is None or r.name in args.only]
+    if not runs:
+        raise SystemExit(f"error: --only matched none of {[r.name for r in DEMO_RUNS]}")
+    runs_dir = args.runs_dir or REPO_ROOT / "runs" / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    rows = []
+    for run in runs:
+        run_dir = runs_dir / run.name.replace("%", "pct")
+        run_dir.mkdir(parents=True, exist_ok=False)
+        print(f"== {run.name}: training ({run.recipe})", flush=True)
+        row = {"name": run.name, **train(run, data, run_dir, args.updates)}
+        print(f"== {run.name}: fairseq-validate", flush=True)
+        row.update({f"valid_{k}": v for k, v in validate(run, data, run_dir).items()})
+        row["train_min"] = row["train_wall_sec"] / 60
+        rows.append(row)
+    (runs_dir / "summary.json").write_text(json.dumps(rows, indent=2))
+    print()
+    print(format_table(rows))
+    print(f"runs, logs and checkpoints: {runs_dir}")
+    print(f"demo wall time: {(time.time() - started) / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
