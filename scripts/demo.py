@@ -123,8 +123,9 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int]) -> di
     """Train one demo model through its recipe; return its train-side figures."""
     env = dict(os.environ, DATA=str(data), SAVE_DIR=str(run_dir / "checkpoints"), **run.env)
     env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
-    if updates is not None:
+    if updates is not None:  # a shortened run still logs about ten progress intervals
         env["TOTAL_UPDATES"] = str(updates)
+        env.setdefault("LOG_INTERVAL", str(max(1, updates // 10)))
     cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar"]
     progress = Progress(run.name)
     records: List[dict] = []
@@ -208,7 +209,10 @@ def main(argv=None) -> None:
     rows = []
     for run in runs:
         run_dir = runs_dir / run.name.replace("%", "pct")
-        run_dir.mkdir(parents=True, exist_ok=False)
+        if run_dir.exists():
+            raise SystemExit(f"error: {run_dir} already exists; choose another --runs-dir "
+                             "(the demo never overwrites earlier runs)")
+        run_dir.mkdir(parents=True)
         print(f"== {run.name}: training ({run.recipe})", flush=True)
         row = {"name": run.name, **train(run, data, run_dir, args.updates)}
         print(f"== {run.name}: fairseq-validate", flush=True)
