@@ -1,0 +1,111 @@
+"""The embedded default corpus: the reStructuredText sources of the Python 3.11 documentation,
+from Debian's ``python3.11-doc`` package.
+
+:func:`ensure_python_docs` downloads the package with ``apt-get download`` into a cache
+directory and unpacks it there with ``dpkg -x`` (no root install). If the package lists are
+missing it runs ``apt-get update`` once (as root) and retries. The unpacked tree is reused by
+later runs; a stamp written last marks it complete, so an interrupted fetch is redone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import CorpusError
+
+SOURCE_NAME = "python-docs"
+PACKAGE = "python3.11-doc"
+SOURCES_SUBDIR = "usr/share/doc/python3.11/html/_sources"
+SOURCE_SUFFIX = ".rst.txt"
+# apt-get's messages when it does not know the package, i.e. the package lists are missing.
+_MISSING_LISTS_MESSAGES = (
+    "Unable to locate package",
+    "has no installation candidate",
+    "No packages found",
+)
+
+
+def ensure_python_docs(cache_dir: Path, log: Callable[[str], None]) -> tuple[Path, bool]:
+    """Return the directory of the unpacked ``*.rst.txt`` sources, fetching them if needed,
+    and whether they were fetched now."""
+    unpacked = cache_dir / PACKAGE
+    sources = unpacked / SOURCES_SUBDIR
+    stamp = cache_dir / f"{PACKAGE}.stamp.json"
+    if stamp.is_file() and sources.is_dir():
+        log(f"skip: fetch (done) {json.loads(stamp.read_text())['package_file']} in {cache_dir}")
+        return sources, False
+    log(f"run: fetch ({PACKAGE} into {cache_dir})")
+    for tool in ("apt-get", "dpkg"):
+        if shutil.which(tool) is None:
+            raise CorpusError(
+                f"{tool} not found: the default corpus comes from Debian's {PACKAGE} package; "
+                "on other systems pass --input PATH"
+            )
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    download_dir = cache_dir / f"download.tmp-{os.getpid()}"
+    unpack_dir = cache_dir / f"{PACKAGE}.tmp-{os.getpid()}"
+    for stale in (*cache_dir.glob("download.tmp-*"), *cache_dir.glob(f"{PACKAGE}.tmp-*")):
+        shutil.rmtree(stale)
+    download_dir.mkdir()
+    package_file = _download_package(download_dir, log)
+    kept_package = cache_dir / package_file.name
+    os.replace(package_file, kept_package)
+    download_dir.rmdir()
+    _run(["dpkg", "-x", str(kept_package), str(unpack_dir)], f"dpkg -x {kept_package.name}")
+    if not (unpack_dir / SOURCES_SUBDIR).is_dir():
+        raise CorpusError(
+            f"{kept_package.name} has no {SOURCES_SUBDIR}: not the expected {PACKAGE} package"
+        )
+    if unpacked.exists():
+        shutil.rmtree(unpacked)
+    os.replace(unpack_dir, unpacked)
+    temporary_stamp = stamp.with_name(stamp.name + f".tmp-{os.getpid()}")
+    temporary_stamp.write_text(json.dumps({"package_file": kept_package.name}) + "\n")
+    os.replace(temporary_stamp, stamp)
+    return sources, True
+
+
+def _download_package(download_dir: Path, log: Callable[[str], None]) -> Path:
+    """``apt-get download`` the package into ``download_dir``; return the .deb file."""
+    command = ["apt-get", "download", PACKAGE]
+    result = subprocess.run(command, cwd=download_dir, capture_output=True, text=True)
+    if result.returncode != 0 and _lists_missing(result):
+        if os.geteuid() != 0:
+            raise CorpusError(
+                f"apt-get does not know {PACKAGE} (package lists missing): "
+                "run `sudo apt-get update`, then re-run (or pass --input PATH)"
+            )
+        log("apt-get: package lists missing; running apt-get update once")
+        _run(["apt-get", "update"], "apt-get update")
+        result = subprocess.run(command, cwd=download_dir, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise CorpusError(f"`apt-get download {PACKAGE}` failed: {_last_line(result)}")
+    packages = sorted(download_dir.glob(f"{PACKAGE}_*.deb"))
+    if len(packages) != 1:
+        raise CorpusError(
+            f"`apt-get download {PACKAGE}` left {len(packages)} package files, expected 1"
+        )
+    return packages[0]
+
+
+def _lists_missing(result: subprocess.CompletedProcess) -> bool:
+    return any(message in result.stderr + result.stdout for message in _MISSING_LISTS_MESSAGES)
+
+
+def _run(command: list[str], description: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise CorpusError(f"{description} failed (exit {result.returncode}): {_last_line(result)}")
+
+
+def _last_line(result: subprocess.CompletedProcess) -> str:
+    """The most telling line of a failed command's output: its last ``E:`` (apt) line, or its
+    last line."""
+    lines = (result.stderr + result.stdout).strip().splitlines()
+    errors = [line for line in lines if line.startswith("E:")]
+    return (errors or lines or ["no output"])[-1]
