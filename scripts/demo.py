@@ -157,7 +157,8 @@ def validate(run: DemoRun, data: Path, run_dir: Path) -> dict:
     """fairseq-validate on the final checkpoint (criterion as saved in the checkpoint)."""
     cmd = [str(BIN_DIR / "fairseq-validate"), str(data), "--user-dir", str(REPO_ROOT / "fairseq_ext"),
            "--task", "masked_lm", "--path", str(run_dir / "checkpoints" / "checkpoint_last.pt"),
-           "--valid-subset", "valid", "--batch-size", "16", "--cpu", "--log-format", "json"]
+           "--valid-subset", "valid", "--batch-size", "16", "--cpu", "--log-format", "json",
+           "--skip-invalid-size-inputs-valid-test"]
     result = None
     for line in stream(cmd, dict(os.environ), run_dir / "validate.log"):
         record = parse_json_records(line)

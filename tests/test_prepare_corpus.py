@@ -657,3 +657,25 @@ def test_python_docs_default_corpus(tmp_path, capsys):
     assert manifest["summary"]["input_files"] > 400
     assert all(manifest["summary"]["documents"][split] > 0 for split in SPLITS)
     assert "run: fetch" in out
+
+
+def test_split_sentences_keeps_abbreviations_and_closing_quotes():
+    from fairseq_ext.data.documents import split_sentences
+
+    text = ('The quick fox. It ran, e.g. Fast away! Then Dr. Who said "Hi." Python 3.11 is out. '
+            "See section 2. Next one? (Yes.) done. lower case does not start a sentence")
+    assert split_sentences(text) == [
+        "The quick fox.", "It ran, e.g. Fast away!", 'Then Dr. Who said "Hi."',
+        "Python 3.11 is out.", "See section 2.", "Next one?",
+        "(Yes.) done. lower case does not start a sentence",
+    ]
+
+
+@pytest.mark.parametrize("line_unit, expected", [
+    ("sentence", ["First sentence here.", "Second one follows.", "A new paragraph."]),
+    ("paragraph", ["First sentence here. Second one follows.", "A new paragraph."]),
+])
+def test_directory_line_unit(tmp_path, line_unit, expected):
+    (tmp_path / "doc.txt").write_text("First sentence here.\nSecond one follows.\n\nA new paragraph.\n")
+    (document,) = iter_documents(list_input(tmp_path), "text", ReplacementCounter(), line_unit)
+    assert list(document.lines) == expected

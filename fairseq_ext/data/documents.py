@@ -4,8 +4,10 @@ Two input shapes:
 
 * a directory: every regular file below it (recursively, in sorted relative-path order) is one
   document, identified by its relative path. In ``text`` format, blank lines separate
-  paragraphs and each paragraph becomes one output line (its lines joined with spaces); in
-  ``rst`` format the file is cleaned by :func:`~fairseq_ext.data.rst_cleaner.clean_rst`.
+  paragraphs (their lines joined with spaces); in ``rst`` format the file is cleaned into
+  paragraphs by :func:`~fairseq_ext.data.rst_cleaner.clean_rst`. Each sentence of a paragraph
+  becomes one output line (:func:`split_sentences`), or with ``line_unit="paragraph"`` each
+  paragraph.
 * a single file: documents are separated by blank lines, each non-blank line of a document is
   one output line, and a document is identified by the hash of its content.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,6 +31,32 @@ from .errors import CorpusError
 from .rst_cleaner import clean_rst
 
 SPLITS = ("train", "valid", "test")
+
+#: Output line units for directory input: fairseq's ``--sample-break-mode complete`` /
+#: ``complete_doc`` pack whole lines into blocks, and drop a line longer than a block, so lines
+#: are sentences by default (the BERT/RoBERTa convention), not whole paragraphs.
+LINE_UNITS = ("sentence", "paragraph")
+
+_SENTENCE_BOUNDARY = re.compile(r"(?<=[.!?])([\"')\]]*)\s+(?=[\"'(\[]?[A-Z0-9])")
+_NOT_SENTENCE_END = re.compile(
+    r"(?:\b(?:e\.g|i\.e|etc|vs|cf|al|Mr|Mrs|Ms|Dr|Prof|St|No|Fig|Sec|approx)\.|\b[A-Z]\.)$"
+)
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Split a paragraph after ``.``, ``!`` or ``?`` (and closing quotes or brackets) where the
+    next word starts with a capital letter or a digit; common abbreviations (``e.g.``, ``Dr.``,
+    initials) do not end a sentence."""
+    sentences: list[str] = []
+    start = 0
+    for boundary in _SENTENCE_BOUNDARY.finditer(paragraph):
+        candidate = paragraph[start:boundary.end(1)]  # closing quotes stay with the sentence
+        if _NOT_SENTENCE_END.search(candidate.rstrip("\"')]")):
+            continue
+        sentences.append(candidate)
+        start = boundary.end()
+    sentences.append(paragraph[start:])
+    return [sentence for sentence in sentences if sentence]
 INPUT_FORMATS = ("text", "rst")
 
 
@@ -124,18 +153,23 @@ def list_input(path: Path, suffix: str | None = None) -> InputListing:
 
 
 def iter_documents(
-    listing: InputListing, input_format: str, counter: ReplacementCounter
+    listing: InputListing, input_format: str, counter: ReplacementCounter,
+    line_unit: str = "sentence",
 ) -> Iterator[Document]:
     """Yield the documents of the input, in a deterministic order. ``input_format`` (``text``
-    or ``rst``) applies to directory input; a single file is always read as text."""
+    or ``rst``) and ``line_unit`` (one of :data:`LINE_UNITS`) apply to directory input; a
+    single file is always read as text, one output line per input line."""
     if not listing.is_directory:
         yield from _single_file_documents(listing.root, counter)
         return
     for relative, path in listing.paths():
         if input_format == "rst":
-            yield Document(relative, iter(_rst_file_lines(path, counter)))
+            paragraphs: Iterable[str] = _rst_file_lines(path, counter)
         else:
-            yield Document(relative, _paragraph_lines(_decoded_lines(path, counter)))
+            paragraphs = _paragraph_lines(_decoded_lines(path, counter))
+        if line_unit == "sentence":
+            paragraphs = (s for paragraph in paragraphs for s in split_sentences(paragraph))
+        yield Document(relative, iter(paragraphs))
 
 
 def assign_split(identity: str, valid_fraction: float, test_fraction: float) -> str:

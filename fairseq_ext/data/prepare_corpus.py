@@ -33,6 +33,7 @@ from typing import Any
 from . import python_docs, rst_cleaner
 from .documents import (
     INPUT_FORMATS,
+    LINE_UNITS,
     SPLITS,
     InputListing,
     ReplacementCounter,
@@ -104,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=INPUT_FORMATS,
         help="text, or rst (clean reStructuredText into prose; directory input only). "
         "Default: rst for python-docs, text otherwise",
+    )
+    source.add_argument(
+        "--line-unit",
+        choices=LINE_UNITS,
+        default="sentence",
+        help="directory input: one output line per sentence (default; fairseq packs whole lines "
+        "into --tokens-per-sample blocks and drops longer lines) or per paragraph",
     )
     source.add_argument(
         "--cache-dir",
@@ -270,6 +278,7 @@ class CorpusPipeline:
                 else str(self.listing.root)
             ),
             "input_format": self.input_format,
+            "line_unit": args.line_unit if self.listing.is_directory else "line",
             "cleaner_version": rst_cleaner.CLEANER_VERSION if self.input_format == "rst" else None,
             "input_fingerprint": self.listing.fingerprint,
             "valid_fraction": args.valid_fraction,
@@ -371,7 +380,8 @@ class CorpusPipeline:
                 for split, path in zip(SPLITS, temporaries)
             }
             try:
-                for document in iter_documents(self.listing, self.input_format, counter):
+                for document in iter_documents(self.listing, self.input_format, counter,
+                                               args.line_unit):
                     first_line = next(document.lines, None)
                     if first_line is None:
                         continue
