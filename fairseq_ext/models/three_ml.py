@@ -1,0 +1,426 @@
+"""3ML, "Mask More and Mask Later" (Liao et al., 2022): ``3ml_self_*`` and ``3ml_cross_*``.
+
+A RoBERTa encoder that sees only the non-[MASK] tokens, each at its original learned position,
+and a small decoder that appends the [MASK]s later (§2.2, Figure 2). Trained with fairseq's
+stock ``masked_lm`` task (dynamic masking: ``--mask-prob``, ``--leave-unmasked-prob``,
+``--random-token-prob``); ``forward`` returns the logits of the corrupted positions in the
+order fairseq's ``roberta`` does, so the stock ``masked_lm`` criterion, our
+``masked_lm_categories`` criterion and ``fairseq-validate`` work unchanged.
+
+* **Encoder** (both variants): fairseq's RoBERTa encoder, run on the kept tokens (unchanged
+  and randomly replaced ones), packed to the left and padded to the longest kept row, so it
+  really runs on ``L_e = L (1 - 0.8 m)`` tokens (App. D, Eq. 3).
+* **3ML-self** (:class:`ThreeMLSelfDecoder`): encoder output projected to the decoder dim
+  (a linear layer when the dims differ), scattered back to the original positions; [MASK]
+  slots get a learned mask embedding in decoder space (disentangled from the word embedding);
+  the decoder's own learned positional embedding (untied from the encoder's) is added to the
+  whole sequence; ``decoder_layers`` self-attention blocks; every corrupted position is
+  predicted from the decoder.
+* **3ML-cross** (:class:`ThreeMLCrossDecoder`): the decoder queries are the [MASK] slots only
+  (mask embedding + decoder positions): self-attention among them and cross-attention to the
+  projected encoder output, no causal mask. [MASK]s are predicted from the decoder; replaced
+  and unchanged tokens from the projected encoder output, with the same head (§2.2: "We use
+  the same prediction layer for the randomly replaced, unchanged and masked tokens ... we
+  predict the randomly replaced and unchanged tokens after the encoder").
+* **Prediction head** (App. D): dense -> activation -> LayerNorm -> vocabulary projection tied
+  to the encoder's token embedding; its dense layer maps decoder dim -> encoder dim so the
+  tying still works. Only corrupted tokens go through it. One head per model: this is what
+  reproduces Table 3's parameter counts (3ML-cross-large 364M; a second, encoder-side
+  1024x1024 head would make it 365M).
+
+After pre-training the decoder is dropped: ``scripts/export_encoder.py`` writes a plain
+fairseq RoBERTa checkpoint for fine-tuning.
+"""
+import argparse
+import logging
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+from fairseq import utils
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.roberta.model import (
+    RobertaEncoder,
+    RobertaLMHead,
+    RobertaModel,
+    base_architecture as roberta_base_architecture,
+)
+from fairseq.modules import (
+    FairseqDropout,
+    LayerNorm,
+    PositionalEmbedding,
+    TransformerDecoderLayer,
+    TransformerEncoderLayer,
+)
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+from fairseq.utils import safe_getattr
+
+from fairseq_ext.modules.positioned_encoder import (
+    PositionedTransformerEncoder,
+    embed_learned_positions,
+)
+from fairseq_ext.modules.token_selection import ensure_attendable, pack_selected
+
+logger = logging.getLogger(__name__)
+
+NORMALIZATIONS = ("pre-ln", "post-ln")
+
+
+def validate_three_ml_config(args, task) -> int:
+    """Check a 3ML configuration before anything is built; return the ``<mask>`` index.
+
+    Raises ``ValueError`` naming the flag to change: a dictionary without ``<mask>``,
+    ``--mask-prob`` outside (0, 1), ``--leave-unmasked-prob`` + ``--random-token-prob`` above
+    1, or a dimension not divisible by its number of attention heads.
+    """
+    dictionary = task.source_dictionary
+    mask_idx = dictionary.index("<mask>")
+    if mask_idx == dictionary.unk():
+        raise ValueError(
+            "3ML needs a <mask> symbol in the dictionary; train with --task masked_lm (which "
+            "adds it) or add '<mask>' to the dictionary"
+        )
+    task_cfg = getattr(task, "cfg", None)
+    mask_prob = safe_getattr(task_cfg, "mask_prob", None)
+    if mask_prob is not None and not 0.0 < mask_prob < 1.0:
+        raise ValueError(f"--mask-prob must be in (0, 1); got {mask_prob}")
+    leave = safe_getattr(task_cfg, "leave_unmasked_prob", 0.0) or 0.0
+    rand = safe_getattr(task_cfg, "random_token_prob", 0.0) or 0.0
+    if not (0.0 <= leave <= 1.0 and 0.0 <= rand <= 1.0 and leave + rand <= 1.0):
+        raise ValueError(
+            "--leave-unmasked-prob and --random-token-prob must be in [0, 1] and sum to at most "
+            f"1 (the rest of the corrupted tokens become <mask>); got {leave} + {rand}"
+        )
+    if args.normalization not in NORMALIZATIONS:
+        raise ValueError(f"--normalization must be one of {NORMALIZATIONS}; got {args.normalization}")
+    for side in ("encoder", "decoder"):
+        dim, heads = getattr(args, f"{side}_embed_dim"), getattr(args, f"{side}_attention_heads")
+        if heads < 1 or dim % heads != 0:
+            raise ValueError(
+                f"--{side}-embed-dim ({dim}) must be divisible by --{side}-attention-heads "
+                f"({heads})"
+            )
+    if args.decoder_layers < 1:
+        raise ValueError(f"--decoder-layers must be at least 1; got {args.decoder_layers}")
+    return mask_idx
+
+
+class ProjectingLMHead(RobertaLMHead):
+    """RoBERTa's MLM head whose first dense layer maps ``input_dim`` -> ``embed_dim`` (App. D),
+    so the vocabulary projection can stay tied to the encoder's token embedding."""
+
+    def __init__(self, input_dim, embed_dim, output_dim, activation_fn, weight):
+        super().__init__(embed_dim, output_dim, activation_fn, weight)
+        self.dense = nn.Linear(input_dim, embed_dim)
+
+
+class ThreeMLEncoder(RobertaEncoder):
+    """fairseq's RoBERTa encoder, able to run on the kept tokens only.
+
+    Parameter names are RoBERTa's (``sentence_encoder.*``), so the weights export as a plain
+    RoBERTa encoder. The MLM head lives with the decoder (it maps decoder dim -> encoder dim),
+    so the encoder has no ``lm_head`` of its own.
+    """
+
+    def build_encoder(self, args, dictionary, embed_tokens):
+        encoder = PositionedTransformerEncoder(args, dictionary, embed_tokens)
+        encoder.apply(init_bert_params)
+        return encoder
+
+    def build_lm_head(self, embed_dim, output_dim, activation_fn, weight):
+        return None
+
+    def encode_kept(self, src_tokens: torch.Tensor, keep: torch.Tensor, positions: torch.Tensor):
+        """Run the encoder on the ``keep`` tokens of each row, each at its original position.
+
+        Returns ``(out, index, valid, padding_mask)``: ``out`` ``(L_e, B, C)``; ``index`` and
+        ``valid`` ``(B, L_e)`` from :func:`pack_selected`; ``padding_mask`` the attention mask
+        used (padding, with empty rows made attendable).
+        """
+        pad = self.sentence_encoder.padding_idx
+        index, valid = pack_selected(keep)
+        tokens = src_tokens.gather(1, index).masked_fill(~valid, pad)
+        kept_positions = positions.gather(1, index).masked_fill(~valid, pad)
+        padding_mask = ensure_attendable(~valid)
+        out = self.sentence_encoder.forward_positioned(tokens, kept_positions, padding_mask)
+        return out, index, valid, padding_mask
+
+
+class ThreeMLDecoderBase(nn.Module):
+    """What both decoders share: projection to the decoder dim, the learned mask embedding
+    (decoder space), the decoder's own learned positions, input norm/dropout, final norm and
+    the MLM head mapping decoder dim -> encoder dim."""
+
+    def __init__(self, args, padding_idx: int, vocab_size: int, embed_tokens_weight):
+        super().__init__()
+        encoder_dim, dim = args.encoder_embed_dim, args.decoder_embed_dim
+        self.pre_ln = args.normalization == "pre-ln"
+        self.padding_idx = padding_idx
+        self.project = nn.Linear(encoder_dim, dim) if dim != encoder_dim else nn.Identity()
+        self.mask_embedding = nn.Parameter(torch.empty(dim).normal_(mean=0.0, std=0.02))
+        self.embed_positions = PositionalEmbedding(args.max_positions, dim, padding_idx, learned=True)
+        # Post-LN blocks get a normalised input, like RoBERTa's embedding LayerNorm; pre-LN
+        # blocks get a final LayerNorm instead, like roberta_prenorm.
+        self.layernorm_embedding = None if self.pre_ln else LayerNorm(dim)
+        self.layer_norm = LayerNorm(dim) if self.pre_ln else None
+        self.dropout_module = FairseqDropout(args.dropout, module_name=type(self).__name__)
+        self.lm_head = ProjectingLMHead(dim, encoder_dim, vocab_size, args.activation_fn,
+                                        weight=embed_tokens_weight)
+
+    @staticmethod
+    def layer_args(args) -> argparse.Namespace:
+        """The model's args with the encoder/decoder layer fields set to the decoder sizes."""
+        layer_args = argparse.Namespace(**vars(args))
+        pre_ln = args.normalization == "pre-ln"
+        for side in ("encoder", "decoder"):  # fairseq's layers read their own side's fields
+            setattr(layer_args, f"{side}_embed_dim", args.decoder_embed_dim)
+            setattr(layer_args, f"{side}_ffn_embed_dim", args.decoder_ffn_embed_dim)
+            setattr(layer_args, f"{side}_attention_heads", args.decoder_attention_heads)
+            setattr(layer_args, f"{side}_normalize_before", pre_ln)
+        return layer_args
+
+    def prepare_input(self, x: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+        """Input norm (post-LN), dropout, zeroed padding; ``(B, L, C)`` -> ``(L, B, C)``."""
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
+        return x.transpose(0, 1)
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm (pre-LN); ``(L, B, C)`` -> ``(B, L, C)``."""
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return x.transpose(0, 1)
+
+
+class ThreeMLSelfDecoder(ThreeMLDecoderBase):
+    """3ML-self decoder: full-length self-attention over projected encoder states and [MASK]s."""
+
+    def __init__(self, args, padding_idx, vocab_size, embed_tokens_weight):
+        super().__init__(args, padding_idx, vocab_size, embed_tokens_weight)
+        layer_args = self.layer_args(args)
+        self.layers = nn.ModuleList(
+            [TransformerEncoderLayer(layer_args) for _ in range(args.decoder_layers)]
+        )
+        self.apply(init_bert_params)
+
+    def forward(self, encoder_out, kept_valid, keep, is_mask, src_tokens, predict):
+        """Features ``(N, C_d)`` -> logits ``(N, V)`` of the ``predict`` positions (row-major)."""
+        hidden = self.project(encoder_out).transpose(0, 1)  # (B, L_e, C_d)
+        batch, length = src_tokens.shape
+        x = hidden.new_zeros(batch, length, hidden.size(-1))
+        x[keep] = hidden[kept_valid]  # back to the original positions (both row-major)
+        x = torch.where(is_mask.unsqueeze(-1), self.mask_embedding.to(x.dtype), x)
+        x = x + self.embed_positions(src_tokens)
+        padding_mask = src_tokens.eq(self.padding_idx)
+        x = self.prepare_input(x, padding_mask)
+        for layer in self.layers:
+            x = layer(x, encoder_padding_mask=padding_mask)
+        return self.lm_head(self.finish(x), predict)
+
+
+class ThreeMLCrossDecoder(ThreeMLDecoderBase):
+    """3ML-cross decoder: the [MASK] slots attend to each other and to the encoder output."""
+
+    def __init__(self, args, padding_idx, vocab_size, embed_tokens_weight):
+        super().__init__(args, padding_idx, vocab_size, embed_tokens_weight)
+        layer_args = self.layer_args(args)
+        self.layers = nn.ModuleList(
+            [TransformerDecoderLayer(layer_args) for _ in range(args.decoder_layers)]
+        )
+        self.apply(init_bert_params)
+
+    def forward(self, memory, encoder_padding_mask, is_mask, positions, predict):
+        """Decoder features ``(n, C_d)`` of the predicted [MASK] positions (row-major), given
+        the projected encoder output ``memory`` ``(L_e, B, C_d)``."""
+        query_index, query_valid = pack_selected(is_mask)
+        query_positions = positions.gather(1, query_index).masked_fill(~query_valid, self.padding_idx)
+        x = self.mask_embedding + embed_learned_positions(self.embed_positions, query_positions)
+        query_padding = ensure_attendable(~query_valid)
+        x = self.prepare_input(x, query_padding)
+        for layer in self.layers:
+            x, _, _ = layer(x, encoder_out=memory, encoder_padding_mask=encoder_padding_mask,
+                            self_attn_padding_mask=query_padding)
+        return self.finish(x)[query_valid & predict.gather(1, query_index)]
+
+
+class ThreeMLModel(RobertaModel):
+    """Shared by 3ML-self and 3ML-cross; subclasses set :attr:`variant`."""
+
+    variant: str = ""
+
+    def __init__(self, args, encoder: ThreeMLEncoder, mask_decoder: ThreeMLDecoderBase,
+                 mask_idx: int):
+        super().__init__(args, encoder)
+        self.mask_decoder = mask_decoder
+        self.mask_idx = mask_idx
+
+    @staticmethod
+    def add_args(parser):
+        RobertaModel.add_args(parser)
+        parser.add_argument("--decoder-layers", type=int, metavar="N",
+                            help="3ML decoder blocks (Table 4: 2)")
+        parser.add_argument("--decoder-embed-dim", type=int, metavar="N",
+                            help="3ML decoder dim (Table 4: half the encoder dim)")
+        parser.add_argument("--decoder-ffn-embed-dim", type=int, metavar="N",
+                            help="3ML decoder FFN inner dim (Table 4: 4x the decoder dim)")
+        parser.add_argument("--decoder-attention-heads", type=int, metavar="N",
+                            help="3ML decoder heads (Table 4: head size 64)")
+        parser.add_argument("--normalization", choices=NORMALIZATIONS,
+                            help="pre-LN or post-LN for encoder and decoder (Table 4: pre-ln "
+                                 "for large and 3ML-cross, post-ln for 3ML-self base); sets "
+                                 "--encoder-normalize-before and --layernorm-embedding")
+
+    @classmethod
+    def build_model(cls, args, task):
+        three_ml_architecture(args)
+        mask_idx = validate_three_ml_config(args, task)
+        if not safe_getattr(args, "max_positions", None):
+            args.max_positions = args.tokens_per_sample
+        dictionary = task.source_dictionary
+        encoder = ThreeMLEncoder(args, dictionary)
+        decoder_cls = ThreeMLCrossDecoder if cls.variant == "cross" else ThreeMLSelfDecoder
+        decoder = decoder_cls(args, dictionary.pad(), len(dictionary),
+                              encoder.sentence_encoder.embed_tokens.weight)
+        return cls(args, encoder, decoder, mask_idx)
+
+    def forward(self, src_tokens, features_only=False, return_all_hiddens=False,
+                classification_head_name=None, masked_tokens=None, **kwargs):
+        """Masked-LM logits of the corrupted positions, or (``features_only`` /
+        ``classification_head_name``) RoBERTa's encoder on the whole, unmasked input."""
+        if features_only or classification_head_name is not None:
+            return super().forward(src_tokens, features_only, return_all_hiddens,
+                                   classification_head_name, **kwargs)
+        return self.masked_lm_logits(src_tokens, masked_tokens)
+
+    def masked_lm_logits(self, src_tokens, masked_tokens=None):
+        """Logits ``(N, V)`` for the corrupted positions ``masked_tokens`` in row-major order
+        (as ``roberta`` returns them), and extras for metrics and FLOP counting."""
+        pad = self.encoder.sentence_encoder.padding_idx
+        predict, expand_to = self._positions_to_predict(src_tokens, masked_tokens, pad)
+        is_mask = src_tokens.eq(self.mask_idx)
+        keep = src_tokens.ne(pad) & ~is_mask
+        positions = utils.make_positions(src_tokens, pad)
+        encoder_out, kept_index, kept_valid, encoder_padding = self.encoder.encode_kept(
+            src_tokens, keep, positions)
+        if self.variant == "self":
+            logits = self.mask_decoder(encoder_out, kept_valid, keep, is_mask, src_tokens, predict)
+            decoder_length = src_tokens.size(1)
+        else:
+            logits, decoder_length = self._cross_logits(
+                encoder_out, encoder_padding, kept_index, kept_valid, is_mask, positions, predict)
+        if expand_to is not None:  # the rare calls that ask for padding positions too
+            full = logits.new_zeros(int(expand_to.sum()), logits.size(-1))
+            full[predict[expand_to]] = logits
+            logits = full
+        extra = {
+            "inner_states": None,
+            "encoder_lengths": kept_valid.sum(dim=1),  # kept tokens per sequence
+            "encoder_padded_length": kept_index.size(1),
+            "decoder_padded_length": decoder_length,
+        }
+        return logits, extra
+
+    def _cross_logits(self, encoder_out, encoder_padding, kept_index, kept_valid, is_mask,
+                      positions, predict):
+        """[MASK]s from the decoder, replaced/unchanged tokens from the projected encoder
+        output, through the same head (§2.2)."""
+        memory = self.mask_decoder.project(encoder_out)
+        mask_features = self.mask_decoder(memory, encoder_padding, is_mask, positions, predict)
+        encoder_predict = kept_valid & predict.gather(1, kept_index)
+        other_features = memory.transpose(0, 1)[encoder_predict]
+        from_decoder = is_mask[predict]  # (N,): which predicted positions are [MASK]s
+        features = other_features.new_empty(from_decoder.size(0), other_features.size(-1))
+        features[from_decoder] = mask_features.to(features.dtype)
+        features[~from_decoder] = other_features
+        decoder_length = int(is_mask.sum(dim=1).max()) if is_mask.numel() else 0
+        return self.mask_decoder.lm_head(features), decoder_length
+
+    @staticmethod
+    def _positions_to_predict(src_tokens, masked_tokens, pad) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """``(predict, expand_to)``: the real (non-padding) positions to compute logits for and,
+        when the caller asked for more (fairseq's ``masked_lm`` criterion passes ``None``, or a
+        one-element ``[True]`` on GPU, for a batch without corrupted tokens), the positions the
+        returned logits must cover (zero logits at padding, whose targets are ignored)."""
+        if masked_tokens is not None and masked_tokens.shape == src_tokens.shape:
+            return masked_tokens, None
+        asked = torch.zeros_like(src_tokens, dtype=torch.bool)
+        if masked_tokens is None:
+            asked.fill_(True)
+        else:
+            asked[masked_tokens] = True
+        return asked & src_tokens.ne(pad), asked
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        prefix = name + "." if name != "" else ""
+        # RobertaModel's upgrade knows nothing of the decoder; keep our keys out of its way.
+        decoder_keys = {k: v for k, v in state_dict.items() if k.startswith(prefix + "mask_decoder.")}
+        for k in decoder_keys:
+            del state_dict[k]
+        super().upgrade_state_dict_named(state_dict, name)
+        state_dict.update(decoder_keys)
+
+
+@register_model("3ml_self")
+class ThreeMLSelfModel(ThreeMLModel):
+    """3ML-self (§2.2): self-attention decoder over the whole re-assembled sequence."""
+
+    variant = "self"
+
+
+@register_model("3ml_cross")
+class ThreeMLCrossModel(ThreeMLModel):
+    """3ML-cross (§2.2): self- and cross-attention decoder over the [MASK] slots only."""
+
+    variant = "cross"
+
+
+def three_ml_architecture(args, *, layers=12, dim=768, ffn=3072, heads=12,
+                          normalization="post-ln"):
+    """Defaults of one size (only where not set, so CLI and hydra overrides win).
+
+    The decoder defaults follow Table 4: 2 layers at half the encoder dim, FFN 4x its dim,
+    head size 64. ``--normalization`` sets RoBERTa's ``encoder_normalize_before`` and
+    ``layernorm_embedding`` (pre-LN as ``roberta_prenorm``).
+    """
+    args.encoder_layers = safe_getattr(args, "encoder_layers", layers)
+    args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", dim)
+    args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", ffn)
+    args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", heads)
+    args.decoder_layers = safe_getattr(args, "decoder_layers", 2)
+    args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", args.encoder_embed_dim // 2)
+    args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", 4 * args.decoder_embed_dim)
+    args.decoder_attention_heads = safe_getattr(
+        args, "decoder_attention_heads", max(1, args.decoder_embed_dim // 64))
+    args.normalization = safe_getattr(args, "normalization", normalization)
+    args.encoder_normalize_before = args.normalization == "pre-ln"
+    args.layernorm_embedding = args.normalization == "post-ln"
+    roberta_base_architecture(args)
+
+
+def _size(model, arch, normalization, **size):
+    @register_model_architecture(model, arch)
+    def architecture(args):
+        three_ml_architecture(args, normalization=normalization, **size)
+
+    architecture.__doc__ = f"{arch}: encoder {size or 'base'}, {normalization} (Table 4 decoder)."
+    return architecture
+
+
+BASE = dict(layers=12, dim=768, ffn=3072, heads=12)
+LARGE = dict(layers=24, dim=1024, ffn=4096, heads=16)
+SMALL = dict(layers=4, dim=256, ffn=1024, heads=4)  # roberta_small's encoder, for CPU demos
+TINY = dict(layers=2, dim=64, ffn=256, heads=2)  # roberta_tiny's encoder, for tests
+
+# Table 4: pre-LN for large; for base, post-LN for 3ML-self and pre-LN for 3ML-cross.
+_size("3ml_self", "3ml_self", "post-ln", **BASE)
+_size("3ml_self", "3ml_self_base", "post-ln", **BASE)
+_size("3ml_self", "3ml_self_large", "pre-ln", **LARGE)
+_size("3ml_self", "3ml_self_small", "post-ln", **SMALL)
+_size("3ml_self", "3ml_self_tiny", "post-ln", **TINY)
+_size("3ml_cross", "3ml_cross", "pre-ln", **BASE)
+_size("3ml_cross", "3ml_cross_base", "pre-ln", **BASE)
+_size("3ml_cross", "3ml_cross_large", "pre-ln", **LARGE)
+_size("3ml_cross", "3ml_cross_small", "pre-ln", **SMALL)
+_size("3ml_cross", "3ml_cross_tiny", "pre-ln", **TINY)

@@ -1,0 +1,1 @@
+"""Reusable layers and tensor utilities shared by the model families."""

@@ -1,0 +1,52 @@
+"""fairseq's ``TransformerEncoder`` run on a subset of a sequence's tokens at their own positions.
+
+3ML's encoder (Liao et al., 2022, §2.2) sees only the non-[MASK] tokens, and "each keeps its
+original learned position". fairseq's encoder derives positions from the token layout
+(``utils.make_positions``), so a packed subsequence would get positions 0..n-1. This subclass
+keeps fairseq's encoder unchanged (same modules, same parameter names, so its weights export as
+a plain RoBERTa encoder) and adds :meth:`PositionedTransformerEncoder.forward_positioned`,
+which takes the positions explicitly.
+"""
+import torch
+import torch.nn.functional as F
+from fairseq.models.transformer import TransformerEncoder
+from fairseq.modules import LearnedPositionalEmbedding
+
+
+def embed_learned_positions(embed_positions: LearnedPositionalEmbedding,
+                            positions: torch.Tensor) -> torch.Tensor:
+    """Look up explicit positions (fairseq's convention: ``padding_idx + 1 + index``, and
+    ``padding_idx`` at padding) in a learned positional embedding table."""
+    if not isinstance(embed_positions, LearnedPositionalEmbedding):
+        raise ValueError("3ML needs learned positional embeddings (--encoder-learned-pos); "
+                         f"got {type(embed_positions).__name__}")
+    return F.embedding(positions, embed_positions.weight, embed_positions.padding_idx)
+
+
+class PositionedTransformerEncoder(TransformerEncoder):
+    """A :class:`fairseq.models.transformer.TransformerEncoder` that can also run on tokens
+    with explicit positions. Its ordinary ``forward`` is fairseq's, untouched."""
+
+    def forward_positioned(self, tokens: torch.Tensor, positions: torch.Tensor,
+                           padding_mask: torch.Tensor) -> torch.Tensor:
+        """Encode ``tokens`` ``(B, L)`` placed at ``positions`` ``(B, L)``.
+
+        Same computation as fairseq's ``forward_embedding`` + ``forward_scriptable``, with the
+        positional embedding looked up at ``positions`` instead of ``make_positions(tokens)``.
+        ``padding_mask`` ``(B, L)`` is True at padding. Returns ``(L, B, C)``.
+        """
+        x = self.embed_scale * self.embed_tokens(tokens)
+        if self.embed_positions is not None:
+            x = x + embed_learned_positions(self.embed_positions, positions)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
+        x = x.transpose(0, 1)
+        for layer in self.layers:
+            x = layer(x, encoder_padding_mask=padding_mask)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return x
