@@ -8,18 +8,22 @@ import sys
 
 import fairseq_ext
 from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.criterions import CRITERION_REGISTRY
 from fairseq.optim import OPTIMIZER_REGISTRY
 
 from conftest import REPO_ROOT, USER_DIR, fairseq_cli, run_cli
 
-OUR_ARCHS = {"roberta_small": "roberta", "roberta_tiny": "roberta"}
+OUR_ARCHS = {"roberta_small": "roberta", "roberta_tiny": "roberta", "roberta_large_prenorm": "roberta",
+             "3ml_self_base": "3ml_self", "3ml_cross_large": "3ml_cross"}
 OUR_OPTIMIZERS = {"fused_adamw"}
+OUR_CRITERIA = {"masked_lm_categories"}
 
 
 def test_architectures_and_optimizers_are_registered():
     for arch, model in OUR_ARCHS.items():
         assert ARCH_MODEL_REGISTRY[arch] is ARCH_MODEL_REGISTRY[model]
     assert OUR_OPTIMIZERS <= set(OPTIMIZER_REGISTRY)
+    assert OUR_CRITERIA <= set(CRITERION_REGISTRY)
 
 
 def test_importing_the_package_imports_every_registering_module():
@@ -40,6 +44,8 @@ def _assert_help_lists_our_components(user_dir, cwd):
     text = run_cli([train, "--user-dir", user_dir, "--help"], cwd=cwd).stdout
     optimizer_choices = re.search(r"--optimizer \{([^}]*)\}", text).group(1).split(",")
     assert OUR_OPTIMIZERS <= set(optimizer_choices)
+    criterion_choices = re.search(r"--criterion \{([^}]*)\}", text).group(1).split(",")
+    assert OUR_CRITERIA <= set(criterion_choices)
     for arch in OUR_ARCHS:  # accepted (fairseq 0.12 prints no per-arch flags under --help)
         run_cli([train, "--user-dir", user_dir, "--task", "masked_lm", "--arch", arch, "--help"],
                 cwd=cwd)

@@ -23,6 +23,14 @@ def roberta_small_architecture(args):
     _set_encoder_size(args, layers=4, embed_dim=256, ffn_dim=1024, heads=4)
 
 
+@register_model_architecture("roberta", "roberta_large_prenorm")
+def roberta_large_prenorm_architecture(args):
+    """RoBERTa-large with pre-LN, as 24hBERT (Izsak et al., 2021) and 3ML-large use it."""
+    args.encoder_normalize_before = safe_getattr(args, "encoder_normalize_before", True)
+    args.layernorm_embedding = safe_getattr(args, "layernorm_embedding", False)
+    _set_encoder_size(args, layers=24, embed_dim=1024, ffn_dim=4096, heads=16)
+
+
 @register_model_architecture("roberta", "roberta_tiny")
 def roberta_tiny_architecture(args):
     """2 layers, dim 64, FFN 256, 2 heads: for tests."""
