@@ -6,7 +6,9 @@
 2. Each entry of :data:`DEMO_RUNS` is trained through its bash recipe (the same script a user
    runs on a cluster) on the CPU for a fixed number of updates, with a progress display.
 3. ``fairseq-validate`` scores each final checkpoint on the valid split.
-4. A table compares valid loss/ppl, updates and seconds per update.
+4. A table compares valid loss/ppl overall and per corrupted-token category ([MASK], replaced,
+   unchanged: the 3ML paper's Table 2c "PPL"), updates, and seconds per update measured side by
+   side, with each run's speedup over the first (the RoBERTa-15% baseline).
 
 Adding a model to the comparison is one line in :data:`DEMO_RUNS`. Every run writes into a fresh
 ``runs/demo/<timestamp>/<name>/`` (logs, checkpoints, ``summary.json``); nothing earlier is
@@ -166,19 +168,39 @@ def validate(run: DemoRun, data: Path, run_dir: Path) -> dict:
             result = record
     if result is None:
         raise SystemExit(f"error: fairseq-validate printed no result; see {run_dir / 'validate.log'}")
-    return {key[len("valid_"):]: float(value) for key, value in result.items()
-            if key.startswith("valid_") and key[len("valid_"):] in ("loss", "ppl")}
+    return {key: float(value) for key, value in result.items()
+            if key.startswith(("valid_loss", "valid_ppl"))}
+
+
+#: The summary table: (title, row key, format). Appending a tuple adds a column.
+TABLE_COLUMNS = [
+    ("model", "name", "{}"),
+    ("updates", "updates", "{:d}"),
+    ("valid loss", "valid_loss", "{:.3f}"),
+    ("ppl", "valid_ppl", "{:.1f}"),
+    ("ppl [MASK]", "valid_ppl_mask", "{:.1f}"),
+    ("ppl replaced", "valid_ppl_replaced", "{:.1f}"),
+    ("ppl unchanged", "valid_ppl_unchanged", "{:.1f}"),
+    ("s/update", "sec_per_update", "{:.3f}"),
+    ("speedup", "speedup", "{:.2f}x"),
+]
+
+
+def add_speedups(rows: List[dict]) -> None:
+    """Measured speedup of each run: the first run's seconds per update over its own."""
+    baseline = rows[0]["sec_per_update"]
+    for row in rows:
+        row["speedup"] = baseline / row["sec_per_update"]
 
 
 def format_table(rows: List[dict]) -> str:
-    """The summary table (valid loss in bits, as fairseq logs it)."""
-    columns = [("model", "{}"), ("updates", "{:d}"), ("valid loss", "{:.3f}"),
-               ("valid ppl", "{:.2f}"), ("s/update", "{:.3f}"), ("train min", "{:.1f}")]
-    keys = ["name", "updates", "valid_loss", "valid_ppl", "sec_per_update", "train_min"]
-    cells = [[fmt.format(row[key]) for (_, fmt), key in zip(columns, keys)] for row in rows]
-    widths = [max(len(title), *(len(r[i]) for r in cells)) for i, (title, _) in enumerate(columns)]
+    """The summary table (losses in bits, as fairseq logs them); '-' where a run has no value."""
+    cells = [[fmt.format(row[key]) if row.get(key) is not None else "-"
+              for _, key, fmt in TABLE_COLUMNS] for row in rows]
+    titles = [title for title, _, _ in TABLE_COLUMNS]
+    widths = [max(len(t), *(len(r[i]) for r in cells)) for i, t in enumerate(titles)]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    out = [line, "| " + " | ".join(t.ljust(w) for (t, _), w in zip(columns, widths)) + " |", line]
+    out = [line, "| " + " | ".join(t.ljust(w) for t, w in zip(titles, widths)) + " |", line]
     out += ["| " + " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
                              enumerate(zip(r, widths))) + " |" for r in cells]
     return "\n".join(out + [line])
@@ -217,9 +239,10 @@ def main(argv=None) -> None:
         print(f"== {run.name}: training ({run.recipe})", flush=True)
         row = {"name": run.name, **train(run, data, run_dir, args.updates)}
         print(f"== {run.name}: fairseq-validate", flush=True)
-        row.update({f"valid_{k}": v for k, v in validate(run, data, run_dir).items()})
+        row.update(validate(run, data, run_dir))
         row["train_min"] = row["train_wall_sec"] / 60
         rows.append(row)
+    add_speedups(rows)
     (runs_dir / "summary.json").write_text(json.dumps(rows, indent=2))
     print()
     print(format_table(rows))

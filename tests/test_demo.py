@@ -34,7 +34,13 @@ def test_demo_end_to_end_on_a_tiny_data_bin(tiny_data_bin, tmp_path):
     # fairseq reports loss in bits: ppl = 2 ** loss (both rounded by fairseq)
     assert row["valid_ppl"] == pytest.approx(2 ** row["valid_loss"], rel=2e-3)
     assert math.isfinite(row["sec_per_update"]) and row["sec_per_update"] > 0
-    assert f"| {row['name']}" in proc.stdout and "valid ppl" in proc.stdout
+    assert f"| {row['name']}" in proc.stdout and "ppl [MASK]" in proc.stdout
+    # per-category perplexities from the masked_lm_categories criterion, and the baseline's
+    # speedup over itself
+    for category in ("mask", "replaced", "unchanged"):
+        assert row[f"valid_ppl_{category}"] == pytest.approx(2 ** row[f"valid_loss_{category}"],
+                                                             rel=2e-3)
+    assert row["speedup"] == 1.0
     # the recipe's checkpoints and logs are kept per run
     run_dir = runs_dir / row["name"].replace("%", "pct")
     assert (run_dir / "checkpoints" / "checkpoint_last.pt").exists()
