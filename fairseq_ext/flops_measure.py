@@ -1,0 +1,81 @@
+"""Count the FLOPs of a real forward+backward with ``torch.utils.flop_counter.FlopCounterMode``
+and set them beside :mod:`fairseq_ext.flops`' analytic count (``python -m fairseq_ext.flops
+--measure``).
+
+FlopCounterMode counts matrix products (``mm``, ``addmm``, ``bmm``, attention kernels) with a
+multiply-add as 2 FLOPs and ignores element-wise work, the same convention as the analytic
+formulas; the backward pass counts the products for input and weight gradients (2 x forward).
+The batch is corrupted with exact counts (``round(m L)`` corrupted positions per sequence, of
+which ``round(f m L)`` become ``<mask>``), and the analytic count is evaluated at those lengths.
+"""
+import argparse
+from typing import Dict, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.data import Dictionary
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from torch.utils.flop_counter import FlopCounterMode
+
+from fairseq_ext import flops
+
+
+class _MaskedLmTaskStub:
+    """The parts of fairseq's masked_lm task that model construction reads."""
+
+    def __init__(self, vocab_size: int, mask_prob: float, mask_fraction: float):
+        dictionary = Dictionary()
+        for i in range(vocab_size - len(dictionary) - 1):
+            dictionary.add_symbol(f"w{i}")
+        self.mask_idx = dictionary.add_symbol("<mask>")
+        self.source_dictionary = self.target_dictionary = dictionary
+        other = (1.0 - mask_fraction) / 2
+        self.cfg = argparse.Namespace(mask_prob=mask_prob, leave_unmasked_prob=other,
+                                      random_token_prob=other)
+
+
+def corrupted_batch(task, batch_size: int, length: int, mask_prob: float, mask_fraction: float,
+                    generator: torch.Generator):
+    """Random tokens with exactly ``round(m L)`` corrupted positions per row: ``round(f m L)``
+    of them ``<mask>``, half of the rest random tokens, the others unchanged."""
+    pad, mask_idx = task.source_dictionary.pad(), task.mask_idx
+    first_word = task.source_dictionary.nspecial
+    tokens = torch.randint(first_word, mask_idx, (batch_size, length), generator=generator)
+    src, target = tokens.clone(), torch.full_like(tokens, pad)
+    corrupted = round(mask_prob * length)
+    n_mask = round(mask_fraction * corrupted)
+    n_random = (corrupted - n_mask) // 2
+    for row in range(batch_size):
+        chosen = torch.randperm(length, generator=generator)[:corrupted]
+        target[row, chosen] = tokens[row, chosen]
+        src[row, chosen[:n_mask]] = mask_idx
+        src[row, chosen[n_mask:n_mask + n_random]] = torch.randint(
+            first_word, mask_idx, (n_random,), generator=generator)
+    return src, target, corrupted, n_mask
+
+
+def measure_training_flops(arch: str, spec: flops.ModelSpec, length: int, mask_prob: float,
+                           vocab_size: int, mask_fraction: float, overrides: Dict,
+                           batch_size: int = 1, seed: int = 0) -> Tuple[float, float]:
+    """(measured, analytic) training FLOPs per sequence of one forward+backward of ``arch``."""
+    task = _MaskedLmTaskStub(vocab_size, mask_prob, mask_fraction)
+    args = argparse.Namespace(arch=arch, max_positions=length, tokens_per_sample=length,
+                              **{k: v for k, v in overrides.items() if v is not None})
+    ARCH_CONFIG_REGISTRY[arch](args)
+    model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    generator = torch.Generator().manual_seed(seed)
+    src, target, corrupted, n_mask = corrupted_batch(task, batch_size, length, mask_prob,
+                                                     mask_fraction, generator)
+    masked = target.ne(task.source_dictionary.pad())
+    with FlopCounterMode(display=False) as counter:
+        logits = model(src, masked_tokens=masked)[0]
+        F.cross_entropy(logits.float(), target[masked], reduction="sum").backward()
+    measured = counter.get_total_flops() / batch_size
+    if spec.family == "roberta":
+        encoder_length, decoder_length = length, 0
+    else:
+        encoder_length = length - n_mask
+        decoder_length = length if spec.family == "3ml_self" else n_mask
+    analytic = flops.TRAINING_MULTIPLIER * flops.forward_flops(
+        spec, encoder_length, decoder_length, n_mask, corrupted - n_mask, vocab_size)
+    return measured, analytic
