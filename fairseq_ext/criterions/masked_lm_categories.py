@@ -47,15 +47,20 @@ class MaskedLmCategoriesLoss(MaskedLmLoss):
                              "dictionary; use --task masked_lm (which adds it)")
 
     def forward(self, model, sample, reduce=True):
-        losses, logging_output, sample_size = self.token_losses(model, sample)
+        losses, logging_output, sample_size, extra = self.token_losses(model, sample)
         loss = losses.sum()
         logging_output["loss"] = loss.data
+        self.add_logging(model, sample, extra, logging_output)
         return loss, sample_size, logging_output
+
+    def add_logging(self, model, sample, extra, logging_output) -> None:
+        """Hook for subclasses: more figures from the model's extra outputs."""
 
     def token_losses(self, model, sample):
         """Per-token losses (nats) of the corrupted tokens, the logging output with the
-        per-category sums, and the sample size: fairseq's ``masked_lm`` recipe for choosing the
-        positions (including its fallbacks for a batch without corrupted tokens)."""
+        per-category sums, the sample size and the model's extra outputs: fairseq's
+        ``masked_lm`` recipe for choosing the positions (including its fallbacks for a batch
+        without corrupted tokens)."""
         target = sample["target"]
         masked_tokens = target.ne(self.padding_idx)
         sample_size = masked_tokens.int().sum()
@@ -83,7 +88,7 @@ class MaskedLmCategoriesLoss(MaskedLmLoss):
             selected = selected & predicted
             logging_output[f"loss_{name}"] = losses[selected].sum().data
             logging_output[f"n_{name}"] = selected.sum().data
-        return losses, logging_output, sample_size
+        return losses, logging_output, sample_size, extra
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
