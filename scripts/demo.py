@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -28,6 +29,8 @@ from typing import Dict, Iterator, List, Optional
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN_DIR = Path(sys.executable).parent
 DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
+# Validation during training gives the loss-vs-compute curves their points.
+VALIDATION_ARGS = ["--validate-interval-updates", "75", "--skip-invalid-size-inputs-valid-test"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,15 +131,18 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int]) -> di
     if updates is not None:  # a shortened run still logs about ten progress intervals
         env["TOTAL_UPDATES"] = str(updates)
         env.setdefault("LOG_INTERVAL", str(max(1, updates // 10)))
-    cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar"]
+    cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar",
+           *VALIDATION_ARGS]
     progress = Progress(run.name)
     records: List[dict] = []
     final_updates = 0  # from every record, the epoch summaries' `train_num_updates` included
+    command: List[str] = []
     start = time.time()
     for line in stream(cmd, env, run_dir / "train.log"):
         if line.startswith("+ "):
             print(line.rstrip())
             progress.set_total_from_command(line)
+            command = shlex.split(line[2:])
         record = parse_json_records(line)
         for key in ("num_updates", "train_num_updates"):
             if record and key in record:
@@ -152,7 +158,40 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int]) -> di
         "train_loss": float(records[-1]["loss"]),
         "sec_per_update": seconds_per_update(records),
         "train_wall_sec": time.time() - start,
+        # counted by the masked_lm_flops criterion from the batches' actual shapes
+        "train_pflops": float(records[-1]["train_pflops"]) if "train_pflops" in records[-1] else None,
+        "analytic_pflops_per_update": analytic_pflops_per_update(command, data),
     }
+
+
+def command_option(command: List[str], flag: str, default: Optional[str] = None) -> Optional[str]:
+    """The value of ``flag`` in a fairseq command line (the last one wins, as in argparse)."""
+    values = [command[i + 1] for i, word in enumerate(command[:-1]) if word == flag]
+    return values[-1] if values else default
+
+
+def analytic_pflops_per_update(command: List[str], data: Path) -> Optional[float]:
+    """Training PFLOPs of one update by the Appendix D formulas (:mod:`fairseq_ext.flops`), for
+    the arch, length, masking and batch in the command the recipe printed."""
+    from fairseq_ext import flops
+
+    arch = command_option(command, "--arch")
+    if arch is None:
+        return None
+    overrides = {name.replace("-", "_"): int(command_option(command, f"--{name}"))
+                 for name in ("encoder-layers", "encoder-embed-dim", "encoder-ffn-embed-dim",
+                              "decoder-layers", "decoder-embed-dim", "decoder-ffn-embed-dim")
+                 if command_option(command, f"--{name}") is not None}
+    spec = flops.spec_for_arch(arch, **overrides)
+    mask_fraction = (1.0 - float(command_option(command, "--leave-unmasked-prob", "0.1"))
+                     - float(command_option(command, "--random-token-prob", "0.1")))
+    vocab = flops.vocab_size_of(argparse.Namespace(data=str(data), vocab_size=None))
+    per_sequence = flops.training_flops_per_sequence(
+        spec, int(command_option(command, "--tokens-per-sample", "512")),
+        float(command_option(command, "--mask-prob", "0.15")), vocab, mask_fraction)
+    sequences = int(command_option(command, "--batch-size", "1")) * int(
+        command_option(command, "--update-freq", "1"))
+    return per_sequence * sequences / 1e15
 
 
 def validate(run: DemoRun, data: Path, run_dir: Path) -> dict:
@@ -181,16 +220,22 @@ TABLE_COLUMNS = [
     ("ppl [MASK]", "valid_ppl_mask", "{:.1f}"),
     ("ppl replaced", "valid_ppl_replaced", "{:.1f}"),
     ("ppl unchanged", "valid_ppl_unchanged", "{:.1f}"),
+    ("train PFLOPs", "train_pflops", "{:.4f}"),
     ("s/update", "sec_per_update", "{:.3f}"),
     ("speedup", "speedup", "{:.2f}x"),
+    ("analytic speedup", "analytic_speedup", "{:.2f}x"),
 ]
 
 
 def add_speedups(rows: List[dict]) -> None:
-    """Measured speedup of each run: the first run's seconds per update over its own."""
-    baseline = rows[0]["sec_per_update"]
+    """Speedups over the first run (the RoBERTa-15% baseline): measured (seconds per update)
+    and analytic (training FLOPs per update, Appendix D), side by side."""
+    baseline = rows[0]
     for row in rows:
-        row["speedup"] = baseline / row["sec_per_update"]
+        row["speedup"] = baseline["sec_per_update"] / row["sec_per_update"]
+        if row.get("analytic_pflops_per_update") and baseline.get("analytic_pflops_per_update"):
+            row["analytic_speedup"] = (baseline["analytic_pflops_per_update"]
+                                       / row["analytic_pflops_per_update"])
 
 
 def format_table(rows: List[dict]) -> str:
