@@ -245,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"vocabulary size V (default {ROBERTA_VOCAB_SIZE}, RoBERTa's BPE)")
     parser.add_argument("--data", default=None,
                         help="a data-bin: take V from its dict.txt (+ 4 specials + <mask>)")
-    parser.add_argument("--vs", default=None, help="baseline arch B (default roberta of A's size)")
+    parser.add_argument("--vs", default=None,
+                        help="baseline arch B (default: fairseq's roberta with A's encoder)")
     parser.add_argument("--vs-mask-prob", type=float, default=0.15, help="masking rate of B")
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per update")
     parser.add_argument("--max-update", type=int, default=None, help="number of updates")
@@ -282,8 +283,11 @@ def parse_budget(text: str):
     return arch, value
 
 
-def default_baseline(spec: ModelSpec) -> str:
-    return "roberta_large" if spec.encoder.dim >= 1024 else "roberta_base"
+def _encoder_of(spec: ModelSpec) -> dict:
+    """Arch overrides that give fairseq's ``roberta`` the encoder of ``spec``."""
+    heads = max(1, spec.encoder.dim // 64)
+    return {"encoder_layers": spec.encoder.layers, "encoder_embed_dim": spec.encoder.dim,
+            "encoder_ffn_embed_dim": spec.encoder.ffn_dim, "encoder_attention_heads": heads}
 
 
 def main(argv=None) -> int:
@@ -298,6 +302,7 @@ def main(argv=None) -> int:
 def run(args) -> int:
     check_mask_prob(args.mask_prob)
     check_mask_prob(args.vs_mask_prob)
+    budget = parse_budget(args.budget_of) if args.budget_of else None
     if not 0.0 < args.mask_fraction <= 1.0:
         raise ValueError(f"--mask-fraction must be in (0, 1]; got {args.mask_fraction}")
     for name in ("batch_size", "max_update", "tokens_per_sample"):
@@ -310,8 +315,10 @@ def run(args) -> int:
     vocab = vocab_size_of(args)
     length = args.tokens_per_sample
     spec_a = spec_for_arch(args.arch, **overrides)
-    arch_b = args.vs or default_baseline(spec_a)
-    spec_b = spec_for_arch(arch_b)
+    if args.vs:
+        arch_b, spec_b = args.vs, spec_for_arch(args.vs)
+    else:  # the same encoder without 3ML's decoder: the paper's RoBERTa baseline of A's size
+        arch_b, spec_b = "roberta", ModelSpec("roberta", spec_a.encoder)
     models = [("A", args.arch, spec_a, args.mask_prob), ("B", arch_b, spec_b, args.vs_mask_prob)]
     per_sequence = {}
     for label, arch, spec, mask_prob in models:
@@ -324,8 +331,8 @@ def run(args) -> int:
             if args.max_update:
                 total = flops * args.batch_size * args.max_update
                 print(f"   total ({args.max_update} updates): {format_flops(total)}")
-    if args.budget_of:
-        budget_arch, budget_updates = parse_budget(args.budget_of)
+    if budget:
+        budget_arch, budget_updates = budget
         budget_spec = spec_for_arch(budget_arch)
         budget_flops = training_flops_per_sequence(budget_spec, length, args.vs_mask_prob, vocab,
                                                    args.mask_fraction)
@@ -337,9 +344,14 @@ def run(args) -> int:
         from fairseq_ext.flops_measure import measure_training_flops
 
         for label, arch, spec, mask_prob in models:
+            if label == "A":
+                build_arch, build_overrides = args.arch, overrides
+            elif args.vs:
+                build_arch, build_overrides = args.vs, {}
+            else:
+                build_arch, build_overrides = "roberta", _encoder_of(spec)
             measured, analytic = measure_training_flops(
-                arch, spec, length, mask_prob, vocab, args.mask_fraction,
-                overrides if label == "A" else {})
+                build_arch, spec, length, mask_prob, vocab, args.mask_fraction, build_overrides)
             print(f"measure {label} ({arch}): measured {measured:.4e}, analytic {analytic:.4e} "
                   f"FLOPs per sequence, ratio {measured / analytic:.4f}")
     print(f"speedup: {per_sequence['B'] / per_sequence['A']:.2f}")

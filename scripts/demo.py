@@ -44,6 +44,8 @@ class DemoRun:
 
 DEMO_RUNS: List[DemoRun] = [
     DemoRun("roberta-15%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.15"}),
+    DemoRun("roberta-40%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.4"}),
+    DemoRun("3ml-self-40%", "recipes/3ml/demo.sh", {"MASK_PROB": "0.4"}),
 ]
 
 
@@ -159,7 +161,7 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int]) -> di
         "sec_per_update": seconds_per_update(records),
         "train_wall_sec": time.time() - start,
         # counted by the masked_lm_flops criterion from the batches' actual shapes
-        "train_pflops": float(records[-1]["train_pflops"]) if "train_pflops" in records[-1] else None,
+        "train_pflops": float(records[-1]["total_pflops"]) if "total_pflops" in records[-1] else None,
         "analytic_pflops_per_update": analytic_pflops_per_update(command, data),
     }
 
@@ -251,6 +253,20 @@ def format_table(rows: List[dict]) -> str:
     return "\n".join(out + [line])
 
 
+def plot_curves(rows: List[dict], runs_dir: Path) -> Optional[Path]:
+    """``scripts/plot_curves.py`` over the runs' logs: valid loss against cumulative train
+    FLOPs and against wall time, one line per run."""
+    out = runs_dir / "curves.png"
+    logs = [str(runs_dir / row["name"].replace("%", "pct") / "train.log") for row in rows]
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts/plot_curves.py"), *logs,
+                           "--labels", ",".join(row["name"] for row in rows), "--out", str(out)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"note: no loss-vs-compute plot: {proc.stderr.strip()}")
+        return None
+    return out
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=None,
@@ -289,8 +305,11 @@ def main(argv=None) -> None:
         rows.append(row)
     add_speedups(rows)
     (runs_dir / "summary.json").write_text(json.dumps(rows, indent=2))
+    plot = plot_curves(rows, runs_dir)
     print()
     print(format_table(rows))
+    if plot is not None:
+        print(f"valid loss against train FLOPs and wall time: {plot}")
     print(f"runs, logs and checkpoints: {runs_dir}")
     print(f"demo wall time: {(time.time() - started) / 60:.1f} min")
 

@@ -29,22 +29,29 @@ def test_demo_end_to_end_on_a_tiny_data_bin(tiny_data_bin, tmp_path):
     runs_dir = tmp_path / "runs"
     proc = run_cli([sys.executable, REPO_ROOT / "scripts/demo.py", "--data", tiny_data_bin,
                     "--updates", "4", "--runs-dir", runs_dir])
-    (row,) = json.loads((runs_dir / "summary.json").read_text())
-    assert row["name"] == demo.DEMO_RUNS[0].name and row["updates"] == 4
-    # fairseq reports loss in bits: ppl = 2 ** loss (both rounded by fairseq)
-    assert row["valid_ppl"] == pytest.approx(2 ** row["valid_loss"], rel=2e-3)
-    assert math.isfinite(row["sec_per_update"]) and row["sec_per_update"] > 0
-    assert f"| {row['name']}" in proc.stdout and "ppl [MASK]" in proc.stdout
-    # per-category perplexities from the masked_lm_categories criterion, and the baseline's
-    # speedup over itself
-    for category in ("mask", "replaced", "unchanged"):
-        assert row[f"valid_ppl_{category}"] == pytest.approx(2 ** row[f"valid_loss_{category}"],
-                                                             rel=2e-3)
-    assert row["speedup"] == 1.0
-    # the recipe's checkpoints and logs are kept per run
-    run_dir = runs_dir / row["name"].replace("%", "pct")
-    assert (run_dir / "checkpoints" / "checkpoint_last.pt").exists()
-    assert (run_dir / "train.log").read_text().startswith("+ ")
+    rows = json.loads((runs_dir / "summary.json").read_text())
+    assert [row["name"] for row in rows] == [run.name for run in demo.DEMO_RUNS]
+    for row in rows:
+        assert row["updates"] == 4
+        # fairseq reports losses in bits: ppl = 2 ** loss (both rounded by fairseq)
+        assert row["valid_ppl"] == pytest.approx(2 ** row["valid_loss"], rel=2e-3)
+        for category in ("mask", "replaced", "unchanged"):  # masked_lm_flops keeps them
+            assert row[f"valid_ppl_{category}"] == pytest.approx(
+                2 ** row[f"valid_loss_{category}"], rel=2e-3)
+        assert math.isfinite(row["sec_per_update"]) and row["sec_per_update"] > 0
+        # FLOPs the criterion counted over 4 updates ~ 4 x the analytic figure per update
+        assert row["train_pflops"] == pytest.approx(4 * row["analytic_pflops_per_update"], rel=0.25)
+        assert f"| {row['name']}" in proc.stdout
+        run_dir = runs_dir / row["name"].replace("%", "pct")
+        assert (run_dir / "checkpoints" / "checkpoint_last.pt").exists()
+        assert (run_dir / "train.log").read_text().startswith("+ ")
+    baseline = rows[0]
+    assert baseline["speedup"] == 1.0 and baseline["analytic_speedup"] == 1.0
+    for row in rows[1:]:
+        assert row["analytic_speedup"] == pytest.approx(
+            baseline["analytic_pflops_per_update"] / row["analytic_pflops_per_update"])
+    assert "ppl [MASK]" in proc.stdout and "analytic speedup" in proc.stdout
+    assert (runs_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_demo_never_reuses_a_run_directory(tiny_data_bin, tmp_path):

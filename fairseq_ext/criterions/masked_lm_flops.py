@@ -10,7 +10,7 @@ other corrupted tokens. Training FLOPs = 3 x forward.
 Logged, in PFLOPs (1e15), in the progress bar, json logs and tensorboard:
 
 * ``pflops``: FLOPs per update (averaged over the log interval);
-* ``train_pflops``: the running total since the start of training. It is kept in fairseq's
+* ``total_pflops``: the running total since the start of training. It is kept in fairseq's
   ``default`` metrics aggregator, which fairseq saves in the checkpoint's extra state
   (``extra_state["metrics"]``) and restores on ``--restore-file`` resume, so the total
   survives save/resume (``--reset-meters`` starts it again from 0).
@@ -23,7 +23,6 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.masked_lm import MaskedLmConfig
 from fairseq.logging.meters import SumMeter
 
-from fairseq_ext import flops
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss
 
 _TOTAL_KEY = "_train_pflops_total"  # leading "_": kept (and checkpointed) but not printed
@@ -38,7 +37,9 @@ class MaskedLmFlopsLoss(MaskedLmCategoriesLoss):
         self.vocab_size = len(task.source_dictionary)
         self._spec = None
 
-    def model_spec(self, model) -> flops.ModelSpec:
+    def model_spec(self, model):
+        from fairseq_ext import flops  # not at import: `python -m fairseq_ext.flops` runs it
+
         if self._spec is None:
             self._spec = flops.spec_from_args(model.args)
         return self._spec
@@ -50,6 +51,8 @@ class MaskedLmFlopsLoss(MaskedLmCategoriesLoss):
 
     def batch_training_flops(self, model, sample, extra, logging_output) -> float:
         """Training FLOPs of this batch from its actual shapes (3 x forward)."""
+        from fairseq_ext import flops
+
         spec = self.model_spec(model)
         batch, length = sample["net_input"]["src_tokens"].shape
         n_mask = float(logging_output["n_mask"])
@@ -71,7 +74,7 @@ class MaskedLmFlopsLoss(MaskedLmCategoriesLoss):
             pflops = train_flops / 1e15
             metrics.log_scalar("pflops", pflops, weight=1)
             _add_to_running_total(pflops)
-            metrics.log_derived("train_pflops", _running_total)
+            metrics.log_derived("total_pflops", _running_total)
 
 
 def _add_to_running_total(pflops: float) -> None:

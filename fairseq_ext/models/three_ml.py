@@ -54,6 +54,7 @@ from fairseq.modules import (
 )
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
+from omegaconf import OmegaConf
 
 from fairseq_ext.modules.positioned_encoder import (
     PositionedTransformerEncoder,
@@ -169,8 +170,13 @@ class ThreeMLDecoderBase(nn.Module):
 
     @staticmethod
     def layer_args(args) -> argparse.Namespace:
-        """The model's args with the encoder/decoder layer fields set to the decoder sizes."""
-        layer_args = argparse.Namespace(**vars(args))
+        """The model's args with the encoder/decoder layer fields set to the decoder sizes.
+
+        ``args`` is an ``argparse.Namespace`` under ``fairseq-train`` and a ``DictConfig`` under
+        ``fairseq-hydra-train`` (``vars()`` of which holds none of the model's fields)."""
+        fields = (OmegaConf.to_container(args, resolve=True) if OmegaConf.is_config(args)
+                  else vars(args))
+        layer_args = argparse.Namespace(**fields)
         pre_ln = args.normalization == "pre-ln"
         for side in ("encoder", "decoder"):  # fairseq's layers read their own side's fields
             setattr(layer_args, f"{side}_embed_dim", args.decoder_embed_dim)

@@ -36,8 +36,22 @@ update_freq() {
   echo $(( effective / replicas ))
 }
 
-# run_printed CMD...: print the command (shell-quoted, one line) and run it.
+# warmup_updates TOTAL_UPDATES PROPORTION: the warmup as a share of training, rounded to the
+# nearest update (e.g. `warmup_updates 23000 0.06` prints 1380).
+warmup_updates() {
+  local total=$1 proportion=$2
+  if ! [[ "${total}" =~ ^[0-9]+$ && "${proportion}" =~ ^(0|1|0?\.[0-9]+|1\.0*)$ ]]; then
+    echo "error: warmup_updates needs TOTAL_UPDATES (an integer, got '${total}') and" \
+         "WARMUP_PROPORTION (in [0, 1], got '${proportion}'); or set WARMUP_UPDATES" >&2
+    return 1
+  fi
+  awk -v t="${total}" -v p="${proportion}" 'BEGIN { printf "%d\n", t * p + 0.5 }'
+}
+
+# run_printed CMD...: print the command (shell-quoted, one line) and run it; with DRY_RUN=1
+# only print it (to check what a recipe would run, e.g. in tests/test_recipes.py).
 run_printed() {
   printf '+'; printf ' %q' "$@"; printf '\n'
+  if [[ "${DRY_RUN:-0}" == 1 ]]; then return 0; fi
   "$@"
 }

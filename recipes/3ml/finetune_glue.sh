@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Fine-tune an exported 3ML encoder on one GLUE task: ONE point of the 3ML paper's grid (Liao et
+# al. 2022, App. B, Table 5, borrowed from 24hBERT); recipes/3ml/finetune_glue_grid.sh runs the
+# whole grid x 5 seeds. fairseq's stock `sentence_prediction` task and criterion on fairseq's
+# `roberta` model, as in fairseq's RoBERTa GLUE README.
+#
+#   python scripts/export_encoder.py checkpoints/3ml/checkpoint_last.pt exports/3ml.pt
+#   TASK=RTE DATA=glue/RTE-bin PRETRAINED=exports/3ml.pt LR=3e-05 BATCH_SIZE=16 EPOCHS=10 \
+#     recipes/3ml/finetune_glue.sh
+#
+# Table 5: QQP/MNLI/QNLI: lr {5e-5, 8e-5}, batch 32, epochs {3, 5}; CoLA/SST-2/MRPC/STS-B/RTE:
+# lr {1e-5, 3e-5, 5e-5, 8e-5}, batch {16, 32}, epochs {3, 5, 10}; all: weight decay 0.1, warmup
+# 6% of the updates, linear decay. The defaults below (lr 5e-5, batch 32, 3 epochs) are in the
+# grid of every task. Adam (0.9, 0.98) eps 1e-6, dropout 0.1, no clipping are fairseq's RoBERTa
+# GLUE settings.
+#
+# DATA: a data-bin laid out as sentence_prediction expects (fairseq's preprocess_GLUE_tasks.sh):
+# input0/ [input1/] with the pre-training dictionary, label/ (classification) or
+# label/{train,valid}.label (STS-B). The number of training examples (for the warmup and
+# total updates of the polynomial_decay schedule) is read from input0/train.idx.
+# ARCH and MAX_POSITIONS default to those of PRETRAINED (scripts/export_encoder.py
+# --print-finetune-args): a pre-LN export needs a pre-LN arch, e.g. roberta_large_prenorm.
+# The task sets NUM_CLASSES, --regression-target (STS-B) and the metric the paper reports (CoLA:
+# Matthews corr.; MRPC, QQP: mean of F1 and accuracy; STS-B: mean of Pearson and Spearman;
+# others: accuracy), which picks checkpoint_best.pt.
+# Extra arguments are appended to the fairseq-train command line. DRY_RUN=1 prints it only.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+
+die() { echo "error: $*" >&2; exit 2; }
+
+TASK="${TASK:?set TASK to one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE}"
+case "${TASK^^}" in
+  MNLI) TASK=MNLI ;; QQP) TASK=QQP ;; QNLI) TASK=QNLI ;; RTE) TASK=RTE ;; MRPC) TASK=MRPC ;;
+  COLA) TASK=CoLA ;; SST|SST-2|SST2) TASK=SST-2 ;; STS|STS-B|STSB) TASK=STS-B ;;
+  *) die "unknown TASK=${TASK}; one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE" ;;
+esac
+case "${TASK}" in
+  MNLI) task_classes=3 task_metric=accuracy ;;
+  STS-B) task_classes=1 task_metric=pearson_and_spearman ;;
+  CoLA) task_classes=2 task_metric=mcc ;;
+  MRPC|QQP) task_classes=2 task_metric=acc_and_f1 ;;
+  *) task_classes=2 task_metric=accuracy ;;
+esac
+
+DATA="${DATA:?set DATA to the data-bin of the task (input0/, [input1/,] label/), e.g. glue/RTE-bin}"
+PRETRAINED="${PRETRAINED:?set PRETRAINED to an exported 3ML encoder (scripts/export_encoder.py IN.pt OUT.pt)}"
+LR="${LR:-5e-05}"
+BATCH_SIZE="${BATCH_SIZE:-32}"            # effective batch, in sequences
+EPOCHS="${EPOCHS:-3}"
+SEED="${SEED:-1}"
+MAX_SENTENCES="${MAX_SENTENCES:-16}"      # per GPU (or per CPU process)
+WEIGHT_DECAY="${WEIGHT_DECAY:-0.1}"
+WARMUP_PROPORTION="${WARMUP_PROPORTION:-0.06}"  # warmup updates = this x total updates
+ADAM_BETAS="${ADAM_BETAS:-(0.9,0.98)}"
+ADAM_EPS="${ADAM_EPS:-1e-06}"
+CLIP_NORM="${CLIP_NORM:-0.0}"
+DROPOUT="${DROPOUT:-0.1}"
+ATTENTION_DROPOUT="${ATTENTION_DROPOUT:-0.1}"
+CRITERION="${CRITERION:-sentence_prediction}"
+OPTIMIZER="${OPTIMIZER:-fused_adamw}"
+ARCH="${ARCH:-}"                          # empty: the arch that rebuilds PRETRAINED's encoder
+MAX_POSITIONS="${MAX_POSITIONS:-}"        # empty: PRETRAINED's (its position table)
+SHORTEN_METHOD="${SHORTEN_METHOD:-truncate}"  # longer examples are cut to MAX_POSITIONS
+NUM_CLASSES="${NUM_CLASSES:-${task_classes}}"
+BEST_METRIC="${BEST_METRIC:-${task_metric}}"
+VALID_SUBSET="${VALID_SUBSET:-valid}"     # MNLI: valid,valid1 when DATA has both (matched, mismatched)
+TRAIN_EXAMPLES="${TRAIN_EXAMPLES:-}"      # empty: read from DATA/input0/train.idx
+TOTAL_UPDATES="${TOTAL_UPDATES:-}"        # empty: EPOCHS x ceil(TRAIN_EXAMPLES / BATCH_SIZE)
+WARMUP_UPDATES="${WARMUP_UPDATES:-}"      # empty: WARMUP_PROPORTION x TOTAL_UPDATES, rounded
+SAVE_DIR="${SAVE_DIR:-checkpoints/3ml_glue/${TASK}/lr${LR}_bs${BATCH_SIZE}_ep${EPOCHS}_seed${SEED}}"
+LOG_INTERVAL="${LOG_INTERVAL:-100}"
+NUM_WORKERS="${NUM_WORKERS:-1}"
+CPU="${CPU:-0}"                           # 1: train on the CPU
+PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --bf16 on GPUs
+DRY_RUN="${DRY_RUN:-0}"                   # 1: print the command, do not run it
+
+# fairseq-train silently trains from scratch when --restore-file does not exist.
+[[ -f "${PRETRAINED}" ]] || die "PRETRAINED=${PRETRAINED}: no such file"
+
+# Number of sequences in a fairseq indexed dataset, from its .idx header (mmap or cached format).
+count_examples() {
+  local idx="$1" magic
+  [[ -f "${idx}" ]] || { echo "error: ${idx} not found: DATA must hold input0/train.{bin,idx} (or set TRAIN_EXAMPLES)" >&2; return 1; }
+  magic="$(head -c 7 "${idx}" | tr -d '\0')"
+  case "${magic}" in
+    MMIDIDX) od -An -t u8 -j 18 -N 8 "${idx}" | tr -d ' ' ;;
+    TNTIDX) od -An -t u8 -j 32 -N 8 "${idx}" | tr -d ' ' ;;
+    *) echo "error: ${idx}: not a fairseq index (set TRAIN_EXAMPLES)" >&2; return 1 ;;
+  esac
+}
+if [[ -z "${TRAIN_EXAMPLES}" ]]; then
+  TRAIN_EXAMPLES="$(count_examples "${DATA}/input0/train.idx")"
+fi
+(( TRAIN_EXAMPLES > 0 )) || die "no training examples in ${DATA}/input0/train"
+
+if [[ "${TASK}" == MNLI && "${VALID_SUBSET}" == valid && -f "${DATA}/input0/valid1.idx" ]]; then
+  VALID_SUBSET="valid,valid1"
+fi
+
+UPDATE_FREQ="$(update_freq "${BATCH_SIZE}" "${MAX_SENTENCES}")"
+UPDATES_PER_EPOCH=$(( (TRAIN_EXAMPLES + BATCH_SIZE - 1) / BATCH_SIZE ))
+if [[ -z "${TOTAL_UPDATES}" ]]; then TOTAL_UPDATES=$(( EPOCHS * UPDATES_PER_EPOCH )); fi
+if [[ -z "${WARMUP_UPDATES}" ]]; then
+  WARMUP_UPDATES="$(awk -v t="${TOTAL_UPDATES}" -v r="${WARMUP_PROPORTION}" 'BEGIN { printf "%d", t * r + 0.5 }')"
+fi
+
+# Model flags: the encoder of PRETRAINED (--arch ... --max-positions N), unless given.
+arch_args=()
+if [[ -z "${ARCH}" || -z "${MAX_POSITIONS}" ]]; then
+  derived="$("$(fairseq_cmd python)" "${REPO_ROOT}/scripts/export_encoder.py" --print-finetune-args "${PRETRAINED}")"
+  read -r -a derived_args <<< "${derived}"
+  n=${#derived_args[@]}
+  if [[ -z "${MAX_POSITIONS}" ]]; then MAX_POSITIONS="${derived_args[n-1]}"; fi
+  if [[ -z "${ARCH}" ]]; then arch_args=("${derived_args[@]:0:n-2}"); fi
+fi
+if [[ -n "${ARCH}" ]]; then arch_args=(--arch "${ARCH}"); fi
+
+cmd=(
+  "$(fairseq_cmd fairseq-train)" "${DATA}"
+  --user-dir "${USER_DIR}"
+  --restore-file "${PRETRAINED}" --reset-optimizer --reset-dataloader --reset-meters
+  --task sentence_prediction --num-classes "${NUM_CLASSES}"
+  --init-token 0 --separator-token 2 --shorten-method "${SHORTEN_METHOD}"
+  --criterion "${CRITERION}"
+  "${arch_args[@]}" --max-positions "${MAX_POSITIONS}"
+  --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
+  --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
+  --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
+  --lr-scheduler polynomial_decay --lr "${LR}"
+  --total-num-update "${TOTAL_UPDATES}" --warmup-updates "${WARMUP_UPDATES}"
+  --max-epoch "${EPOCHS}"
+  --batch-size "${MAX_SENTENCES}" --update-freq "${UPDATE_FREQ}" --required-batch-size-multiple 1
+  --find-unused-parameters
+  --valid-subset "${VALID_SUBSET}" --best-checkpoint-metric "${BEST_METRIC}"
+  --seed "${SEED}" --num-workers "${NUM_WORKERS}" --log-interval "${LOG_INTERVAL}"
+  --save-dir "${SAVE_DIR}" --no-epoch-checkpoints --no-last-checkpoints
+)
+if [[ "${TASK}" == STS-B ]]; then cmd+=(--regression-target); fi
+case "${BEST_METRIC}" in  # the GLUE metrics are computed on the valid set only when asked for
+  mcc) cmd+=(--report-mcc) ;;
+  acc_and_f1|f1) cmd+=(--report-acc-and-f1) ;;
+  pearson_and_spearman|pearson|spearman) cmd+=(--report-pearson-and-spearman) ;;
+esac
+if [[ "${BEST_METRIC}" != loss && "${BEST_METRIC}" != nll_loss ]]; then
+  cmd+=(--maximize-best-checkpoint-metric)
+fi
+if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
+if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
+
+if [[ "${DRY_RUN}" == 1 ]]; then
+  printf '+'; printf ' %q' "${cmd[@]}" "$@"; printf '\n'
+  exit 0
+fi
+run_printed "${cmd[@]}" "$@"

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The 3ML paper's GLUE fine-tuning protocol for one task (Liao et al. 2022, App. B, Table 5,
+# from 24hBERT): every point of the task's grid, 5 seeds each, through
+# recipes/3ml/finetune_glue.sh (fairseq-train --criterion sentence_prediction), one save dir per
+# point; then the paper's score: for each seed the best dev score over the grid, and the median
+# of those over the seeds.
+#
+#   TASK=RTE DATA=glue/RTE-bin PRETRAINED=exports/3ml.pt recipes/3ml/finetune_glue_grid.sh
+#
+# Grid (override with space-separated lists): QQP, MNLI, QNLI: LRS="5e-05 8e-05" BATCH_SIZES=32
+# EPOCHS_LIST="3 5"; CoLA, SST-2, MRPC, STS-B, RTE: LRS="1e-05 3e-05 5e-05 8e-05"
+# BATCH_SIZES="16 32" EPOCHS_LIST="3 5 10". SEEDS="1 2 3 4 5".
+# Everything else (MAX_SENTENCES, NUM_GPUS, CPU, PRECISION, ARCH, ...) is passed through the
+# environment to finetune_glue.sh, and extra arguments are appended to each fairseq-train command.
+# Each point writes SAVE_ROOT/<point>/train.log; a point whose DONE marker exists is skipped, so
+# an interrupted grid resumes. results.tsv collects the best dev score of every point.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+
+TASK="${TASK:?set TASK to one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE}"
+case "${TASK^^}" in
+  MNLI) TASK=MNLI ;; QQP) TASK=QQP ;; QNLI) TASK=QNLI ;; RTE) TASK=RTE ;; MRPC) TASK=MRPC ;;
+  COLA) TASK=CoLA ;; SST|SST-2|SST2) TASK=SST-2 ;; STS|STS-B|STSB) TASK=STS-B ;;
+  *) echo "error: unknown TASK=${TASK}; one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE" >&2; exit 2 ;;
+esac
+case "${TASK}" in
+  QQP|MNLI|QNLI)
+    default_lrs="5e-05 8e-05" default_batch_sizes="32" default_epochs="3 5" ;;
+  *)
+    default_lrs="1e-05 3e-05 5e-05 8e-05" default_batch_sizes="16 32" default_epochs="3 5 10" ;;
+esac
+LRS="${LRS:-${default_lrs}}"
+BATCH_SIZES="${BATCH_SIZES:-${default_batch_sizes}}"
+EPOCHS_LIST="${EPOCHS_LIST:-${default_epochs}}"
+SEEDS="${SEEDS:-1 2 3 4 5}"
+SAVE_ROOT="${SAVE_ROOT:-checkpoints/3ml_glue/${TASK}}"
+DRY_RUN="${DRY_RUN:-0}"                   # 1: print each point's command, run nothing
+
+RECIPE="${RECIPES_DIR}/3ml/finetune_glue.sh"
+export TASK
+
+# The best valid score of a finished point, from its log (fairseq --log-format json): the metric
+# and direction are read off the logged command line.
+best_score() {
+  local log="$1" metric direction
+  metric="$(sed -n '1s/.*--best-checkpoint-metric \([^ ]*\).*/\1/p' "${log}")"
+  direction=min
+  if head -n 1 "${log}" | grep -q -- '--maximize-best-checkpoint-metric'; then direction=max; fi
+  grep -o "\"valid_${metric}\": \"[^\"]*\"" "${log}" | sed 's/.*: "\(.*\)"/\1/' \
+    | sort -g | { if [[ "${direction}" == max ]]; then tail -n 1; else head -n 1; fi; }
+}
+
+mkdir -p "${SAVE_ROOT}"
+results="${SAVE_ROOT}/results.tsv"
+points=0
+for seed in ${SEEDS}; do
+  for lr in ${LRS}; do
+    for batch_size in ${BATCH_SIZES}; do
+      for epochs in ${EPOCHS_LIST}; do
+        points=$(( points + 1 ))
+        dir="${SAVE_ROOT}/lr${lr}_bs${batch_size}_ep${epochs}_seed${seed}"
+        if [[ "${DRY_RUN}" == 1 ]]; then
+          LR="${lr}" BATCH_SIZE="${batch_size}" EPOCHS="${epochs}" SEED="${seed}" SAVE_DIR="${dir}" \
+            DRY_RUN=1 "${RECIPE}" --log-format json "$@"
+          continue
+        fi
+        if [[ -f "${dir}/DONE" ]]; then echo "done already: ${dir}"; continue; fi
+        mkdir -p "${dir}"
+        LR="${lr}" BATCH_SIZE="${batch_size}" EPOCHS="${epochs}" SEED="${seed}" SAVE_DIR="${dir}" \
+          "${RECIPE}" --log-format json "$@" 2>&1 | tee "${dir}/train.log"
+        score="$(best_score "${dir}/train.log")"
+        printf '%s\t%s\t%s\t%s\t%s\n' "${seed}" "${lr}" "${batch_size}" "${epochs}" "${score:-nan}" \
+          >> "${results}"
+        touch "${dir}/DONE"
+      done
+    done
+  done
+done
+if [[ "${DRY_RUN}" == 1 ]]; then echo "${points} points"; exit 0; fi
+
+# The paper's score: best over the grid for each seed, then the median over seeds.
+echo "== ${TASK}: best dev score per seed over the grid (seed lr batch epochs score), and the median"
+order=gr  # higher is better, except for a loss (BEST_METRIC=loss)
+if [[ "${BEST_METRIC:-}" == *loss ]]; then order=g; fi
+sort -t $'\t' -k1,1n -k5,5"${order}" "${results}" | awk -F '\t' '!seen[$1]++' | tee "${SAVE_ROOT}/best_per_seed.tsv"
+cut -f 5 "${SAVE_ROOT}/best_per_seed.tsv" | sort -g \
+  | awk '{ v[NR] = $1 } END { if (NR) printf "median over %d seeds: %s\n", NR, (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
