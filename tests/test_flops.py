@@ -315,7 +315,7 @@ def test_arch_without_formula_is_an_error_never_zero(capsys, arch, model):
 
 def test_criterion_stops_on_an_arch_without_formula():
     task = FakeMaskedLmTask(60)
-    criterion = MaskedLmFlopsLoss(MaskedLmConfig(), task)
+    criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
 
     class Model:
         training = True
@@ -372,7 +372,7 @@ def flops_from_shapes(arch, spec, sample, task):
 def test_criterion_flops_come_from_the_batch_shapes(arch):
     task = FakeMaskedLmTask(60)
     model = build_model(arch, task).train()
-    criterion = MaskedLmFlopsLoss(MaskedLmConfig(), task)
+    criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
     spec = flops.spec_for_arch(arch)
     assert criterion.model_spec(model) == spec
     few, many = hand_made_sample(task, [1, 2, 1]), hand_made_sample(task, [4, 6, 5])
@@ -395,7 +395,7 @@ def test_criterion_uses_the_models_encoder_padded_length(arch, monkeypatch):
     """The model's ``extra['encoder_padded_length']`` is the length counted (not the input's)."""
     task = FakeMaskedLmTask(60)
     model = build_model(arch, task).train()
-    criterion = MaskedLmFlopsLoss(MaskedLmConfig(), task)
+    criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
     sample = hand_made_sample(task, [3, 2, 1])
     _, _, log = criterion(model, sample)
     real = model.masked_lm_logits
@@ -434,7 +434,7 @@ def fresh_metrics():
 def test_validation_counts_no_training_flops(arch, fresh_metrics):
     task = FakeMaskedLmTask(60)
     model = build_model(arch, task).eval()
-    criterion = MaskedLmFlopsLoss(MaskedLmConfig(), task)
+    criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
     with torch.no_grad():
         _, _, log = criterion(model, hand_made_sample(task, [3, 2, 1]))
     assert "train_flops" not in log

@@ -164,7 +164,7 @@ def test_fully_masked_and_unmasked_rows_train_without_nan(arch):
     src[0] = mask_idx                      # every token of row 0 masked
     target[0] = tokens[0]
     target[2, 3] = tokens[2, 3]            # row 1: nothing corrupted; row 2: one unchanged token
-    criterion = MaskedLmCategoriesLoss(MaskedLmConfig(), task)
+    criterion = MaskedLmCategoriesLoss(MaskedLmConfig(tpu=False), task)
     sample = {"net_input": {"src_tokens": src}, "target": target, "ntokens": 30, "nsentences": 3}
     loss, sample_size, log = criterion(model, sample)
     loss.backward()
@@ -193,8 +193,8 @@ def test_category_criterion_matches_fairseq_masked_lm(arch):
     src, target = corrupt(torch.randint(4, task.mask_idx, (4, 20), generator=g), [20, 15, 12, 20],
                           task.mask_idx, d.pad(), g, mask_prob=0.5)
     sample = {"net_input": {"src_tokens": src}, "target": target, "ntokens": 67, "nsentences": 4}
-    ours, size, log = MaskedLmCategoriesLoss(MaskedLmConfig(), task)(model, sample)
-    stock, stock_size, _ = MaskedLmLoss(MaskedLmConfig(), task)(model, sample)
+    ours, size, log = MaskedLmCategoriesLoss(MaskedLmConfig(tpu=False), task)(model, sample)
+    stock, stock_size, _ = MaskedLmLoss(MaskedLmConfig(tpu=False), task)(model, sample)
     torch.testing.assert_close(ours, stock)
     assert size == stock_size
     assert sum(log[f"n_{c}"] for c in ("mask", "replaced", "unchanged")) == size

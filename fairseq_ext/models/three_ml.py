@@ -239,7 +239,8 @@ class ThreeMLCrossDecoder(ThreeMLDecoderBase):
 
     def forward(self, memory, encoder_padding_mask, is_mask, positions, predict):
         """Decoder features ``(n, C_d)`` of the predicted [MASK] positions (row-major), given
-        the projected encoder output ``memory`` ``(L_e, B, C_d)``."""
+        the projected encoder output ``memory`` ``(L_e, B, C_d)``, and the padded number of
+        queries the decoder ran on."""
         query_index, query_valid = pack_selected(is_mask)
         query_positions = positions.gather(1, query_index).masked_fill(~query_valid, self.padding_idx)
         x = self.mask_embedding + embed_learned_positions(self.embed_positions, query_positions)
@@ -248,7 +249,7 @@ class ThreeMLCrossDecoder(ThreeMLDecoderBase):
         for layer in self.layers:
             x, _, _ = layer(x, encoder_out=memory, encoder_padding_mask=encoder_padding_mask,
                             self_attn_padding_mask=query_padding)
-        return self.finish(x)[query_valid & predict.gather(1, query_index)]
+        return self.finish(x)[query_valid & predict.gather(1, query_index)], query_index.size(1)
 
 
 class ThreeMLModel(RobertaModel):
@@ -333,14 +334,14 @@ class ThreeMLModel(RobertaModel):
         """[MASK]s from the decoder, replaced/unchanged tokens from the projected encoder
         output, through the same head (§2.2)."""
         memory = self.mask_decoder.project(encoder_out)
-        mask_features = self.mask_decoder(memory, encoder_padding, is_mask, positions, predict)
+        mask_features, decoder_length = self.mask_decoder(memory, encoder_padding, is_mask,
+                                                          positions, predict)
         encoder_predict = kept_valid & predict.gather(1, kept_index)
         other_features = memory.transpose(0, 1)[encoder_predict]
         from_decoder = is_mask[predict]  # (N,): which predicted positions are [MASK]s
         features = other_features.new_empty(from_decoder.size(0), other_features.size(-1))
         features[from_decoder] = mask_features.to(features.dtype)
         features[~from_decoder] = other_features
-        decoder_length = int(is_mask.sum(dim=1).max()) if is_mask.numel() else 0
         return self.mask_decoder.lm_head(features), decoder_length
 
     @staticmethod
