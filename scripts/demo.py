@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
+from fairseq_ext.log_records import parse_json_record
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN_DIR = Path(sys.executable).parent
 DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
@@ -47,18 +49,6 @@ DEMO_RUNS: List[DemoRun] = [
     DemoRun("roberta-40%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.4"}),
     DemoRun("3ml-self-40%", "recipes/3ml/demo.sh", {"MASK_PROB": "0.4"}),
 ]
-
-
-def parse_json_records(line: str) -> Optional[dict]:
-    """The JSON object of a fairseq ``--log-format json`` line, or None."""
-    brace = line.find("{")
-    if brace < 0:
-        return None
-    try:
-        record = json.loads(line[brace:])
-    except json.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def seconds_per_update(train_inner: List[dict]) -> float:
@@ -145,7 +135,7 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int]) -> di
             print(line.rstrip())
             progress.set_total_from_command(line)
             command = shlex.split(line[2:])
-        record = parse_json_records(line)
+        record = parse_json_record(line)
         for key in ("num_updates", "train_num_updates"):
             if record and key in record:
                 final_updates = max(final_updates, int(record[key]))
@@ -204,7 +194,7 @@ def validate(run: DemoRun, data: Path, run_dir: Path) -> dict:
            "--skip-invalid-size-inputs-valid-test"]
     result = None
     for line in stream(cmd, dict(os.environ), run_dir / "validate.log"):
-        record = parse_json_records(line)
+        record = parse_json_record(line)
         if record and "valid_loss" in record:
             result = record
     if result is None:

@@ -28,10 +28,11 @@ place of its ``train.log``. The PNG has two panels: valid loss vs PFLOPs and vs 
 import argparse
 import bisect
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
+
+from fairseq_ext.log_records import parse_json_record
 
 
 class CurveError(ValueError):
@@ -68,18 +69,6 @@ class RunLog:
     train_records_without_flops: int = 0
 
 
-def parse_record(line: str) -> Optional[dict]:
-    """The JSON object of a fairseq json log line (after any logging prefix), or None."""
-    brace = line.find("{")
-    if brace < 0:
-        return None
-    try:
-        record = json.loads(line[brace:])
-    except json.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def read_log(path: Path) -> RunLog:
     """Training and validation points of one log, in file order."""
     path = Path(path)
@@ -90,7 +79,7 @@ def read_log(path: Path) -> RunLog:
     run = RunLog(path, [], [])
     with open(path, errors="replace") as f:
         for line in f:
-            record = parse_record(line)
+            record = parse_json_record(line)
             if record is None:
                 continue
             if "valid_loss" in record and "valid_num_updates" in record:

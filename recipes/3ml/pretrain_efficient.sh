@@ -43,31 +43,4 @@ NUM_WORKERS="${NUM_WORKERS:-1}"
 CPU="${CPU:-0}"                           # 1: train on the CPU
 PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --bf16 on GPUs
 
-if [[ -z "${WARMUP_UPDATES}" ]]; then
-  WARMUP_UPDATES="$(warmup_updates "${TOTAL_UPDATES}" "${WARMUP_PROPORTION}")"
-fi
-UPDATE_FREQ="$(update_freq "${BATCH_SIZE}" "${MAX_SENTENCES}")"
-
-cmd=(
-  "$(fairseq_cmd fairseq-train)" "${DATA}"
-  --user-dir "${USER_DIR}"
-  --task masked_lm --criterion "${CRITERION}"
-  --arch "${ARCH}" --max-positions "${TOKENS_PER_SAMPLE}"
-  --tokens-per-sample "${TOKENS_PER_SAMPLE}" --sample-break-mode "${SAMPLE_BREAK_MODE}"
-  --mask-prob "${MASK_PROB}" --leave-unmasked-prob "${LEAVE_UNMASKED_PROB}"
-  --random-token-prob "${RANDOM_TOKEN_PROB}"
-  --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
-  --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
-  --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
-  --lr-scheduler polynomial_decay --power "${LR_POWER}" --lr "${PEAK_LR}"
-  --warmup-updates "${WARMUP_UPDATES}" --total-num-update "${TOTAL_UPDATES}"
-  --max-update "${TOTAL_UPDATES}"
-  --batch-size "${MAX_SENTENCES}" --update-freq "${UPDATE_FREQ}"
-  --seed "${SEED}" --num-workers "${NUM_WORKERS}"
-  --log-interval "${LOG_INTERVAL}" --skip-invalid-size-inputs-valid-test
-  --save-dir "${SAVE_DIR}" --save-interval-updates "${SAVE_INTERVAL_UPDATES}"
-  --keep-interval-updates 1 --no-epoch-checkpoints
-)
-[[ "${CPU}" == 1 ]] && cmd+=(--cpu)
-[[ -n "${PRECISION}" ]] && cmd+=("${PRECISION}")
-run_printed "${cmd[@]}" "$@"
+run_mlm_pretraining "$@"

@@ -55,3 +55,38 @@ run_printed() {
   if [[ "${DRY_RUN:-0}" == 1 ]]; then return 0; fi
   "$@"
 }
+
+# run_mlm_pretraining [EXTRA_ARGS...]: the fairseq-train command shared by every masked-LM
+# pre-training recipe (fairseq's masked_lm task), built from the variables the recipe set to its
+# paper's defaults; printed, then run, with EXTRA_ARGS appended. WARMUP_UPDATES may be empty:
+# then it is WARMUP_PROPORTION of TOTAL_UPDATES.
+run_mlm_pretraining() {
+  if [[ -z "${WARMUP_UPDATES:-}" ]]; then
+    WARMUP_UPDATES="$(warmup_updates "${TOTAL_UPDATES}" "${WARMUP_PROPORTION:?set WARMUP_UPDATES or WARMUP_PROPORTION}")"
+  fi
+  local update_freq_value
+  update_freq_value="$(update_freq "${BATCH_SIZE}" "${MAX_SENTENCES}")"
+  local cmd=(
+    "$(fairseq_cmd fairseq-train)" "${DATA}"
+    --user-dir "${USER_DIR}"
+    --task masked_lm --criterion "${CRITERION}"
+    --arch "${ARCH}" --max-positions "${TOKENS_PER_SAMPLE}"
+    --tokens-per-sample "${TOKENS_PER_SAMPLE}" --sample-break-mode "${SAMPLE_BREAK_MODE}"
+    --mask-prob "${MASK_PROB}" --leave-unmasked-prob "${LEAVE_UNMASKED_PROB}"
+    --random-token-prob "${RANDOM_TOKEN_PROB}"
+    --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
+    --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
+    --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
+    --lr-scheduler polynomial_decay --power "${LR_POWER}" --lr "${PEAK_LR}"
+    --warmup-updates "${WARMUP_UPDATES}" --total-num-update "${TOTAL_UPDATES}"
+    --max-update "${TOTAL_UPDATES}"
+    --batch-size "${MAX_SENTENCES}" --update-freq "${update_freq_value}"
+    --seed "${SEED}" --num-workers "${NUM_WORKERS}"
+    --log-interval "${LOG_INTERVAL}" --skip-invalid-size-inputs-valid-test
+    --save-dir "${SAVE_DIR}" --save-interval-updates "${SAVE_INTERVAL_UPDATES}"
+    --keep-interval-updates 1 --no-epoch-checkpoints
+  )
+  if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
+  if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
+  run_printed "${cmd[@]}" "$@"
+}
