@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 install: $(STAMP)
 
 # Re-runs only when a requirement file or setup.py changed: a second `make install` does nothing.
-$(STAMP): requirements.txt requirements-fairseq.txt constraints.txt setup.py
+$(STAMP): requirements.txt requirements-fairseq.txt constraints.txt setup.py $(wildcard fairseq_ext/csrc/*)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements.txt -c constraints.txt
 	$(PIP) install -q --no-deps -r requirements-fairseq.txt

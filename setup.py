@@ -9,6 +9,33 @@ Install with ``make install`` (creates ``.venv``), or by hand::
     pip install --no-deps --no-build-isolation -e .
 """
 from setuptools import find_packages, setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+
+class OptionalBuildExtension(BuildExtension):
+    """torch's BuildExtension, but an ``optional`` extension that fails to compile (torch raises
+    RuntimeError, which setuptools' own ``optional`` handling does not catch) only warns."""
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as error:
+            if not getattr(ext, "optional", False):
+                raise
+            self.warn(f"could not build {ext.name}: {error}; fairseq_ext will log that it uses "
+                      "the pure-PyTorch reference instead")
+
+
+# The SwishRNN recurrence op (fairseq_ext::swish_recurrence), CPU kernels. Optional: if it cannot
+# be compiled, installation goes on and fairseq_ext.modules.swish_rnn logs that it runs the
+# pure-PyTorch reference instead.
+native_ops = CppExtension(
+    "fairseq_ext._C",
+    ["fairseq_ext/csrc/swish_recurrence.cpp"],
+    extra_compile_args={"cxx": ["-O3", "-fopenmp"]},
+    extra_link_args=["-fopenmp"],
+    optional=True,
+)
 
 setup(
     name="fairseq-ext",
@@ -19,6 +46,8 @@ setup(
     # Dependencies are pinned in requirements*.txt and installed by `make install`; fairseq must
     # be installed with --no-deps (see requirements-fairseq.txt), so nothing is declared here.
     install_requires=[],
+    ext_modules=[native_ops],
+    cmdclass={"build_ext": OptionalBuildExtension},
     entry_points={
         "console_scripts": [
             "fairseq-ext-prepare-corpus = fairseq_ext.data.prepare_corpus:main",

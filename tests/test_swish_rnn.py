@@ -116,12 +116,98 @@ def test_bad_input_gets_a_clear_error(make_call, message):
         make_call()
 
 
-def test_fallback_warns_once_naming_the_implementation(caplog):
+def test_fallback_warns_once_naming_the_implementation(caplog, monkeypatch):
     from fairseq_ext.modules import swish_rnn
 
+    monkeypatch.setattr(swish_rnn, "NATIVE_OP_AVAILABLE", False)
     swish_rnn._warn_reference_in_use.cache_clear()
     with caplog.at_level("WARNING"):
         for _ in range(3):
             swish_recurrence(torch.zeros(2, 1, 3), torch.ones(3), torch.zeros(3))
     warnings = [r for r in caplog.records if "reference" in r.getMessage()]
-    assert len(warnings) == 1
+    assert len(warnings) == 1 and "not built" in warnings[0].getMessage()
+
+
+# --- the custom op: fairseq_ext::swish_recurrence (CPU kernels) ---------------------------------
+
+from fairseq_ext.modules import swish_rnn as _swish_rnn  # noqa: E402
+
+native = pytest.mark.skipif(not _swish_rnn.NATIVE_OP_AVAILABLE,
+                            reason="fairseq_ext._C not built (run make install)")
+
+
+def _inputs(length, k_batch=3, hidden=5, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x1 = torch.randn(length, k_batch, hidden, generator=g, dtype=dtype)
+    alpha = (torch.rand(hidden, generator=g, dtype=dtype) + 0.5)
+    beta = torch.randn(hidden, generator=g, dtype=dtype)
+    return x1, alpha, beta
+
+
+@native
+def test_native_op_is_used_on_cpu_without_a_fallback_warning(caplog):
+    _swish_rnn._warn_reference_in_use.cache_clear()
+    x1, alpha, beta = _inputs(5, dtype=torch.float32)
+    with caplog.at_level("WARNING"):
+        out = swish_recurrence(x1, alpha, beta, 2)
+    assert not [r for r in caplog.records if "reference" in r.getMessage()]
+    torch.testing.assert_close(out, torch.ops.fairseq_ext.swish_recurrence(x1, alpha, beta, 2),
+                               rtol=0, atol=0)
+
+
+@native
+@pytest.mark.parametrize("k, length", [(1, 9), (2, 9), (4, 9), (4, 3), (3, 11)])
+def test_native_op_gradcheck_fp64(k, length):
+    x1, alpha, beta = (t.requires_grad_() for t in _inputs(length))
+    op = torch.ops.fairseq_ext.swish_recurrence
+    assert torch.autograd.gradcheck(lambda a, b, c: op(a, b, c, k), (x1, alpha, beta))
+
+
+@native
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_native_op_matches_reference(dtype, tol, k):
+    x1, alpha, beta = (t.to(dtype).requires_grad_() for t in _inputs(10, 4, 6, torch.float32, k))
+    out = torch.ops.fairseq_ext.swish_recurrence(x1, alpha, beta, k)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    native_grads = [t.grad.clone() for t in (x1, alpha, beta)]
+    for t in (x1, alpha, beta):
+        t.grad = None
+    ref = swish_recurrence_reference(x1, alpha, beta, k)
+    ref.backward(grad)
+    torch.testing.assert_close(out.float(), ref.float(), rtol=tol, atol=tol)
+    for ours, theirs in zip(native_grads, (x1.grad, alpha.grad, beta.grad)):
+        torch.testing.assert_close(ours.float(), theirs.float(), rtol=tol * 5, atol=tol * 5)
+
+
+@native
+def test_native_op_opcheck():
+    for k in (1, 3):
+        x1, alpha, beta = (t.float().requires_grad_() for t in _inputs(7))
+        torch.library.opcheck(torch.ops.fairseq_ext.swish_recurrence, (x1, alpha, beta, k))
+
+
+@native
+def test_native_op_non_contiguous_input():
+    base = torch.randn(3, 8, 5, dtype=torch.float64)  # (B, T, D): transposed view is (T, B, D)
+    x1 = base.transpose(0, 1)
+    assert not x1.is_contiguous()
+    _, alpha, beta = _inputs(8)
+    torch.testing.assert_close(torch.ops.fairseq_ext.swish_recurrence(x1, alpha, beta, 2),
+                               swish_recurrence_reference(x1.contiguous(), alpha, beta, 2))
+
+
+@native
+def test_native_op_under_torch_compile_fullgraph():
+    layer = SwishRNN(6, 8, step_size=2)
+    x = torch.randn(7, 2, 6, requires_grad=True)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    out = compiled(x)
+    out.sum().backward()
+    compiled_grad = x.grad.clone()
+    x.grad = None
+    eager = layer(x)
+    eager.sum().backward()
+    torch.testing.assert_close(out, eager)
+    torch.testing.assert_close(compiled_grad, x.grad)

@@ -16,9 +16,13 @@ padding before a sequence (left padding) keeps ``c = Swish(0 - 0) + 0 = 0``, exa
 initial state, and padding after it (right padding) comes after every real position of the
 left-to-right recurrence.
 
-:func:`swish_recurrence_reference` is the pure-PyTorch recurrence: the test oracle and the
-fallback of :func:`swish_recurrence`. The fused CPU/CUDA op (``fairseq_ext::swish_recurrence``)
-is not built yet, so :func:`swish_recurrence` runs the reference and says so once in the log.
+:func:`swish_recurrence` runs the custom op ``fairseq_ext::swish_recurrence`` (C++ kernels in
+``fairseq_ext/csrc/swish_recurrence.cpp``, compiled by ``make install``; its backward is the op
+``fairseq_ext::swish_recurrence_backward``, wired here with ``torch.library.register_autograd``,
+and both have ``register_fake`` kernels, so autograd, ``torch.compile(fullgraph=True)`` and
+``torch.library.opcheck`` work). CPU kernels only so far: on other devices, or when the
+extension is not built, it runs :func:`swish_recurrence_reference` (the pure-PyTorch
+recurrence, also the test oracle) and logs once which implementation is in use.
 """
 import functools
 import logging
@@ -74,21 +78,62 @@ def swish_recurrence_reference(x1: torch.Tensor, alpha: torch.Tensor, beta: torc
     return torch.cat(steps, dim=0).to(x1.dtype)
 
 
+def _load_native_op() -> bool:
+    """Import the compiled extension, whose import registers ``fairseq_ext::swish_recurrence``."""
+    try:
+        from fairseq_ext import _C  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+NATIVE_OP_AVAILABLE = _load_native_op()
+NATIVE_OP_DEVICES = ("cpu",)  # devices with a compiled kernel
+
+if NATIVE_OP_AVAILABLE:
+
+    @torch.library.register_fake("fairseq_ext::swish_recurrence")
+    def _swish_recurrence_fake(x1, alpha, beta, step):
+        return torch.empty_like(x1)
+
+    @torch.library.register_fake("fairseq_ext::swish_recurrence_backward")
+    def _swish_recurrence_backward_fake(grad_c, x1, c, alpha, beta, step):
+        return torch.empty_like(x1), torch.empty_like(alpha), torch.empty_like(beta)
+
+    def _setup_context(ctx, inputs, output):
+        x1, alpha, beta, step = inputs
+        ctx.save_for_backward(x1, output, alpha, beta)
+        ctx.step = step
+
+    def _backward(ctx, grad_c):
+        x1, c, alpha, beta = ctx.saved_tensors
+        grad_x1, grad_alpha, grad_beta = torch.ops.fairseq_ext.swish_recurrence_backward(
+            grad_c, x1, c, alpha, beta, ctx.step)
+        return grad_x1, grad_alpha, grad_beta, None
+
+    torch.library.register_autograd("fairseq_ext::swish_recurrence", _backward,
+                                    setup_context=_setup_context)
+
+
 @functools.lru_cache(maxsize=None)
-def _warn_reference_in_use() -> None:
-    logger.warning("SwishRNN: the fused fairseq_ext::swish_recurrence op is not built; using the "
-                   "pure-PyTorch reference recurrence (ceil(T/k) sequential steps), which is slow")
+def _warn_reference_in_use(reason: str) -> None:
+    logger.warning(f"SwishRNN: {reason}; using the pure-PyTorch reference recurrence "
+                   "(ceil(T/k) sequential steps), which is much slower")
 
 
 def swish_recurrence(x1: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
                      step_size: int = 1) -> torch.Tensor:
     """The SwishRNN recurrence (Eq. 3) on ``x1`` ``(T, B, d')``; see the module docstring.
 
-    Runs :func:`swish_recurrence_reference` (the fused op is not built yet; a one-time warning
-    names the implementation in use).
+    Runs the ``fairseq_ext::swish_recurrence`` op where it has a kernel, otherwise the reference
+    (a one-time warning names the implementation in use and why).
     """
     check_recurrence_inputs(x1, alpha, beta, step_size)
-    _warn_reference_in_use()
+    if NATIVE_OP_AVAILABLE and x1.device.type in NATIVE_OP_DEVICES:
+        return torch.ops.fairseq_ext.swish_recurrence(x1, alpha, beta, step_size)
+    _warn_reference_in_use(
+        "the fairseq_ext._C extension is not built (run `make install`)" if not NATIVE_OP_AVAILABLE
+        else f"the fairseq_ext::swish_recurrence op has no {x1.device.type} kernel yet")
     return swish_recurrence_reference(x1, alpha, beta, step_size)
 
 

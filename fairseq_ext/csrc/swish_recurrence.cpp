@@ -1,0 +1,171 @@
+// fairseq_ext::swish_recurrence: the SwishRNN recurrence (Lei et al., Eq. 3) and its backward,
+// CPU kernels, registered with TORCH_LIBRARY (autograd and fake kernels are registered from
+// Python in fairseq_ext/modules/swish_rnn.py, as pytorch/extension-cpp does).
+//
+//   c[i] = Swish(c[i-k] - x1[i]) + x1[i],  Swish(z) = sigmoid(alpha * z + beta) * z,
+//   c[i] = 0 for i < 0,   x1, c: (T, B, D) time-major, alpha, beta: (D).
+//
+// Forward: independent work items are (batch, channel, chain): at::parallel_for over B * D * k,
+// each looping over its chain's positions t = r, r + k, ... . Accumulation in opmath (fp32 for
+// fp16/bf16).
+//
+// Backward, reverse time, for one chain with G = dL/dc[i] (incoming plus what c[i + k] sends):
+//   z = c[i-k] - x1[i] (recomputed from the saved c), s = sigmoid(alpha z + beta),
+//   dz = G (s + alpha z s (1 - s)),  dx1[i] = G - dz,  dL/dc[i-k] += dz,
+//   dalpha += G z^2 s (1 - s),  dbeta += G z s (1 - s).
+// The alpha/beta gradients of each work item go to their own row of a (B * k, D) buffer that is
+// summed at the end: no atomics in the time loop.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <Python.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <tuple>
+
+namespace fairseq_ext {
+namespace {
+
+void check_inputs(const at::Tensor& x1, const at::Tensor& alpha, const at::Tensor& beta,
+                  int64_t step) {
+  TORCH_CHECK(step >= 1, "swish_recurrence: step must be >= 1, got ", step);
+  TORCH_CHECK(x1.dim() == 3, "swish_recurrence: x1 must be (T, B, D), got ", x1.sizes());
+  TORCH_CHECK(alpha.dim() == 1 && alpha.size(0) == x1.size(2) && beta.sizes() == alpha.sizes(),
+              "swish_recurrence: alpha and beta must be (D,) with D = ", x1.size(2));
+  TORCH_CHECK(alpha.scalar_type() == x1.scalar_type() && beta.scalar_type() == x1.scalar_type(),
+              "swish_recurrence: x1, alpha and beta must have one dtype");
+}
+
+template <typename scalar_t>
+void forward_kernel(const scalar_t* x1, const scalar_t* alpha, const scalar_t* beta,
+                    scalar_t* c, int64_t T, int64_t B, int64_t D, int64_t k) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t stride = B * D;  // one time step
+  at::parallel_for(0, B * D * k, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t chain = item % k;
+      const int64_t column = item / k;  // b * D + d
+      const acc_t a = static_cast<acc_t>(alpha[column % D]);
+      const acc_t b = static_cast<acc_t>(beta[column % D]);
+      acc_t previous = 0;
+      for (int64_t t = chain; t < T; t += k) {
+        const int64_t at = t * stride + column;
+        const acc_t x = static_cast<acc_t>(x1[at]);
+        const acc_t z = previous - x;
+        const acc_t s = acc_t(1) / (acc_t(1) + std::exp(-(a * z + b)));
+        previous = s * z + x;
+        c[at] = static_cast<scalar_t>(previous);
+      }
+    }
+  });
+}
+
+template <typename scalar_t>
+void backward_kernel(const scalar_t* grad_c, const scalar_t* x1, const scalar_t* c,
+                     const scalar_t* alpha, const scalar_t* beta, scalar_t* grad_x1,
+                     at::opmath_type<scalar_t>* grad_alpha_rows,
+                     at::opmath_type<scalar_t>* grad_beta_rows, int64_t T, int64_t B, int64_t D,
+                     int64_t k) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t stride = B * D;
+  at::parallel_for(0, B * D * k, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t chain = item % k;
+      const int64_t column = item / k;
+      const int64_t d = column % D;
+      const int64_t row = (column / D) * k + chain;  // this item's row of the (B * k, D) buffer
+      const acc_t a = static_cast<acc_t>(alpha[d]);
+      const acc_t b = static_cast<acc_t>(beta[d]);
+      if (chain >= T) {
+        grad_alpha_rows[row * D + d] = 0;
+        grad_beta_rows[row * D + d] = 0;
+        continue;
+      }
+      const int64_t last = chain + ((T - 1 - chain) / k) * k;
+      acc_t carry = 0, d_alpha = 0, d_beta = 0;
+      for (int64_t t = last; t >= 0; t -= k) {
+        const int64_t at = t * stride + column;
+        const acc_t g = static_cast<acc_t>(grad_c[at]) + carry;
+        const acc_t x = static_cast<acc_t>(x1[at]);
+        const acc_t previous = t >= k ? static_cast<acc_t>(c[at - k * stride]) : acc_t(0);
+        const acc_t z = previous - x;
+        const acc_t s = acc_t(1) / (acc_t(1) + std::exp(-(a * z + b)));
+        const acc_t ds = s * (acc_t(1) - s);
+        const acc_t dz = g * (s + a * z * ds);
+        grad_x1[at] = static_cast<scalar_t>(g - dz);
+        d_alpha += g * z * z * ds;
+        d_beta += g * z * ds;
+        carry = dz;
+      }
+      grad_alpha_rows[row * D + d] = d_alpha;
+      grad_beta_rows[row * D + d] = d_beta;
+    }
+  });
+}
+
+at::Tensor swish_recurrence_cpu(const at::Tensor& x1_in, const at::Tensor& alpha_in,
+                                const at::Tensor& beta_in, int64_t step) {
+  check_inputs(x1_in, alpha_in, beta_in, step);
+  const at::Tensor x1 = x1_in.contiguous(), alpha = alpha_in.contiguous(),
+                   beta = beta_in.contiguous();
+  at::Tensor c = at::empty_like(x1);
+  const int64_t T = x1.size(0), B = x1.size(1), D = x1.size(2);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x1.scalar_type(),
+                                  "swish_recurrence_cpu", [&] {
+    forward_kernel<scalar_t>(x1.data_ptr<scalar_t>(), alpha.data_ptr<scalar_t>(),
+                             beta.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), T, B, D, step);
+  });
+  return c;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> swish_recurrence_backward_cpu(
+    const at::Tensor& grad_c_in, const at::Tensor& x1_in, const at::Tensor& c_in,
+    const at::Tensor& alpha_in, const at::Tensor& beta_in, int64_t step) {
+  check_inputs(x1_in, alpha_in, beta_in, step);
+  TORCH_CHECK(grad_c_in.sizes() == x1_in.sizes() && c_in.sizes() == x1_in.sizes(),
+              "swish_recurrence_backward: grad_c and c must have x1's shape");
+  const at::Tensor grad_c = grad_c_in.contiguous().to(x1_in.scalar_type()),
+                   x1 = x1_in.contiguous(), c = c_in.contiguous(),
+                   alpha = alpha_in.contiguous(), beta = beta_in.contiguous();
+  const int64_t T = x1.size(0), B = x1.size(1), D = x1.size(2);
+  at::Tensor grad_x1 = at::empty_like(x1);
+  const auto acc_type = at::toOpMathType(x1.scalar_type());
+  at::Tensor grad_alpha_rows = at::empty({B * step, D}, x1.options().dtype(acc_type));
+  at::Tensor grad_beta_rows = at::empty({B * step, D}, x1.options().dtype(acc_type));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x1.scalar_type(),
+                                  "swish_recurrence_backward_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    backward_kernel<scalar_t>(grad_c.data_ptr<scalar_t>(), x1.data_ptr<scalar_t>(),
+                              c.data_ptr<scalar_t>(), alpha.data_ptr<scalar_t>(),
+                              beta.data_ptr<scalar_t>(), grad_x1.data_ptr<scalar_t>(),
+                              grad_alpha_rows.data_ptr<acc_t>(), grad_beta_rows.data_ptr<acc_t>(),
+                              T, B, D, step);
+  });
+  return {grad_x1, grad_alpha_rows.sum(0).to(alpha.scalar_type()),
+          grad_beta_rows.sum(0).to(beta.scalar_type())};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(fairseq_ext, m) {
+  m.def("swish_recurrence(Tensor x1, Tensor alpha, Tensor beta, int step) -> Tensor");
+  m.def("swish_recurrence_backward(Tensor grad_c, Tensor x1, Tensor c, Tensor alpha, "
+        "Tensor beta, int step) -> (Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(fairseq_ext, CPU, m) {
+  m.impl("swish_recurrence", &swish_recurrence_cpu);
+  m.impl("swish_recurrence_backward", &swish_recurrence_backward_cpu);
+}
+
+}  // namespace fairseq_ext
+
+// An importable module (``fairseq_ext._C``) whose import runs the registrations above.
+extern "C" {
+PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module_def);
+}
+}
