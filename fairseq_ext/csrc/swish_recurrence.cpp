@@ -5,16 +5,16 @@
 //   c[i] = Swish(c[i-k] - x1[i]) + x1[i],  Swish(z) = sigmoid(alpha * z + beta) * z,
 //   c[i] = 0 for i < 0,   x1, c: (T, B, D) time-major, alpha, beta: (D).
 //
-// Forward: independent work items are (batch, channel, chain): at::parallel_for over B * D * k,
-// each looping over its chain's positions t = r, r + k, ... . Accumulation in opmath (fp32 for
+// Forward: at::parallel_for over blocks of (batch, channel) columns; each block loops over time
+// and carries its k chains (position t continues chain t % k). Accumulation in opmath (fp32 for
 // fp16/bf16).
 //
 // Backward, reverse time, for one chain with G = dL/dc[i] (incoming plus what c[i + k] sends):
 //   z = c[i-k] - x1[i] (recomputed from the saved c), s = sigmoid(alpha z + beta),
 //   dz = G (s + alpha z s (1 - s)),  dx1[i] = G - dz,  dL/dc[i-k] += dz,
 //   dalpha += G z^2 s (1 - s),  dbeta += G z s (1 - s).
-// The alpha/beta gradients of each work item go to their own row of a (B * k, D) buffer that is
-// summed at the end: no atomics in the time loop.
+// The alpha/beta gradients of each column go to its own entry of a (B, D) buffer (a column
+// belongs to exactly one block) that is summed over the batch at the end: no atomics.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -24,6 +24,7 @@
 
 #include <cmath>
 #include <tuple>
+#include <vector>
 
 namespace fairseq_ext {
 namespace {
@@ -38,25 +39,35 @@ void check_inputs(const at::Tensor& x1, const at::Tensor& alpha, const at::Tenso
               "swish_recurrence: x1, alpha and beta must have one dtype");
 }
 
+// Work is split into blocks of contiguous columns (batch x channel); a block walks the time
+// axis in order, so every step reads and writes one contiguous row segment (cache- and
+// SIMD-friendly on the time-major layout), and keeps the k chains' carried values in a small
+// per-block buffer: state[chain][column].
+constexpr int64_t kColumnBlock = 256;
+
 template <typename scalar_t>
 void forward_kernel(const scalar_t* x1, const scalar_t* alpha, const scalar_t* beta,
                     scalar_t* c, int64_t T, int64_t B, int64_t D, int64_t k) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t stride = B * D;  // one time step
-  at::parallel_for(0, B * D * k, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t chain = item % k;
-      const int64_t column = item / k;  // b * D + d
-      const acc_t a = static_cast<acc_t>(alpha[column % D]);
-      const acc_t b = static_cast<acc_t>(beta[column % D]);
-      acc_t previous = 0;
-      for (int64_t t = chain; t < T; t += k) {
-        const int64_t at = t * stride + column;
-        const acc_t x = static_cast<acc_t>(x1[at]);
-        const acc_t z = previous - x;
-        const acc_t s = acc_t(1) / (acc_t(1) + std::exp(-(a * z + b)));
-        previous = s * z + x;
-        c[at] = static_cast<scalar_t>(previous);
+  const int64_t columns = B * D;
+  at::parallel_for(0, columns, kColumnBlock, [&](int64_t begin, int64_t end) {
+    const int64_t width = end - begin;
+    std::vector<acc_t> state(static_cast<size_t>(k * width), acc_t(0));
+    std::vector<acc_t> a(width), b(width);
+    for (int64_t j = 0; j < width; ++j) {
+      a[j] = static_cast<acc_t>(alpha[(begin + j) % D]);
+      b[j] = static_cast<acc_t>(beta[(begin + j) % D]);
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      acc_t* previous = state.data() + (t % k) * width;
+      const scalar_t* x_row = x1 + t * columns + begin;
+      scalar_t* c_row = c + t * columns + begin;
+      for (int64_t j = 0; j < width; ++j) {
+        const acc_t x = static_cast<acc_t>(x_row[j]);
+        const acc_t z = previous[j] - x;
+        const acc_t s = acc_t(1) / (acc_t(1) + std::exp(-(a[j] * z + b[j])));
+        previous[j] = s * z + x;
+        c_row[j] = static_cast<scalar_t>(previous[j]);
       }
     }
   });
@@ -65,42 +76,40 @@ void forward_kernel(const scalar_t* x1, const scalar_t* alpha, const scalar_t* b
 template <typename scalar_t>
 void backward_kernel(const scalar_t* grad_c, const scalar_t* x1, const scalar_t* c,
                      const scalar_t* alpha, const scalar_t* beta, scalar_t* grad_x1,
-                     at::opmath_type<scalar_t>* grad_alpha_rows,
-                     at::opmath_type<scalar_t>* grad_beta_rows, int64_t T, int64_t B, int64_t D,
+                     at::opmath_type<scalar_t>* grad_alpha_columns,
+                     at::opmath_type<scalar_t>* grad_beta_columns, int64_t T, int64_t B, int64_t D,
                      int64_t k) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t stride = B * D;
-  at::parallel_for(0, B * D * k, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t chain = item % k;
-      const int64_t column = item / k;
-      const int64_t d = column % D;
-      const int64_t row = (column / D) * k + chain;  // this item's row of the (B * k, D) buffer
-      const acc_t a = static_cast<acc_t>(alpha[d]);
-      const acc_t b = static_cast<acc_t>(beta[d]);
-      if (chain >= T) {
-        grad_alpha_rows[row * D + d] = 0;
-        grad_beta_rows[row * D + d] = 0;
-        continue;
-      }
-      const int64_t last = chain + ((T - 1 - chain) / k) * k;
-      acc_t carry = 0, d_alpha = 0, d_beta = 0;
-      for (int64_t t = last; t >= 0; t -= k) {
-        const int64_t at = t * stride + column;
-        const acc_t g = static_cast<acc_t>(grad_c[at]) + carry;
-        const acc_t x = static_cast<acc_t>(x1[at]);
-        const acc_t previous = t >= k ? static_cast<acc_t>(c[at - k * stride]) : acc_t(0);
+  const int64_t columns = B * D;
+  at::parallel_for(0, columns, kColumnBlock, [&](int64_t begin, int64_t end) {
+    const int64_t width = end - begin;
+    std::vector<acc_t> carry(static_cast<size_t>(k * width), acc_t(0));  // dL/dc[t] from t + k
+    std::vector<acc_t> a(width), b(width), d_alpha(width, acc_t(0)), d_beta(width, acc_t(0));
+    for (int64_t j = 0; j < width; ++j) {
+      a[j] = static_cast<acc_t>(alpha[(begin + j) % D]);
+      b[j] = static_cast<acc_t>(beta[(begin + j) % D]);
+    }
+    for (int64_t t = T - 1; t >= 0; --t) {
+      acc_t* incoming = carry.data() + (t % k) * width;
+      const int64_t row = t * columns + begin;
+      const bool has_previous = t >= k;
+      for (int64_t j = 0; j < width; ++j) {
+        const acc_t g = static_cast<acc_t>(grad_c[row + j]) + incoming[j];
+        const acc_t x = static_cast<acc_t>(x1[row + j]);
+        const acc_t previous = has_previous ? static_cast<acc_t>(c[row - k * columns + j]) : acc_t(0);
         const acc_t z = previous - x;
-        const acc_t s = acc_t(1) / (acc_t(1) + std::exp(-(a * z + b)));
+        const acc_t s = acc_t(1) / (acc_t(1) + std::exp(-(a[j] * z + b[j])));
         const acc_t ds = s * (acc_t(1) - s);
-        const acc_t dz = g * (s + a * z * ds);
-        grad_x1[at] = static_cast<scalar_t>(g - dz);
-        d_alpha += g * z * z * ds;
-        d_beta += g * z * ds;
-        carry = dz;
+        const acc_t dz = g * (s + a[j] * z * ds);
+        grad_x1[row + j] = static_cast<scalar_t>(g - dz);
+        d_alpha[j] += g * z * z * ds;
+        d_beta[j] += g * z * ds;
+        incoming[j] = dz;  // becomes dL/dc[t - k]'s extra term (same chain)
       }
-      grad_alpha_rows[row * D + d] = d_alpha;
-      grad_beta_rows[row * D + d] = d_beta;
+    }
+    for (int64_t j = 0; j < width; ++j) {  // each column belongs to exactly one block
+      grad_alpha_columns[begin + j] = d_alpha[j];
+      grad_beta_columns[begin + j] = d_beta[j];
     }
   });
 }
@@ -132,19 +141,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> swish_recurrence_backward_cpu(
   const int64_t T = x1.size(0), B = x1.size(1), D = x1.size(2);
   at::Tensor grad_x1 = at::empty_like(x1);
   const auto acc_type = at::toOpMathType(x1.scalar_type());
-  at::Tensor grad_alpha_rows = at::empty({B * step, D}, x1.options().dtype(acc_type));
-  at::Tensor grad_beta_rows = at::empty({B * step, D}, x1.options().dtype(acc_type));
+  at::Tensor grad_alpha_columns = at::empty({B, D}, x1.options().dtype(acc_type));
+  at::Tensor grad_beta_columns = at::empty({B, D}, x1.options().dtype(acc_type));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x1.scalar_type(),
                                   "swish_recurrence_backward_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     backward_kernel<scalar_t>(grad_c.data_ptr<scalar_t>(), x1.data_ptr<scalar_t>(),
                               c.data_ptr<scalar_t>(), alpha.data_ptr<scalar_t>(),
                               beta.data_ptr<scalar_t>(), grad_x1.data_ptr<scalar_t>(),
-                              grad_alpha_rows.data_ptr<acc_t>(), grad_beta_rows.data_ptr<acc_t>(),
+                              grad_alpha_columns.data_ptr<acc_t>(), grad_beta_columns.data_ptr<acc_t>(),
                               T, B, D, step);
   });
-  return {grad_x1, grad_alpha_rows.sum(0).to(alpha.scalar_type()),
-          grad_beta_rows.sum(0).to(beta.scalar_type())};
+  return {grad_x1, grad_alpha_columns.sum(0).to(alpha.scalar_type()),
+          grad_beta_columns.sum(0).to(beta.scalar_type())};
 }
 
 }  // namespace
