@@ -8,8 +8,9 @@ Install with ``make install`` (creates ``.venv``), or by hand::
     pip install -r requirements.txt -c constraints.txt
     pip install --no-deps --no-build-isolation -e .
 """
+import torch
 from setuptools import find_packages, setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 
 class OptionalBuildExtension(BuildExtension):
@@ -26,16 +27,22 @@ class OptionalBuildExtension(BuildExtension):
                       "the pure-PyTorch reference instead")
 
 
-# The SwishRNN recurrence op (fairseq_ext::swish_recurrence), CPU kernels. Optional: if it cannot
-# be compiled, installation goes on and fairseq_ext.modules.swish_rnn logs that it runs the
-# pure-PyTorch reference instead.
-native_ops = CppExtension(
-    "fairseq_ext._C",
-    ["fairseq_ext/csrc/swish_recurrence.cpp"],
-    extra_compile_args={"cxx": ["-O3", "-fopenmp"]},
-    extra_link_args=["-fopenmp"],
-    optional=True,
-)
+# The SwishRNN recurrence op (fairseq_ext::swish_recurrence): CPU kernels always, CUDA kernels
+# when torch is a CUDA build and a CUDA toolkit is found. Optional: if it cannot be compiled,
+# installation goes on and fairseq_ext.modules.swish_rnn logs that it runs the pure-PyTorch
+# reference instead.
+CPU_SOURCES = ["fairseq_ext/csrc/swish_recurrence.cpp"]
+CUDA_SOURCES = ["fairseq_ext/csrc/swish_recurrence_cuda.cpp",
+                "fairseq_ext/csrc/swish_recurrence_kernels.cu"]
+COMPILE_ARGS = {"cxx": ["-O3", "-fopenmp"], "nvcc": ["-O3", "--use_fast_math"]}
+if torch.version.cuda is not None and CUDA_HOME is not None:
+    native_ops = CUDAExtension("fairseq_ext._C", CPU_SOURCES + CUDA_SOURCES,
+                               extra_compile_args=COMPILE_ARGS, extra_link_args=["-fopenmp"],
+                               optional=True)
+else:
+    native_ops = CppExtension("fairseq_ext._C", CPU_SOURCES,
+                              extra_compile_args={"cxx": COMPILE_ARGS["cxx"]},
+                              extra_link_args=["-fopenmp"], optional=True)
 
 setup(
     name="fairseq-ext",

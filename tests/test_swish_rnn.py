@@ -163,11 +163,20 @@ def test_native_op_gradcheck_fp64(k, length):
     assert torch.autograd.gradcheck(lambda a, b, c: op(a, b, c, k), (x1, alpha, beta))
 
 
+DEVICES = [pytest.param(device, marks=pytest.mark.skipif(
+    device not in _swish_rnn.NATIVE_OP_DEVICES, reason=f"no {device} kernel built (or no GPU)"))
+    for device in ("cpu", "cuda")]
+
+
 @native
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 @pytest.mark.parametrize("k", [1, 2, 4])
-def test_native_op_matches_reference(dtype, tol, k):
-    x1, alpha, beta = (t.to(dtype).requires_grad_() for t in _inputs(10, 4, 6, torch.float32, k))
+def test_native_op_matches_reference(device, dtype, tol, k):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    x1, alpha, beta = (t.to(device, dtype).requires_grad_()
+                       for t in _inputs(10, 4, 6, torch.float32, k))
     out = torch.ops.fairseq_ext.swish_recurrence(x1, alpha, beta, k)
     grad = torch.randn_like(out)
     out.backward(grad)

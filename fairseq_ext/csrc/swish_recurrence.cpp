@@ -22,6 +22,8 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#include "swish_recurrence_checks.h"
+
 #include <cmath>
 #include <tuple>
 #include <vector>
@@ -29,15 +31,6 @@
 namespace fairseq_ext {
 namespace {
 
-void check_inputs(const at::Tensor& x1, const at::Tensor& alpha, const at::Tensor& beta,
-                  int64_t step) {
-  TORCH_CHECK(step >= 1, "swish_recurrence: step must be >= 1, got ", step);
-  TORCH_CHECK(x1.dim() == 3, "swish_recurrence: x1 must be (T, B, D), got ", x1.sizes());
-  TORCH_CHECK(alpha.dim() == 1 && alpha.size(0) == x1.size(2) && beta.sizes() == alpha.sizes(),
-              "swish_recurrence: alpha and beta must be (D,) with D = ", x1.size(2));
-  TORCH_CHECK(alpha.scalar_type() == x1.scalar_type() && beta.scalar_type() == x1.scalar_type(),
-              "swish_recurrence: x1, alpha and beta must have one dtype");
-}
 
 // Work is split into blocks of contiguous columns (batch x channel); a block walks the time
 // axis in order, so every step reads and writes one contiguous row segment (cache- and
@@ -116,7 +109,7 @@ void backward_kernel(const scalar_t* grad_c, const scalar_t* x1, const scalar_t*
 
 at::Tensor swish_recurrence_cpu(const at::Tensor& x1_in, const at::Tensor& alpha_in,
                                 const at::Tensor& beta_in, int64_t step) {
-  check_inputs(x1_in, alpha_in, beta_in, step);
+  check_swish_recurrence_inputs(x1_in, alpha_in, beta_in, step);
   const at::Tensor x1 = x1_in.contiguous(), alpha = alpha_in.contiguous(),
                    beta = beta_in.contiguous();
   at::Tensor c = at::empty_like(x1);
@@ -132,7 +125,7 @@ at::Tensor swish_recurrence_cpu(const at::Tensor& x1_in, const at::Tensor& alpha
 std::tuple<at::Tensor, at::Tensor, at::Tensor> swish_recurrence_backward_cpu(
     const at::Tensor& grad_c_in, const at::Tensor& x1_in, const at::Tensor& c_in,
     const at::Tensor& alpha_in, const at::Tensor& beta_in, int64_t step) {
-  check_inputs(x1_in, alpha_in, beta_in, step);
+  check_swish_recurrence_inputs(x1_in, alpha_in, beta_in, step);
   TORCH_CHECK(grad_c_in.sizes() == x1_in.sizes() && c_in.sizes() == x1_in.sizes(),
               "swish_recurrence_backward: grad_c and c must have x1's shape");
   const at::Tensor grad_c = grad_c_in.contiguous().to(x1_in.scalar_type()),

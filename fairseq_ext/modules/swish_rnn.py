@@ -20,9 +20,11 @@ left-to-right recurrence.
 ``fairseq_ext/csrc/swish_recurrence.cpp``, compiled by ``make install``; its backward is the op
 ``fairseq_ext::swish_recurrence_backward``, wired here with ``torch.library.register_autograd``,
 and both have ``register_fake`` kernels, so autograd, ``torch.compile(fullgraph=True)`` and
-``torch.library.opcheck`` work). CPU kernels only so far: on other devices, or when the
-extension is not built, it runs :func:`swish_recurrence_reference` (the pure-PyTorch
-recurrence, also the test oracle) and logs once which implementation is in use.
+``torch.library.opcheck`` work). CPU kernels always; CUDA kernels
+(``fairseq_ext/csrc/swish_recurrence_kernels.cu``) when the extension was built against a CUDA
+torch. On other devices, or when the extension is not built, it runs
+:func:`swish_recurrence_reference` (the pure-PyTorch recurrence, also the test oracle) and logs
+once which implementation is in use.
 """
 import functools
 import logging
@@ -87,8 +89,18 @@ def _load_native_op() -> bool:
     return True
 
 
+def _devices_with_kernels() -> tuple:
+    """Device types for which the extension registered a ``fairseq_ext::swish_recurrence``
+    kernel (CPU always; CUDA when it was built with CUDA)."""
+    if not NATIVE_OP_AVAILABLE:
+        return ()
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    return tuple(device for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
+                 if has_kernel("fairseq_ext::swish_recurrence", key))
+
+
 NATIVE_OP_AVAILABLE = _load_native_op()
-NATIVE_OP_DEVICES = ("cpu",)  # devices with a compiled kernel
+NATIVE_OP_DEVICES = _devices_with_kernels()
 
 if NATIVE_OP_AVAILABLE:
 

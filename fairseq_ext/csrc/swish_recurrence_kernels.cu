@@ -1,0 +1,133 @@
+// CUDA kernels of fairseq_ext::swish_recurrence (SwishRNN, Lei et al., Eq. 3), torch-free: the
+// torch binding is swish_recurrence_cuda.cpp. Keeping torch headers out of this file lets CI
+// compile-check it with nvcc on a CPU machine (the CPU torch wheel lacks the CUDA headers).
+//
+//   c[t] = Swish(c[t-k] - x1[t]) + x1[t],  Swish(z) = sigmoid(alpha z + beta) z,  c[t<0] = 0
+//
+// x1, c: (T, B, D) time-major; alpha, beta: (D). One thread per (column, chain), column = b*D + d:
+// item = chain * columns + column, so neighbouring threads read neighbouring addresses at every
+// time step (coalesced). Arithmetic in fp32 for every input type. The backward mirrors the CPU
+// one: reverse time, z and the sigmoid recomputed from the saved c, per-item alpha/beta partial
+// sums written to a (k * columns) fp32 buffer that the binding reduces (no atomics).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fairseq_ext {
+namespace {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(double v) { return static_cast<float>(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ double from_float<double>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16(v);
+}
+
+__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + __expf(-v)); }
+
+template <typename scalar_t>
+__global__ void forward_kernel(const scalar_t* __restrict__ x1, const scalar_t* __restrict__ alpha,
+                               const scalar_t* __restrict__ beta, scalar_t* __restrict__ c,
+                               int64_t length, int64_t columns, int64_t dim, int64_t k) {
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= columns * k) return;
+  const int64_t column = item % columns, chain = item / columns;
+  const float a = to_float(alpha[column % dim]), b = to_float(beta[column % dim]);
+  float previous = 0.0f;
+  for (int64_t t = chain; t < length; t += k) {
+    const int64_t at = t * columns + column;
+    const float x = to_float(x1[at]);
+    const float z = previous - x;
+    previous = sigmoid(a * z + b) * z + x;
+    c[at] = from_float<scalar_t>(previous);
+  }
+}
+
+template <typename scalar_t>
+__global__ void backward_kernel(const scalar_t* __restrict__ grad_c,
+                                const scalar_t* __restrict__ x1, const scalar_t* __restrict__ c,
+                                const scalar_t* __restrict__ alpha,
+                                const scalar_t* __restrict__ beta, scalar_t* __restrict__ grad_x1,
+                                float* __restrict__ grad_alpha_items,
+                                float* __restrict__ grad_beta_items, int64_t length,
+                                int64_t columns, int64_t dim, int64_t k) {
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= columns * k) return;
+  const int64_t column = item % columns, chain = item / columns;
+  const float a = to_float(alpha[column % dim]), b = to_float(beta[column % dim]);
+  float carry = 0.0f, d_alpha = 0.0f, d_beta = 0.0f;
+  if (chain < length) {
+    const int64_t last = chain + ((length - 1 - chain) / k) * k;
+    for (int64_t t = last; t >= 0; t -= k) {
+      const int64_t at = t * columns + column;
+      const float g = to_float(grad_c[at]) + carry;
+      const float x = to_float(x1[at]);
+      const float previous = t >= k ? to_float(c[at - k * columns]) : 0.0f;
+      const float z = previous - x;
+      const float s = sigmoid(a * z + b);
+      const float ds = s * (1.0f - s);
+      const float dz = g * (s + a * z * ds);
+      grad_x1[at] = from_float<scalar_t>(g - dz);
+      d_alpha += g * z * z * ds;
+      d_beta += g * z * ds;
+      carry = dz;
+    }
+  }
+  grad_alpha_items[item] = d_alpha;
+  grad_beta_items[item] = d_beta;
+}
+
+constexpr int kThreads = 256;
+
+inline unsigned int blocks_for(int64_t items) {
+  return static_cast<unsigned int>((items + kThreads - 1) / kThreads);
+}
+
+}  // namespace
+
+// Raw-pointer launchers, one per dtype, on the caller's stream (never the default stream, which
+// would break CUDA graphs). Return the launch's cudaError_t.
+#define FAIRSEQ_EXT_SWISH_LAUNCHERS(scalar_t, suffix)                                            \
+  cudaError_t launch_swish_recurrence_forward_##suffix(                                         \
+      const scalar_t* x1, const scalar_t* alpha, const scalar_t* beta, scalar_t* c,             \
+      int64_t length, int64_t batch, int64_t dim, int64_t k, cudaStream_t stream) {             \
+    const int64_t columns = batch * dim;                                                        \
+    if (columns * k == 0) return cudaSuccess;                                                   \
+    forward_kernel<scalar_t><<<blocks_for(columns * k), kThreads, 0, stream>>>(                 \
+        x1, alpha, beta, c, length, columns, dim, k);                                           \
+    return cudaGetLastError();                                                                  \
+  }                                                                                             \
+  cudaError_t launch_swish_recurrence_backward_##suffix(                                        \
+      const scalar_t* grad_c, const scalar_t* x1, const scalar_t* c, const scalar_t* alpha,     \
+      const scalar_t* beta, scalar_t* grad_x1, float* grad_alpha_items,                         \
+      float* grad_beta_items, int64_t length, int64_t batch, int64_t dim, int64_t k,            \
+      cudaStream_t stream) {                                                                    \
+    const int64_t columns = batch * dim;                                                        \
+    if (columns * k == 0) return cudaSuccess;                                                   \
+    backward_kernel<scalar_t><<<blocks_for(columns * k), kThreads, 0, stream>>>(                \
+        grad_c, x1, c, alpha, beta, grad_x1, grad_alpha_items, grad_beta_items, length,         \
+        columns, dim, k);                                                                       \
+    return cudaGetLastError();                                                                  \
+  }
+
+FAIRSEQ_EXT_SWISH_LAUNCHERS(float, f32)
+FAIRSEQ_EXT_SWISH_LAUNCHERS(double, f64)
+FAIRSEQ_EXT_SWISH_LAUNCHERS(__half, f16)
+FAIRSEQ_EXT_SWISH_LAUNCHERS(__nv_bfloat16, bf16)
+
+#undef FAIRSEQ_EXT_SWISH_LAUNCHERS
+
+}  // namespace fairseq_ext
