@@ -30,11 +30,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 die() { echo "error: $*" >&2; exit 2; }
 
 TASK="${TASK:?set TASK to one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE}"
-case "${TASK^^}" in
-  MNLI) TASK=MNLI ;; QQP) TASK=QQP ;; QNLI) TASK=QNLI ;; RTE) TASK=RTE ;; MRPC) TASK=MRPC ;;
-  COLA) TASK=CoLA ;; SST|SST-2|SST2) TASK=SST-2 ;; STS|STS-B|STSB) TASK=STS-B ;;
-  *) die "unknown TASK=${TASK}; one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE" ;;
-esac
+TASK="$(glue_task_name "${TASK}")" || exit 2
 case "${TASK}" in
   MNLI) task_classes=3 task_metric=accuracy ;;
   STS-B) task_classes=1 task_metric=pearson_and_spearman ;;

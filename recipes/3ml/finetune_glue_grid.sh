@@ -18,11 +18,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
 TASK="${TASK:?set TASK to one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE}"
-case "${TASK^^}" in
-  MNLI) TASK=MNLI ;; QQP) TASK=QQP ;; QNLI) TASK=QNLI ;; RTE) TASK=RTE ;; MRPC) TASK=MRPC ;;
-  COLA) TASK=CoLA ;; SST|SST-2|SST2) TASK=SST-2 ;; STS|STS-B|STSB) TASK=STS-B ;;
-  *) echo "error: unknown TASK=${TASK}; one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE" >&2; exit 2 ;;
-esac
+TASK="$(glue_task_name "${TASK}")" || exit 2
 case "${TASK}" in
   QQP|MNLI|QNLI)
     default_lrs="5e-05 8e-05" default_batch_sizes="32" default_epochs="3 5" ;;

@@ -90,3 +90,14 @@ run_mlm_pretraining() {
   if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
   run_printed "${cmd[@]}" "$@"
 }
+
+# glue_task_name NAME: the canonical GLUE task name (MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE) for
+# any spelling of it (sst2, STS, cola, ...); an unknown name is an error.
+glue_task_name() {
+  case "${1^^}" in
+    MNLI) echo MNLI ;; QQP) echo QQP ;; QNLI) echo QNLI ;; RTE) echo RTE ;; MRPC) echo MRPC ;;
+    COLA) echo CoLA ;; SST|SST-2|SST2) echo SST-2 ;; STS|STS-B|STSB) echo STS-B ;;
+    *) echo "error: unknown TASK=$1; one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE" >&2
+       return 2 ;;
+  esac
+}
