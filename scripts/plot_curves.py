@@ -30,7 +30,7 @@ import bisect
 import dataclasses
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 from fairseq_ext.log_records import parse_json_record
 

@@ -14,7 +14,7 @@ import torch
 import fairseq_ext
 from fairseq_ext.checkpoint_loading import FAIRSEQ_CHECKPOINT_GLOBALS
 from conftest import (
-    REPO_ROOT, TINY_UPDATES, USER_DIR, fairseq_cli, json_log_records, run_cli,
+    TINY_UPDATES, USER_DIR, fairseq_cli, json_log_records, run_cli,
     train_with_hydra_recipe, train_with_shell_recipe,
 )
 
