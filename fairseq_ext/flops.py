@@ -31,6 +31,9 @@ masking rate ``m``:
 * SwishRNN block (Lei et al.): three ``d x d'`` matrices, ``W1``, ``W2`` (d -> d') and ``W3``
   (d' -> d): ``2 (3 L d d')``; the element-wise recurrence is ignored like activations. A
   SwishRNN-BERT block is self-attention + SwishRNN in place of the FFN;
+* BERT-orig is fairseq's ``roberta``; BERT-rab counts as RoBERTa (its relative attention bias
+  is an addition to the attention logits, ignored like biases); SwishRNN-BERT is ``N``
+  SwishRNN-BERT blocks + the RoBERTa head (``--encoder-ffn-embed-dim`` is its ``d'``);
 * decoder-only Transformer LM predicting ``n`` tokens: ``N`` blocks (self-attention counted on
   the full ``L x L`` map, as above) + output projection ``2 n D V``.
 
@@ -106,16 +109,22 @@ class Stack:
 class ModelSpec:
     """What the FLOP formulas need of a model: its family and its stacks."""
 
-    family: str  # "roberta", "3ml_self", "3ml_cross"
+    family: str  # one of SUPPORTED_FAMILIES
     encoder: Stack
     decoder: Optional[Stack] = None
+
+    @property
+    def encoder_only(self) -> bool:
+        """A masked LM whose encoder runs on all ``L`` tokens (no 3ML decoder)."""
+        return self.family in ENCODER_ONLY_FAMILIES
 
 
 class NoFlopsFormula(ValueError):
     """The architecture has no FLOPs formula here."""
 
 
-SUPPORTED_FAMILIES = ("roberta", "3ml_self", "3ml_cross")
+ENCODER_ONLY_FAMILIES = ("roberta", "bert_rab", "swishrnn_bert")
+SUPPORTED_FAMILIES = ENCODER_ONLY_FAMILIES + ("3ml_self", "3ml_cross")
 
 
 def spec_from_args(args) -> ModelSpec:
@@ -163,9 +172,10 @@ def forward_flops(spec: ModelSpec, encoder_length: float, decoder_length: float,
     replaced+unchanged tokens (they differ only for 3ML-cross's head).
     """
     enc = spec.encoder
-    encoder = enc.layers * transformer_block_flops(encoder_length, enc.dim, enc.ffn_dim)
+    block = swishrnn_bert_block_flops if spec.family == "swishrnn_bert" else transformer_block_flops
+    encoder = enc.layers * block(encoder_length, enc.dim, enc.ffn_dim)
     corrupted = mask_tokens + other_corrupted_tokens
-    if spec.family == "roberta":
+    if spec.encoder_only:
         return encoder + prediction_head_flops(corrupted, enc.dim, enc.dim, vocab_size)
     dec = spec.decoder
     projection = projection_flops(encoder_length, enc.dim, dec.dim)
@@ -186,7 +196,7 @@ def expected_forward_flops(spec: ModelSpec, length: int, mask_prob: float, vocab
     check_mask_prob(mask_prob)
     corrupted = mask_prob * length
     mask_tokens = mask_fraction * corrupted
-    if spec.family == "roberta":
+    if spec.encoder_only:
         encoder_length, decoder_length = length, 0
     else:
         encoder_length = length - mask_tokens
@@ -246,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", default=None,
                         help="a data-bin: take V from its dict.txt (+ 4 specials + <mask>)")
     parser.add_argument("--vs", default=None,
-                        help="baseline arch B (default: fairseq's roberta with A's encoder)")
+                        help="baseline arch B (default: fairseq's roberta with A's encoder; "
+                             "for swishrnn_bert, bert_rab of A's size with a 4d FFN)")
     parser.add_argument("--vs-mask-prob", type=float, default=0.15, help="masking rate of B")
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per update")
     parser.add_argument("--max-update", type=int, default=None, help="number of updates")
@@ -290,6 +301,18 @@ def _encoder_of(spec: ModelSpec) -> dict:
             "encoder_ffn_embed_dim": spec.encoder.ffn_dim, "encoder_attention_heads": heads}
 
 
+def default_baseline(spec: ModelSpec):
+    """``(arch, spec, build_overrides)`` of the baseline when ``--vs`` is not given: for
+    SwishRNN-BERT, BERT-rab of its size with a ``4 d`` FFN (the paper's comparison); otherwise
+    fairseq's ``roberta`` with the same encoder (3ML's baseline, Table 3)."""
+    if spec.family == "swishrnn_bert":
+        encoder = Stack(spec.encoder.layers, spec.encoder.dim, 4 * spec.encoder.dim)
+        baseline = ModelSpec("bert_rab", encoder)
+        return "bert_rab", baseline, _encoder_of(baseline)
+    baseline = ModelSpec("roberta", spec.encoder)
+    return "roberta", baseline, _encoder_of(baseline)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -317,8 +340,8 @@ def run(args) -> int:
     spec_a = spec_for_arch(args.arch, **overrides)
     if args.vs:
         arch_b, spec_b = args.vs, spec_for_arch(args.vs)
-    else:  # the same encoder without 3ML's decoder: the paper's RoBERTa baseline of A's size
-        arch_b, spec_b = "roberta", ModelSpec("roberta", spec_a.encoder)
+    else:
+        arch_b, spec_b, baseline_overrides = default_baseline(spec_a)
     models = [("A", args.arch, spec_a, args.mask_prob), ("B", arch_b, spec_b, args.vs_mask_prob)]
     per_sequence = {}
     for label, arch, spec, mask_prob in models:
@@ -349,7 +372,7 @@ def run(args) -> int:
             elif args.vs:
                 build_arch, build_overrides = args.vs, {}
             else:
-                build_arch, build_overrides = "roberta", _encoder_of(spec)
+                build_arch, build_overrides = arch_b, baseline_overrides
             measured, analytic = measure_training_flops(
                 build_arch, spec, length, mask_prob, vocab, args.mask_fraction, build_overrides)
             print(f"measure {label} ({arch}): measured {measured:.4e}, analytic {analytic:.4e} "

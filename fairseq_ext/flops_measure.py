@@ -71,7 +71,7 @@ def measure_training_flops(arch: str, spec: flops.ModelSpec, length: int, mask_p
         logits = model(src, masked_tokens=masked)[0]
         F.cross_entropy(logits.float(), target[masked], reduction="sum").backward()
     measured = counter.get_total_flops() / batch_size
-    if spec.family == "roberta":
+    if spec.encoder_only:
         encoder_length, decoder_length = length, 0
     else:
         encoder_length = length - n_mask

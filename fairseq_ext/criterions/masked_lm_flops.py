@@ -57,7 +57,7 @@ class MaskedLmFlopsLoss(MaskedLmCategoriesLoss):
         batch, length = sample["net_input"]["src_tokens"].shape
         n_mask = float(logging_output["n_mask"])
         n_other = float(logging_output["n_replaced"] + logging_output["n_unchanged"])
-        if spec.family == "roberta":
+        if spec.encoder_only:
             encoder_length, decoder_length = length, 0
         else:
             encoder_length = extra["encoder_padded_length"]
