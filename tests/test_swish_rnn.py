@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from fairseq_ext.modules.swish_rnn import (
-    SwishRNN, parameter_count, swish_recurrence, swish_recurrence_reference)
+    DIRECTIONS, SwishRNN, parameter_count, swish_recurrence, swish_recurrence_reference)
 
 
 def naive_recurrence(x1, alpha, beta, k):
@@ -72,11 +72,29 @@ def test_layer_matches_equations_2_to_4(k):
     torch.testing.assert_close(layer(x), h)
 
 
+@pytest.mark.parametrize("k", [1, 2])
+def test_reverse_and_bidirectional_directions(k):
+    """reverse: Eq. 3 right to left; bidirectional: first d'/2 channels forward, rest reverse."""
+    torch.manual_seed(5)
+    x1 = torch.randn(7, 3, 9, dtype=torch.float64)
+    alpha = torch.rand(9, dtype=torch.float64) + 0.5
+    beta = torch.randn(9, dtype=torch.float64)
+    forward = naive_recurrence(x1, alpha, beta, k)
+    backward = naive_recurrence(x1.flip(0), alpha, beta, k).flip(0)
+    layers = {d: SwishRNN(2, 9, step_size=k, direction=d) for d in DIRECTIONS}
+    torch.testing.assert_close(layers["forward"].recurrence(x1, alpha, beta), forward)
+    torch.testing.assert_close(layers["reverse"].recurrence(x1, alpha, beta), backward)
+    both = layers["bidirectional"].recurrence(x1, alpha, beta)
+    torch.testing.assert_close(both[..., :4], forward[..., :4])
+    torch.testing.assert_close(both[..., 4:], backward[..., 4:])
+
+
 @pytest.mark.parametrize("k", [1, 2, 4])
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_padding_does_not_change_real_positions(k, side):
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_padding_does_not_change_real_positions(k, side, direction):
     torch.manual_seed(1)
-    layer = SwishRNN(4, 8, step_size=k).double()
+    layer = SwishRNN(4, 8, step_size=k, direction=direction).double()
     with torch.no_grad():
         layer.beta.normal_()
     lengths = [7, 4, 2]
@@ -106,6 +124,7 @@ def test_parameter_count_matches_a_bert_ffn_within_one_percent():
 @pytest.mark.parametrize("make_call, message", [
     (lambda: SwishRNN(4, 8, step_size=0), "step_size"),
     (lambda: SwishRNN(4, 0), "hidden_dim"),
+    (lambda: SwishRNN(4, 8, direction="sideways"), "direction must be one of"),
     (lambda: swish_recurrence(torch.zeros(3, 4), torch.ones(4), torch.zeros(4)), "rank 3"),
     (lambda: swish_recurrence(torch.zeros(3, 2, 4), torch.ones(4).double(), torch.zeros(4)), "dtype"),
     (lambda: swish_recurrence(torch.zeros(3, 2, 4), torch.ones(5), torch.zeros(5)), "size d'"),

@@ -24,9 +24,6 @@ from fairseq_ext.modules.swish_rnn import SwishRNN
 
 from conftest import fairseq_cli, json_log_records, run_cli, USER_DIR
 
-FAMILIES = ("bert_orig", "bert_rab", "swishrnn_bert")
-
-
 def build(arch, vocab_size=60, max_positions=64, **overrides):
     task = _MaskedLmTaskStub(vocab_size, 0.15, 0.8)
     args = argparse.Namespace(arch=arch, max_positions=max_positions,
@@ -146,10 +143,13 @@ def test_attention_refuses_cross_attention():
 
 # --- whole models ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("arch, overrides", [
+    ("bert_orig_tiny", {}), ("bert_rab_tiny", {}), ("swishrnn_bert_tiny", {}),
+    ("swishrnn_bert_tiny", dict(swishrnn_direction="bidirectional")),
+], ids=["bert_orig", "bert_rab", "swishrnn_bert", "swishrnn_bert-bidirectional"])
 @pytest.mark.parametrize("left", [False, True], ids=["right-pad", "left-pad"])
-def test_padding_never_changes_real_positions(family, left):
-    model, task = build(f"{family}_tiny")
+def test_padding_never_changes_real_positions(arch, overrides, left):
+    model, task = build(arch, **overrides)
     model.eval()
     pad = task.source_dictionary.pad()
     torch.manual_seed(3)
@@ -212,6 +212,7 @@ def test_table_3_inner_sizes_and_step_cycle():
         args = argparse.Namespace()
         ARCH_CONFIG_REGISTRY[f"swishrnn_bert_{size}"](args)
         assert args.encoder_ffn_embed_dim == hidden and args.swishrnn_step_sizes == "1,2,4"
+        assert args.swishrnn_direction == "forward"  # the paper's left-to-right recurrence
         assert not args.encoder_normalize_before and args.activation_fn == "gelu"
         assert (args.dropout, args.attention_dropout) == (0.1, 0.1)
     model, _ = build("swishrnn_bert_small")  # 4 layers
@@ -241,6 +242,7 @@ def test_shared_table_is_one_module_and_survives_a_state_dict_round_trip():
     ("bert_rab_tiny", dict(rab_max_distance=8), "--rab-max-distance"),
     ("bert_rab_tiny", dict(encoder_attention_heads=3), "divisible by --encoder-attention-heads"),
     ("swishrnn_bert_tiny", dict(encoder_ffn_embed_dim=0), "--encoder-ffn-embed-dim"),
+    ("swishrnn_bert_tiny", dict(swishrnn_direction="up"), "--swishrnn-direction"),
 ])
 def test_bad_config_gets_a_clear_error(arch, overrides, message):
     with pytest.raises(ValueError, match=re.escape(message)):

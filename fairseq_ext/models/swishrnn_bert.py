@@ -14,6 +14,8 @@ outputs at real positions.
 * ``--swishrnn-step-sizes 1,2,4``: layer ``i`` uses step size ``k = sizes[i mod len(sizes)]``
   (§3 "Speeding up recurrence": "we interleave the step size k in {1, 2, 4} across recurrent
   layers"). ``--swishrnn-step-sizes 1`` is the slower all-k=1 model of Table 2.
+* ``--swishrnn-direction forward`` (the paper's left-to-right recurrence; ``reverse`` and
+  ``bidirectional``, half of the channels each way, are options beyond the paper).
 """
 from typing import Optional, Tuple
 
@@ -31,7 +33,7 @@ from fairseq_ext.models.bert_rab import (
     bert_size,
     relative_bias_defaults,
 )
-from fairseq_ext.modules.swish_rnn import SwishRNN
+from fairseq_ext.modules.swish_rnn import DIRECTIONS, SwishRNN
 
 
 def parse_step_sizes(text) -> Tuple[int, ...]:
@@ -57,7 +59,8 @@ class SwishRNNEncoderLayer(RelativeBiasEncoderLayer):
 
     def __init__(self, args):
         super().__init__(args)
-        self.swish_rnn = SwishRNN(self.embed_dim, args.encoder_ffn_embed_dim)
+        self.swish_rnn = SwishRNN(self.embed_dim, args.encoder_ffn_embed_dim,
+                                  direction=args.swishrnn_direction)
 
     def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
         return None  # no FFN: SwishRNN takes its place
@@ -123,6 +126,9 @@ class SwishRNNBertModel(BertRabModel):
         parser.add_argument("--swishrnn-step-sizes", type=str, metavar="K1,K2,...",
                             help="recurrence step size of each layer, cycled over the layers "
                                  "(paper: 1,2,4); --encoder-ffn-embed-dim is SwishRNN's d'")
+        parser.add_argument("--swishrnn-direction", choices=DIRECTIONS,
+                            help="recurrence direction (paper: forward, left to right; "
+                                 "bidirectional runs half of the channels each way)")
 
     @classmethod
     def set_defaults(cls, args):
@@ -132,6 +138,9 @@ class SwishRNNBertModel(BertRabModel):
     def validate(cls, args):
         super().validate(args)
         parse_step_sizes(args.swishrnn_step_sizes)
+        if args.swishrnn_direction not in DIRECTIONS:
+            raise ValueError(f"--swishrnn-direction must be one of {', '.join(DIRECTIONS)}; got "
+                             f"{args.swishrnn_direction!r}")
 
 
 # --- architectures: Table 3 (d' 2048 / 2752); small and tiny for CPU demos and tests ------------
@@ -150,6 +159,7 @@ def swishrnn_defaults(args, size: str):
     dims = SIZES[size]
     hidden = SWISHRNN_HIDDEN_DIMS.get(size) or matched_hidden_dim(dims["dim"], dims["ffn"])
     args.swishrnn_step_sizes = safe_getattr(args, "swishrnn_step_sizes", "1,2,4")
+    args.swishrnn_direction = safe_getattr(args, "swishrnn_direction", "forward")
     bert_size(args, **dict(dims, ffn=hidden))
 
 

@@ -14,7 +14,12 @@ Layout is fairseq's: time-major ``(T, B, C)``, optional ``(B, T)`` padding mask.
 changes the outputs at real positions: ``x1`` is zeroed at padded positions, so a run of
 padding before a sequence (left padding) keeps ``c = Swish(0 - 0) + 0 = 0``, exactly the
 initial state, and padding after it (right padding) comes after every real position of the
-left-to-right recurrence.
+left-to-right recurrence (the same argument holds mirrored for the reverse direction).
+
+Direction (not in the paper, off by default): ``"forward"`` is the paper's left-to-right
+recurrence; ``"reverse"`` runs it right to left; ``"bidirectional"`` runs the first
+``d' / 2`` channels left to right and the other ``d' - d'/2`` right to left, so the
+parameter count and FLOPs do not change.
 
 :func:`swish_recurrence` runs the custom op ``fairseq_ext::swish_recurrence`` (C++ kernels in
 ``fairseq_ext/csrc/swish_recurrence.cpp``, compiled by ``make install``; its backward is the op
@@ -149,6 +154,9 @@ def swish_recurrence(x1: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
     return swish_recurrence_reference(x1, alpha, beta, step_size)
 
 
+DIRECTIONS = ("forward", "reverse", "bidirectional")
+
+
 class SwishRNN(nn.Module):
     """The SwishRNN block of Lei et al. (Eqs. 2-4): ``(T, B, d) -> (T, B, d)``.
 
@@ -158,14 +166,21 @@ class SwishRNN(nn.Module):
     ``2752`` (large) this matches a BERT FFN block's ``2 d F + F + d`` to within 1%.
     """
 
-    def __init__(self, embed_dim: int, hidden_dim: int, step_size: int = 1):
+    def __init__(self, embed_dim: int, hidden_dim: int, step_size: int = 1,
+                 direction: str = "forward"):
         super().__init__()
         if embed_dim < 1 or hidden_dim < 1:
             raise ValueError(f"SwishRNN: embed_dim and hidden_dim must be >= 1; got {embed_dim}, "
                              f"{hidden_dim}")
         if not isinstance(step_size, int) or step_size < 1:
             raise ValueError(f"SwishRNN: step_size must be an integer >= 1; got {step_size!r}")
+        if direction not in DIRECTIONS:
+            raise ValueError(f"SwishRNN: direction must be one of {', '.join(DIRECTIONS)}; got "
+                             f"{direction!r}")
+        if direction == "bidirectional" and hidden_dim < 2:
+            raise ValueError("SwishRNN: a bidirectional recurrence needs hidden_dim >= 2")
         self.embed_dim, self.hidden_dim, self.step_size = embed_dim, hidden_dim, step_size
+        self.direction = direction
         self.in_proj = nn.Linear(embed_dim, 2 * hidden_dim, bias=False)  # [W1 | W2], Eq. 2
         self.alpha = nn.Parameter(torch.ones(hidden_dim))
         self.beta = nn.Parameter(torch.zeros(hidden_dim))
@@ -184,12 +199,26 @@ class SwishRNN(nn.Module):
         x1, x2 = self.in_proj(x).chunk(2, dim=-1)
         if padding_mask is not None:
             x1 = x1.masked_fill(padding_mask.transpose(0, 1).unsqueeze(-1), 0.0)
-        c = swish_recurrence(x1.contiguous(), self.alpha.to(x1.dtype), self.beta.to(x1.dtype),
-                             self.step_size)
+        c = self.recurrence(x1, self.alpha.to(x1.dtype), self.beta.to(x1.dtype))
         return self.out_proj((c + self.bias_c) * F.gelu(x2 + self.bias_sigma))
 
+    def recurrence(self, x1: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+        """Eq. 3 over time in :attr:`direction` (reverse: on the time-flipped sequence)."""
+        def run(x, a, b, reverse):
+            if not reverse:
+                return swish_recurrence(x.contiguous(), a, b, self.step_size)
+            return swish_recurrence(x.flip(0), a, b, self.step_size).flip(0)
+
+        if self.direction != "bidirectional":
+            return run(x1, alpha, beta, self.direction == "reverse")
+        half = self.hidden_dim // 2
+        return torch.cat([run(x1[..., :half], alpha[:half], beta[:half], False),
+                          run(x1[..., half:], alpha[half:], beta[half:], True)], dim=-1)
+
     def extra_repr(self) -> str:
-        return f"{self.embed_dim} -> {self.hidden_dim} -> {self.embed_dim}, step_size={self.step_size}"
+        direction = "" if self.direction == "forward" else f", direction={self.direction}"
+        return (f"{self.embed_dim} -> {self.hidden_dim} -> {self.embed_dim}, "
+                f"step_size={self.step_size}{direction}")
 
 
 def parameter_count(embed_dim: int, hidden_dim: int) -> int:
