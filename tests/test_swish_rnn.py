@@ -239,3 +239,76 @@ def test_native_op_under_torch_compile_fullgraph():
     eager.sum().backward()
     torch.testing.assert_close(out, eager)
     torch.testing.assert_close(compiled_grad, x.grad)
+
+
+# --- CUDA only (skipped without a GPU and a CUDA build of the extension) --------------------------
+
+cuda_kernel = pytest.mark.skipif(
+    "cuda" not in _swish_rnn.NATIVE_OP_DEVICES or not torch.cuda.is_available(),
+    reason="no CUDA kernel built (or no GPU)")
+
+
+@cuda_kernel
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_cuda_op_gradcheck_fp64(k):
+    x1, alpha, beta = (t.cuda().requires_grad_() for t in _inputs(9, 3, 5, torch.float64, k))
+    op = torch.ops.fairseq_ext.swish_recurrence
+    assert torch.autograd.gradcheck(lambda a, b, c: op(a, b, c, k), (x1, alpha, beta))
+
+
+@cuda_kernel
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float16, 1e-2),
+                                        (torch.bfloat16, 2e-2)])
+def test_cuda_op_matches_cpu_op_at_odd_sizes(dtype, tol):
+    """Sizes that are not multiples of a warp or a block, T not divisible by k."""
+    for k in (1, 2, 4):
+        x1, alpha, beta = _inputs(67, 5, 301, torch.float32, k)
+        grad = torch.randn_like(x1)
+        results = []
+        for device in ("cpu", "cuda"):
+            inputs = [t.to(device, dtype).requires_grad_() for t in (x1, alpha, beta)]
+            out = torch.ops.fairseq_ext.swish_recurrence(*inputs, k)
+            out.backward(grad.to(device, dtype))
+            results.append([out.float().cpu()] + [t.grad.float().cpu() for t in inputs])
+        for cpu, cuda in zip(*results):
+            torch.testing.assert_close(cuda, cpu, rtol=tol, atol=tol * 5)
+
+
+@cuda_kernel
+def test_cuda_op_on_a_side_stream_and_in_a_cuda_graph():
+    """The kernel runs on the caller's current stream, so a side stream and a captured CUDA
+    graph (replayed on new data) give the reference's result."""
+    x1, alpha, beta = (t.cuda() for t in _inputs(33, 4, 40, torch.float32, 2))
+    expected = swish_recurrence_reference(x1, alpha, beta, 2)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        on_side = torch.ops.fairseq_ext.swish_recurrence(x1, alpha, beta, 2)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.testing.assert_close(on_side, expected)
+
+    static_x1 = x1.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):  # warm up outside capture, as torch's CUDA-graph docs do
+        torch.ops.fairseq_ext.swish_recurrence(static_x1, alpha, beta, 2)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        static_out = torch.ops.fairseq_ext.swish_recurrence(static_x1, alpha, beta, 2)
+    new_x1 = torch.randn_like(x1)
+    static_x1.copy_(new_x1)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(static_out, swish_recurrence_reference(new_x1, alpha, beta, 2))
+
+
+@cuda_kernel
+def test_cuda_layer_matches_cpu_layer_with_padding():
+    torch.manual_seed(2)
+    layer = SwishRNN(16, 24, step_size=4, direction="bidirectional")
+    x = torch.randn(21, 3, 16)
+    padding = torch.zeros(3, 21, dtype=torch.bool)
+    padding[1, 15:] = True
+    padding[2, :6] = True
+    expected = layer(x, padding)
+    got = layer.cuda()(x.cuda(), padding.cuda())
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
