@@ -1,0 +1,106 @@
+"""scripts/bench_swishrnn.py: part (c) (training step swishrnn_bert vs bert_rab) runs at tiny
+size on CPU and prints both timings and their ratio; part (a) without CUDA or without the op's
+CUDA kernel exits 2 with a one-line message."""
+import re
+import time
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO_ROOT, run_cli
+
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+import bench_swishrnn  # noqa: E402
+
+from fairseq_ext.modules import swish_rnn  # noqa: E402
+
+
+@pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,
+                    reason="fairseq_ext._C is not built (make install)")
+def test_part_c_tiny_on_cpu_prints_both_timings_and_the_ratio(capsys):
+    threads = torch.get_num_threads()
+    try:  # one thread: a busy shared host stalls small multi-threaded ops
+        assert bench_swishrnn.main([
+            "--part", "c", "--device", "cpu", "--arch-size", "tiny", "--seq-len", "32",
+            "--batch-size", "2", "--vocab-size", "500", "--warmup", "1", "--rounds", "1",
+            "--threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    seconds = {}
+    for name, arch in (("swishrnn_bert", "swishrnn_bert_tiny"), ("bert_rab", "bert_rab_tiny")):
+        row = re.search(rf"^\| {name} \| {arch} \| [\d.]+M \| ([\d.]+) \| [\d.]+-[\d.]+ \|$",
+                        out, re.M)
+        assert row, out
+        seconds[name] = float(row.group(1))
+        assert seconds[name] > 0
+    ratio = re.search(r"^swishrnn_bert / bert_rab = ([\d.]+) \(target <= 1\.10\): (PASS|FAIL)$",
+                      out, re.M)
+    assert ratio, out
+    assert float(ratio.group(1)) == pytest.approx(
+        seconds["swishrnn_bert"] / seconds["bert_rab"], rel=0.05, abs=2e-3)  # rounded figures
+    assert ratio.group(2) == ("PASS" if float(ratio.group(1)) <= 1.10 else "FAIL")
+
+
+def test_part_a_without_cuda_exits_2_with_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench_swishrnn.main(["--part", "a"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith("bench_swishrnn: part (a) needs the CUDA kernel: "
+                                   "CUDA is not available")
+
+
+def test_part_a_without_the_cuda_kernel_exits_2(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(swish_rnn, "NATIVE_OP_AVAILABLE", True)
+    monkeypatch.setattr(swish_rnn, "NATIVE_OP_DEVICES", ("cpu",))
+    assert bench_swishrnn.main(["--part", "a"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no CUDA kernel" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_part_a_exit_code_from_the_command_line():
+    proc = run_cli([sys.executable, REPO_ROOT / "scripts/bench_swishrnn.py", "--part", "a"],
+                   check=False, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "bench_swishrnn: part (a) needs the CUDA kernel: CUDA is not available" in proc.stderr
+
+
+@pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,
+                    reason="fairseq_ext._C is not built (make install)")
+def test_part_a_table_with_cuda_faked_on_the_cpu(monkeypatch, capsys):
+    """Part (a)'s bookkeeping (bytes, bound, ratios, verdicts), run on the CPU kernel."""
+    def wall_ms(function, warmup, repeats):
+        for _ in range(warmup):
+            function()
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            function()
+            samples.append(1e3 * (time.perf_counter() - start))
+        return samples
+
+    inputs = bench_swishrnn.recurrence_inputs
+    monkeypatch.setattr(bench_swishrnn, "cuda_unavailable_reason", lambda: None)
+    monkeypatch.setattr(bench_swishrnn, "copy_bandwidth", lambda mib: 1e6)  # 1 MB/s
+    monkeypatch.setattr(bench_swishrnn, "cuda_time_ms", wall_ms)
+    monkeypatch.setattr(bench_swishrnn, "recurrence_inputs",
+                        lambda *args, device, **kw: inputs(*args, device="cpu", **kw))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "fake")
+    assert bench_swishrnn.main(["--part", "a", "--seq-len", "16", "--batch-size", "2,3",
+                                "--hidden", "8", "--steps", "1,2", "--dtype", "fp32,bf16",
+                                "--warmup", "1", "--rounds", "2"]) == 0
+    rows = re.findall(r"^\| (fp32|bf16) \| (\d+) \| (\d) \| ([\d.]+) \| ([\d.]+) \| (\d+)x \| "
+                      r"([\d.]+) \| (\d+)% \| (PASS|FAIL) \| (PASS|FAIL) \|$",
+                      capsys.readouterr().out, re.M)
+    assert [(r[0], int(r[1]), int(r[2])) for r in rows] == [
+        (dtype, b, k) for dtype in ("fp32", "bf16") for b in (2, 3) for k in (1, 2)]
+    for dtype, b, _, _, _, _, bound_ms, _, _, _ in rows:
+        size = 4 if dtype == "fp32" else 2
+        assert float(bound_ms) == pytest.approx(1e3 * 6 * 16 * int(b) * 8 * size / 1e6,
+                                                abs=5e-4)
