@@ -1,5 +1,7 @@
 """Recipe conventions, and the shell and YAML forms of each recipe agreeing (the demo runs: to
 the loss at every update)."""
+import fnmatch
+import math
 import os
 import re
 import shlex
@@ -8,7 +10,8 @@ import subprocess
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import REPO_ROOT, fairseq_cli, json_log_records, run_cli, train_with_hydra_recipe
+from conftest import (REPO_ROOT, TINY_HYDRA_OVERRIDES, TINY_SHELL_ENV, fairseq_cli,
+                      json_log_records, run_cli, train_with_hydra_recipe)
 
 SHELL_RECIPES = sorted(p for p in (REPO_ROOT / "recipes").rglob("*.sh") if p.parent.name != "lib")
 YAML_RECIPES = sorted((REPO_ROOT / "recipes/config").rglob("*.yaml"))
@@ -25,7 +28,13 @@ PAIRS = [
     ("3ml/baseline_24hbert.sh", "3ml/baseline_24hbert.yaml"),
     ("3ml/baseline_roberta.sh", "3ml/baseline_roberta.yaml"),
     ("3ml/demo.sh", "3ml/demo.yaml"),
+    ("swishrnn/pretrain.sh", "swishrnn/pretrain_base.yaml"),
+    ("swishrnn/pretrain.sh", "swishrnn/pretrain_large.yaml"),
+    ("swishrnn/demo.sh", "swishrnn/demo.yaml"),
 ]
+# The environment under which a shell recipe has its twin's values (by YAML), when not its own
+# defaults: pretrain.sh picks Table 3's large column from the arch.
+PAIR_ENV = {"swishrnn/pretrain_large.yaml": {"ARCH": "swishrnn_bert_large"}}
 
 # Shell variable -> where the same hyperparameter lives in the hydra YAML.
 SHELL_TO_YAML = {
@@ -53,6 +62,10 @@ SHELL_TO_YAML = {
     "SAVE_INTERVAL_UPDATES": ["checkpoint.save_interval_updates"],
     "NUM_WORKERS": ["dataset.num_workers"],
     "LR_POWER": ["lr_scheduler.power"],  # a recipe without it leaves fairseq's default (1.0)
+    # model flags (an empty default: the flag is not passed, and the YAML sets nothing)
+    "RAB_NUM_BUCKETS": ["model.rab_num_buckets"],
+    "RAB_MAX_DISTANCE": ["model.rab_max_distance"],
+    "SWISHRNN_STEP_SIZES": ["model.swishrnn_step_sizes"],
 }
 
 # fairseq-train flag -> the same setting in the hydra YAML (flags without a value: True).
@@ -77,16 +90,31 @@ FLAG_TO_YAML = {
     "--save-interval-updates": "checkpoint.save_interval_updates",
     "--keep-interval-updates": "checkpoint.keep_interval_updates",
     "--no-epoch-checkpoints": "checkpoint.no_epoch_checkpoints", "--cpu": "common.cpu",
+    "--rab-num-buckets": "model.rab_num_buckets", "--rab-max-distance": "model.rab_max_distance",
+    "--swishrnn-step-sizes": "model.swishrnn_step_sizes",
 }
 # YAML keys with no flag of their own: the data (a required override), and what differs by
 # form only (the plugin path, hydra's own settings, the log format).
 YAML_ONLY = ("hydra.", "task.data", "common.user_dir", "common.log_format")
 
 
-def shell_defaults(path):
-    """`NAME="${NAME:-default}"` assignments and `export NAME="${NAME:-default}"` of a recipe."""
-    pattern = re.compile(r'^(?:export\s+)?(\w+)="\$\{\1:-([^}]*)\}"', re.M)
-    return dict(pattern.findall(path.read_text()))
+# `NAME="${NAME:-default}"` or `export NAME=...`; the default may name other variables (`${ARCH}`).
+ASSIGNMENT = r'(?:export\s+)?(\w+)="\$\{\1:-((?:[^}$]|\$\{\w+\})*)\}"'
+# `if [[ "${ARCH}" == PATTERN [|| "${ARCH}" == PATTERN] ]]; then ASSIGNMENTS; fi`, on one
+# line or more: defaults that depend on the arch.
+ARCH_DEFAULTS = re.compile(
+    r'^if \[\[ ((?:"\$\{ARCH\}" == \S+(?: \|\| )?)+) \]\]; then(.*?)\bfi$', re.M | re.S)
+
+
+def shell_defaults(path, arch=None):
+    """The assignments of a recipe at the start of a line, and for ARCH=`arch` those of its
+    `if [[ "${ARCH}" == ... ]]` blocks, which come first in the script, so win."""
+    text = path.read_text()
+    defaults = dict(re.findall("^" + ASSIGNMENT, text, re.M))
+    for condition, body in ARCH_DEFAULTS.findall(text):
+        if arch and any(fnmatch.fnmatchcase(arch, p) for p in re.findall(r"== (\S+)", condition)):
+            defaults.update(re.findall(ASSIGNMENT, body))
+    return defaults
 
 
 def same_value(shell_value, yaml_value):
@@ -120,12 +148,19 @@ def wrapped_chain(recipe):
         chain.insert(0, chain[0].parent / match.group(1))
 
 
-def resolved_defaults(recipe):
-    """The environment defaults of a recipe and the recipes it wraps (a wrapper's own win), with
-    the derived ones computed: WARMUP_UPDATES (empty) = WARMUP_PROPORTION of TOTAL_UPDATES."""
+def resolved_defaults(recipe, env=None):
+    """The environment defaults of a recipe and the recipes it wraps (a wrapper's own win), under
+    `env` (which wins; its ARCH picks the arch-dependent defaults), with the derived ones
+    computed: `${VAR}` in a default, WARMUP_UPDATES (empty) = WARMUP_PROPORTION of TOTAL_UPDATES."""
+    env, chain = env or {}, wrapped_chain(recipe)
+    arch = env.get("ARCH") or next(
+        (shell_defaults(p)["ARCH"] for p in reversed(chain) if "ARCH" in shell_defaults(p)), None)
     defaults = {}
-    for path in wrapped_chain(recipe):  # later files (the wrappers) override the recipe they wrap
-        defaults.update(shell_defaults(path))
+    for path in chain:  # later files (the wrappers) override the recipe they wrap
+        defaults.update(shell_defaults(path, arch))
+    defaults.update(env)
+    for var, value in defaults.items():
+        defaults[var] = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], value)
     if defaults.get("WARMUP_UPDATES") == "":
         defaults["WARMUP_UPDATES"] = str(
             int(int(defaults["TOTAL_UPDATES"]) * float(defaults["WARMUP_PROPORTION"]) + 0.5))
@@ -134,11 +169,11 @@ def resolved_defaults(recipe):
 
 @pytest.mark.parametrize("shell, yaml", PAIRS, ids=[y for _, y in PAIRS])
 def test_shell_and_yaml_have_the_same_hyperparameters(shell, yaml):
-    defaults = resolved_defaults(REPO_ROOT / "recipes" / shell)
+    defaults = resolved_defaults(REPO_ROOT / "recipes" / shell, PAIR_ENV.get(yaml))
     cfg = OmegaConf.load(REPO_ROOT / "recipes/config" / yaml)
     for var, keys in SHELL_TO_YAML.items():
         for key in keys:
-            if var in defaults:
+            if defaults.get(var, "") != "":
                 assert same_value(defaults[var], OmegaConf.select(cfg, key)), (var, key)
             else:  # the YAML sets nothing the shell recipe leaves to fairseq
                 assert OmegaConf.select(cfg, key) is None, (var, key)
@@ -168,8 +203,8 @@ def dry_run(recipe, *args, **env):
     return argv, flags
 
 
-def yaml_leaves(cfg):
-    """Dotted keys of the YAML's values (list items as key.0)."""
+def yaml_values(cfg):
+    """{dotted key: value} of the YAML's values (list items as key.0; `???` as such)."""
     def walk(value, key):
         if isinstance(value, dict):
             for k, v in value.items():
@@ -178,24 +213,84 @@ def yaml_leaves(cfg):
             for j, v in enumerate(value):
                 yield from walk(v, f"{key}.{j}")
         else:
-            yield key
-    return set(walk(OmegaConf.to_container(cfg, resolve=False), ""))
+            yield key, value
+    return dict(walk(OmegaConf.to_container(cfg, resolve=False), ""))
+
+
+def yaml_leaves(cfg):
+    """Dotted keys of the YAML's values (list items as key.0)."""
+    return set(yaml_values(cfg))
+
+
+def assert_command_is_the_yaml(flags, cfg, flag_to_yaml, required=(), name="the YAML"):
+    """Each flag of a printed command has its value in the YAML (under one key or several), and
+    the YAML sets nothing else but YAML_ONLY keys; `required` keys are `???` in the YAML (the
+    overrides a user must give, e.g. the checkpoint to restore)."""
+    values = yaml_values(cfg)
+    flags = dict(flags)
+    flags.pop("--user-dir")
+    unknown = set(flags) - set(flag_to_yaml)
+    assert not unknown, f"add {unknown} to the flag -> YAML mapping"
+    covered = set()
+    for flag, value in flags.items():
+        keys = flag_to_yaml[flag]
+        for key in [keys] if isinstance(keys, str) else keys:
+            covered.add(key)
+            if key in required:
+                assert values.get(key) == "???", (flag, key)
+            else:
+                assert same_value(value, values.get(key)), (flag, value, key)
+    extra = {k for k in values if k not in covered and not k.startswith(YAML_ONLY)}
+    assert not extra, f"{name} sets {extra}, which the shell recipe does not pass"
 
 
 @pytest.mark.parametrize("shell, yaml", PAIRS, ids=[y for _, y in PAIRS])
 def test_printed_command_and_yaml_agree(shell, yaml):
     """What the shell recipe really runs on one GPU (derived values included: --update-freq,
     --warmup-updates) is, flag for flag, what the YAML sets, and the other way round."""
-    _, flags = dry_run(REPO_ROOT / "recipes" / shell)
+    _, flags = dry_run(REPO_ROOT / "recipes" / shell, **PAIR_ENV.get(yaml, {}))
     cfg = OmegaConf.load(REPO_ROOT / "recipes/config" / yaml)
-    flags.pop("--user-dir")
-    unknown = set(flags) - set(FLAG_TO_YAML)
-    assert not unknown, f"add {unknown} to FLAG_TO_YAML"
-    for flag, value in flags.items():
-        assert same_value(value, OmegaConf.select(cfg, FLAG_TO_YAML[flag])), (flag, value)
-    covered = {FLAG_TO_YAML[f] for f in flags}
-    extra = {k for k in yaml_leaves(cfg) if k not in covered and not k.startswith(YAML_ONLY)}
-    assert not extra, f"{yaml} sets {extra}, which the shell recipe does not pass"
+    assert_command_is_the_yaml(flags, cfg, FLAG_TO_YAML, name=yaml)
+
+
+# Fine-tuning recipes and their twins, with the environment that gives the twin's values.
+FINETUNE_PAIRS = [
+    ("swishrnn/finetune_glue.sh", "swishrnn/finetune_glue.yaml", {"TASK": "RTE"}),
+]
+FINETUNE_FLAG_TO_YAML = {
+    **FLAG_TO_YAML,
+    "--max-positions": ("model.max_positions", "task.max_positions"),
+    "--restore-file": "checkpoint.restore_file",
+    "--reset-optimizer": "checkpoint.reset_optimizer",
+    "--reset-dataloader": "checkpoint.reset_dataloader",
+    "--reset-meters": "checkpoint.reset_meters",
+    "--reset-lr-scheduler": "checkpoint.reset_lr_scheduler",
+    "--num-classes": "task.num_classes", "--init-token": "task.init_token",
+    "--separator-token": "task.separator_token", "--shorten-method": "task.shorten_method",
+    "--regression-target": "task.regression_target",
+    "--required-batch-size-multiple": "dataset.required_batch_size_multiple",
+    "--find-unused-parameters": "distributed_training.find_unused_parameters",
+    "--valid-subset": "dataset.valid_subset",
+    "--validate-interval": "dataset.validate_interval",
+    "--validate-interval-updates": "dataset.validate_interval_updates",
+    "--save-interval": "checkpoint.save_interval",
+    "--best-checkpoint-metric": "checkpoint.best_checkpoint_metric",
+    "--maximize-best-checkpoint-metric": "checkpoint.maximize_best_checkpoint_metric",
+    "--no-last-checkpoints": "checkpoint.no_last_checkpoints",
+    "--max-epoch": "optimization.max_epoch",
+}
+
+
+@pytest.mark.parametrize("shell, yaml, env", FINETUNE_PAIRS, ids=[y for _, y, _ in FINETUNE_PAIRS])
+def test_finetune_command_and_yaml_agree(shell, yaml, env, tmp_path):
+    """As test_printed_command_and_yaml_agree for a fine-tuning recipe (its checkpoint to restore
+    is the YAML's required override)."""
+    pretrained = tmp_path / "checkpoint_last.pt"
+    pretrained.touch()  # the recipe checks that it exists
+    _, flags = dry_run(REPO_ROOT / "recipes" / shell, PRETRAINED=str(pretrained), **env)
+    cfg = OmegaConf.load(REPO_ROOT / "recipes/config" / yaml)
+    assert_command_is_the_yaml(flags, cfg, FINETUNE_FLAG_TO_YAML,
+                               required=("checkpoint.restore_file",), name=yaml)
 
 
 def test_every_pretraining_recipe_has_a_checked_yaml_twin():
@@ -235,6 +330,114 @@ def test_longer_recipe_picks_its_updates_from_the_arch(arch, updates, warmup):
     assert flags["--warmup-updates"] == "7"
 
 
+@pytest.mark.parametrize("arch, batch, lr", [
+    ("swishrnn_bert_base", 1024, "0.0003"), ("swishrnn_bert_large", 4096, "0.0002"),
+    ("bert_rab_base", 1024, "0.0003"), ("bert_orig_large", 4096, "0.0002"),
+])
+def test_swishrnn_pretraining_follows_table_3(arch, batch, lr):
+    """Lei et al., Table 3: batch 1024 / lr 3e-4 (base), 4096 / 2e-4 (large); both 20K warmup
+    updates, 300K updates, linear decay, Adam (0.9, 0.98), wd 0.01, dropout 0.1, 512 tokens, 15%
+    masking (80/10/10); the model flags of each arch only; the effective batch on 16 GPUs."""
+    gpus = 16
+    _, flags = dry_run(REPO_ROOT / "recipes/swishrnn/pretrain.sh", ARCH=arch, NUM_GPUS=str(gpus))
+    assert int(flags["--batch-size"]) * int(flags["--update-freq"]) * gpus == batch
+    expected = {
+        "--arch": arch, "--task": "masked_lm", "--criterion": "masked_lm_flops", "--lr": lr,
+        "--warmup-updates": "20000", "--max-update": "300000", "--total-num-update": "300000",
+        "--lr-scheduler": "polynomial_decay", "--power": "1", "--adam-betas": "(0.9,0.98)",
+        "--adam-eps": "1e-06", "--weight-decay": "0.01", "--dropout": "0.1",
+        "--attention-dropout": "0.1", "--tokens-per-sample": "512", "--max-positions": "512",
+        "--mask-prob": "0.15", "--leave-unmasked-prob": "0.1", "--random-token-prob": "0.1",
+        "--save-dir": f"checkpoints/swishrnn/{arch}",
+    }
+    assert {f: flags.get(f) for f in expected} == expected
+    relative_bias = not arch.startswith("bert_orig")
+    assert (flags.get("--rab-num-buckets"), flags.get("--rab-max-distance")) == (
+        ("32", "128") if relative_bias else (None, None))
+    assert flags.get("--swishrnn-step-sizes") == ("1,2,4" if arch.startswith("swishrnn") else None)
+    # the environment wins over the arch's defaults
+    _, flags = dry_run(REPO_ROOT / "recipes/swishrnn/pretrain.sh", ARCH=arch, BATCH_SIZE="32",
+                       PEAK_LR="0.001")
+    assert (flags["--update-freq"], flags["--lr"]) == ("2", "0.001")
+
+
+@pytest.mark.parametrize("task, updates, classes, metric", [
+    ("MNLI", 200000, 3, "accuracy"), ("mrpc", 20000, 2, "acc_and_f1"),
+    ("boolq", 50000, 2, "accuracy"), ("MultiRC", 50000, 2, "f1"),
+    ("STS-B", 30000, 1, "pearson_and_spearman"),
+])
+def test_swishrnn_finetuning_follows_table_4(task, updates, classes, metric, tmp_path):
+    """Lei et al., App. B: batch 32, Adam without weight decay, a fixed lr of the grid after
+    1000 warmup updates, Table 4's updates for the task, evaluation (and the best checkpoint by
+    the task's metric) every 1000 updates; the pre-training checkpoint restored with fresh
+    optimizer, schedule, data loader and meters, into the pre-training arch."""
+    pretrained = tmp_path / "checkpoint_last.pt"
+    pretrained.touch()
+    recipe = REPO_ROOT / "recipes/swishrnn/finetune_glue.sh"
+    _, flags = dry_run(recipe, TASK=task, PRETRAINED=str(pretrained), NUM_GPUS="2")
+    assert int(flags["--batch-size"]) * int(flags["--update-freq"]) * 2 == 32
+    expected = {
+        "--task": "sentence_prediction", "--criterion": "sentence_prediction",
+        "--max-update": str(updates), "--num-classes": str(classes), "--lr": "1e-05",
+        "--lr-scheduler": "fixed", "--warmup-updates": "1000", "--weight-decay": "0.0",
+        "--optimizer": "fused_adamw", "--validate-interval-updates": "1000",
+        "--save-interval-updates": "1000", "--best-checkpoint-metric": metric,
+        "--maximize-best-checkpoint-metric": True, "--restore-file": str(pretrained),
+        "--reset-optimizer": True, "--reset-dataloader": True, "--reset-meters": True,
+        "--reset-lr-scheduler": True, "--arch": "swishrnn_bert_base", "--max-positions": "512",
+        "--swishrnn-step-sizes": "1,2,4", "--rab-num-buckets": "32", "--rab-max-distance": "128",
+    }
+    assert {f: flags.get(f) for f in expected} == expected
+    assert "--total-num-update" not in flags and "--max-epoch" not in flags
+    assert ("--regression-target" in flags) == (classes == 1)
+    # a baseline: its arch, without the SwishRNN / relative-bias flags
+    _, flags = dry_run(recipe, TASK=task, PRETRAINED=str(pretrained), ARCH="bert_orig_base",
+                       LR="2e-06", SEED="3")
+    assert flags["--arch"] == "bert_orig_base" and flags["--lr"] == "2e-06"
+    assert not {"--swishrnn-step-sizes", "--rab-num-buckets", "--rab-max-distance"} & set(flags)
+    assert flags["--save-dir"].startswith("checkpoints/glue/bert_orig_base/")
+    assert flags["--save-dir"].endswith("/lr2e-06_seed3")
+
+
+def test_swishrnn_finetuning_rejects_unknown_task_and_missing_checkpoint(tmp_path):
+    recipe = REPO_ROOT / "recipes/swishrnn/finetune_glue.sh"
+    env = {"PATH": os.environ["PATH"], "DRY_RUN": "1", "DATA": "DATA", "NUM_GPUS": "1"}
+    proc = subprocess.run(["bash", str(recipe)], capture_output=True, text=True,
+                          env=dict(env, TASK="WNLI", PRETRAINED=str(recipe)))
+    assert proc.returncode == 2 and "BoolQ" in proc.stderr and "MultiRC" in proc.stderr
+    proc = subprocess.run(["bash", str(recipe)], capture_output=True, text=True,
+                          env=dict(env, TASK="RTE", PRETRAINED=str(tmp_path / "none.pt")))
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+def test_swishrnn_finetuning_grid(tmp_path):
+    """The paper's grid: lr {1e-5, 5e-6, 3e-6, 2e-6} x 3 seeds, one save dir each; a dry run
+    only prints the commands (and creates nothing)."""
+    pretrained = tmp_path / "checkpoint_last.pt"
+    pretrained.touch()
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "recipes/swishrnn/finetune_glue_grid.sh")], cwd=work,
+        capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "DRY_RUN": "1", "DATA": "DATA", "NUM_GPUS": "1",
+             "TASK": "cola", "PRETRAINED": str(pretrained)})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "12 runs" and len(lines) == 13
+    points = set()
+    for line in lines[:-1]:
+        argv = shlex.split(line[2:])
+        flag = {a: b for a, b in zip(argv, argv[1:]) if a.startswith("--")}
+        assert flag["--max-update"] == "50000" and flag["--best-checkpoint-metric"] == "mcc"
+        assert argv[-2:] == ["--log-format", "json"]
+        points.add((flag["--lr"], flag["--seed"], flag["--save-dir"]))
+    assert {(lr, seed) for lr, seed, _ in points} == {
+        (lr, seed) for lr in ("1e-05", "5e-06", "3e-06", "2e-06") for seed in "123"}
+    assert len({d for _, _, d in points}) == 12
+    assert not any(work.iterdir())
+
+
 def test_update_freq_of_a_recipe_follows_the_gpus():
     """The effective batch stays the paper's 4096: 32 per GPU x 16 GPUs x 8 updates, or
     32 x 8 GPUs x 2 nodes x 8."""
@@ -257,6 +460,17 @@ def test_pretraining_recipes_do_not_use_the_cross_entropy_criterion(recipe):
             criterion = criterion.get("_name")
     assert task == "masked_lm"
     assert criterion not in (None, "cross_entropy")
+
+
+def hydra_demo(config_dir, data, save_dir, overrides=()):
+    """fairseq-hydra-train on a demo YAML (json log, no progress bar) with `overrides`."""
+    return run_cli(
+        [fairseq_cli("fairseq-hydra-train"), "--config-dir", REPO_ROOT / "recipes/config" /
+         config_dir, "--config-name", "demo", f"task.data={data}",
+         f"checkpoint.save_dir={save_dir}", "common.log_format=json",
+         "common.no_progress_bar=true", *overrides],
+        cwd=REPO_ROOT,
+    )
 
 
 def test_shell_and_yaml_demo_give_the_same_losses(tiny_data_bin, tmp_path):
@@ -294,15 +508,9 @@ def test_shell_and_yaml_3ml_demo_give_the_same_losses(tiny_data_bin, tmp_path):
         env={"DATA": str(tiny_data_bin), "SAVE_DIR": str(tmp_path / "shell"),
              "TOTAL_UPDATES": str(updates), "LOG_INTERVAL": "1"},
     )
-    hydra = run_cli(
-        [fairseq_cli("fairseq-hydra-train"), "--config-dir", REPO_ROOT / "recipes/config/3ml",
-         "--config-name", "demo", f"task.data={tiny_data_bin}",
-         f"checkpoint.save_dir={tmp_path / 'hydra'}", "common.log_format=json",
-         "common.no_progress_bar=true", "checkpoint.no_save=true",
-         f"optimization.max_update={updates}",
-         f"lr_scheduler.total_num_update={updates}", "common.log_interval=1"],
-        cwd=REPO_ROOT,
-    )
+    hydra = hydra_demo("3ml", tiny_data_bin, tmp_path / "hydra", [
+        "checkpoint.no_save=true", f"optimization.max_update={updates}",
+        f"lr_scheduler.total_num_update={updates}", "common.log_interval=1"])
     assert shell.stdout.startswith("+ ") and "--arch 3ml_self_small" in shell.stdout.splitlines()[0]
     keys = ("loss", "loss_mask", "loss_replaced", "loss_unchanged")
 
@@ -313,6 +521,57 @@ def test_shell_and_yaml_3ml_demo_give_the_same_losses(tiny_data_bin, tmp_path):
     shell_losses, hydra_losses = losses(shell), losses(hydra)
     assert sorted(shell_losses) == list(range(1, updates + 1))
     assert shell_losses == hydra_losses
+
+
+# The SwishRNN demo at tiny size (conftest's TINY_SHELL_ENV, swishrnn_bert_tiny), a few updates.
+SWISHRNN_UPDATES = 4
+SWISHRNN_TINY_ENV = dict(TINY_SHELL_ENV, ARCH="swishrnn_bert_tiny",
+                         TOTAL_UPDATES=str(SWISHRNN_UPDATES), LOG_INTERVAL="1")
+SWISHRNN_KEYS = ("loss", "loss_mask", "loss_replaced", "loss_unchanged", "pflops")
+
+
+def per_update(proc, keys=SWISHRNN_KEYS):
+    return {int(r["num_updates"]): tuple(r.get(k) for k in keys)
+            for r in json_log_records(proc.stdout + proc.stderr) if "loss" in r}
+
+
+@pytest.fixture(scope="module")
+def swishrnn_demo_shell(tiny_data_bin, tmp_path_factory):
+    """recipes/swishrnn/demo.sh, tiny, run for real (fairseq-train)."""
+    return run_cli(
+        [REPO_ROOT / "recipes/swishrnn/demo.sh", "--log-format", "json", "--no-progress-bar",
+         "--no-save"],
+        env=dict(SWISHRNN_TINY_ENV, DATA=str(tiny_data_bin),
+                 SAVE_DIR=str(tmp_path_factory.mktemp("swishrnn_demo"))),
+    )
+
+
+def test_swishrnn_demo_trains(swishrnn_demo_shell):
+    """The SwishRNN-BERT demo trains: a finite loss at every update and its training FLOPs."""
+    first_line = swishrnn_demo_shell.stdout.splitlines()[0]
+    assert first_line.startswith("+ ") and "fairseq-train" in first_line
+    argv = shlex.split(first_line[2:])
+    flags = {a: b for a, b in zip(argv, argv[1:]) if a.startswith("--")}
+    assert (flags["--arch"], flags["--swishrnn-step-sizes"], flags["--criterion"]) == (
+        "swishrnn_bert_tiny", "1,2,4", "masked_lm_flops")
+    records = per_update(swishrnn_demo_shell)
+    assert sorted(records) == list(range(1, SWISHRNN_UPDATES + 1))
+    for loss, *_, pflops in records.values():
+        assert math.isfinite(float(loss)) and float(pflops) > 0
+
+
+def test_shell_and_yaml_swishrnn_demo_give_the_same_losses(swishrnn_demo_shell, tiny_data_bin,
+                                                            tmp_path):
+    """The same tiny run through fairseq-hydra-train on recipes/config/swishrnn/demo.yaml, same
+    seed: the same loss, per-category losses and FLOPs at every update."""
+    replaced = ("model._name=", "optimization.max_update=", "lr_scheduler.total_num_update=",
+                "common.log_interval=")
+    sizes = [o for o in TINY_HYDRA_OVERRIDES if not o.startswith(replaced)]
+    hydra = hydra_demo("swishrnn", tiny_data_bin, tmp_path, [
+        "model._name=swishrnn_bert_tiny", *sizes, "checkpoint.no_save=true",
+        f"optimization.max_update={SWISHRNN_UPDATES}",
+        f"lr_scheduler.total_num_update={SWISHRNN_UPDATES}", "common.log_interval=1"])
+    assert per_update(hydra) == per_update(swishrnn_demo_shell)
 
 
 def test_recipe_prints_the_full_command_first(shell_trained):

@@ -132,15 +132,7 @@ cmd=(
   --seed "${SEED}" --num-workers "${NUM_WORKERS}" --log-interval "${LOG_INTERVAL}"
   --save-dir "${SAVE_DIR}" --no-epoch-checkpoints --no-last-checkpoints
 )
-if [[ "${TASK}" == STS-B ]]; then cmd+=(--regression-target); fi
-case "${BEST_METRIC}" in  # the GLUE metrics are computed on the valid set only when asked for
-  mcc) cmd+=(--report-mcc) ;;
-  acc_and_f1|f1) cmd+=(--report-acc-and-f1) ;;
-  pearson_and_spearman|pearson|spearman) cmd+=(--report-pearson-and-spearman) ;;
-esac
-if [[ "${BEST_METRIC}" != loss && "${BEST_METRIC}" != nll_loss ]]; then
-  cmd+=(--maximize-best-checkpoint-metric)
-fi
+add_sentence_prediction_metric_flags cmd "${TASK}" "${BEST_METRIC}"
 if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
 if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
 

@@ -101,3 +101,32 @@ glue_task_name() {
        return 2 ;;
   esac
 }
+
+# glue_superglue_task_name NAME: glue_task_name, plus SuperGLUE's BoolQ and MultiRC (the ten
+# fine-tuning tasks of Lei et al.'s recipes/swishrnn/); an unknown name is an error.
+glue_superglue_task_name() {
+  case "${1^^}" in
+    BOOLQ) echo BoolQ ;; MULTIRC) echo MultiRC ;;
+    *) glue_task_name "$1" 2>/dev/null && return 0
+       echo "error: unknown TASK=$1; one of BoolQ CoLA MNLI MRPC MultiRC QNLI QQP RTE SST-2 STS-B" >&2
+       return 2 ;;
+  esac
+}
+
+# add_sentence_prediction_metric_flags ARRAY TASK METRIC: append to the array named ARRAY the
+# flags fairseq's sentence_prediction needs for TASK's METRIC: --regression-target (STS-B), the
+# --report-* flag that makes it compute METRIC on the valid set, and
+# --maximize-best-checkpoint-metric unless METRIC is a loss.
+add_sentence_prediction_metric_flags() {
+  local -n flags="$1"
+  local task="$2" metric="$3"
+  if [[ "${task}" == STS-B ]]; then flags+=(--regression-target); fi
+  case "${metric}" in
+    mcc) flags+=(--report-mcc) ;;
+    acc_and_f1|f1) flags+=(--report-acc-and-f1) ;;
+    pearson_and_spearman|pearson|spearman) flags+=(--report-pearson-and-spearman) ;;
+  esac
+  if [[ "${metric}" != loss && "${metric}" != nll_loss ]]; then
+    flags+=(--maximize-best-checkpoint-metric)
+  fi
+}
