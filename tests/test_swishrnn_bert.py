@@ -303,3 +303,33 @@ def test_trains_logs_flops_and_validates(tiny_data_bin, tmp_path, arch, model_fl
         assert saved.swishrnn_step_sizes == "2,1"
     else:
         assert saved.rab_shared_across_layers is True
+
+
+def test_layer_compiles_fullgraph_and_model_compiles():
+    """Our layer (relative-bias attention + SwishRNN op) compiles without a graph break; the
+    whole model compiles too (fairseq's encoder loop itself breaks the graph on `.any()`)."""
+    model, task = build("swishrnn_bert_tiny")
+    model.eval()
+    layer = model.encoder.sentence_encoder.layers[1]  # step size 2
+    x, pad = padded_input([9, 5], 64, seed=6)
+    compiled_layer = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled_layer(x, encoder_padding_mask=pad),
+                                   layer(x, encoder_padding_mask=pad))
+        tokens = torch.randint(5, 59, (3, 20))
+        tokens[1, 14:] = task.source_dictionary.pad()
+        compiled = torch.compile(model, backend="aot_eager")
+        torch.testing.assert_close(compiled(tokens, features_only=True)[0],
+                                   model(tokens, features_only=True)[0])
+
+
+def test_classification_head_for_fine_tuning():
+    """fairseq's sentence_prediction registers a head on the model and calls it by name."""
+    model, _ = build("swishrnn_bert_tiny")
+    model.eval()
+    model.register_classification_head("sentence_classification_head", num_classes=3)
+    tokens = torch.randint(5, 59, (2, 11))
+    logits, _ = model(tokens, classification_head_name="sentence_classification_head")
+    features = model(tokens, features_only=True)[0]
+    head = model.classification_heads["sentence_classification_head"]
+    torch.testing.assert_close(logits, head(features))
