@@ -8,30 +8,22 @@ formulas; the backward pass counts the products for input and weight gradients (
 The batch is corrupted with exact counts (``round(m L)`` corrupted positions per sequence, of
 which ``round(f m L)`` become ``<mask>``), and the analytic count is evaluated at those lengths.
 """
-import argparse
 from typing import Dict, Tuple
 
 import torch
 import torch.nn.functional as F
-from fairseq.data import Dictionary
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from torch.utils.flop_counter import FlopCounterMode
 
 from fairseq_ext import flops
+from fairseq_ext.models.building import MaskedLmTaskStub, build_arch
 
 
-class _MaskedLmTaskStub:
-    """The parts of fairseq's masked_lm task that model construction reads."""
-
-    def __init__(self, vocab_size: int, mask_prob: float, mask_fraction: float):
-        dictionary = Dictionary()
-        for i in range(vocab_size - len(dictionary) - 1):
-            dictionary.add_symbol(f"w{i}")
-        self.mask_idx = dictionary.add_symbol("<mask>")
-        self.source_dictionary = self.target_dictionary = dictionary
-        other = (1.0 - mask_fraction) / 2
-        self.cfg = argparse.Namespace(mask_prob=mask_prob, leave_unmasked_prob=other,
-                                      random_token_prob=other)
+def masked_lm_task(vocab_size: int, mask_prob: float, mask_fraction: float) -> MaskedLmTaskStub:
+    """A task stub whose corrupted tokens are ``mask_fraction`` ``<mask>``, the rest split
+    evenly between random and unchanged tokens."""
+    other = (1.0 - mask_fraction) / 2
+    return MaskedLmTaskStub(vocab_size, mask_prob, leave_unmasked_prob=other,
+                            random_token_prob=other)
 
 
 def corrupted_batch(task, batch_size: int, length: int, mask_prob: float, mask_fraction: float,
@@ -58,11 +50,8 @@ def measure_training_flops(arch: str, spec: flops.ModelSpec, length: int, mask_p
                            vocab_size: int, mask_fraction: float, overrides: Dict,
                            batch_size: int = 1, seed: int = 0) -> Tuple[float, float]:
     """(measured, analytic) training FLOPs per sequence of one forward+backward of ``arch``."""
-    task = _MaskedLmTaskStub(vocab_size, mask_prob, mask_fraction)
-    args = argparse.Namespace(arch=arch, max_positions=length, tokens_per_sample=length,
-                              **{k: v for k, v in overrides.items() if v is not None})
-    ARCH_CONFIG_REGISTRY[arch](args)
-    model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    task = masked_lm_task(vocab_size, mask_prob, mask_fraction)
+    model = build_arch(arch, task, length, **overrides)
     generator = torch.Generator().manual_seed(seed)
     src, target, corrupted, n_mask = corrupted_batch(task, batch_size, length, mask_prob,
                                                      mask_fraction, generator)

@@ -7,9 +7,9 @@ counterpart: the median time of one update (forward, backward, ``AdamW(fused=Tru
 each model at the same batch size and sequence length, and reports
 ``speedup = time(RoBERTa, 15%) / time(model, mask rate)``.
 
-* Models are built as ``fairseq-train`` builds them (``ARCH_CONFIG_REGISTRY[arch](args)`` then
-  ``ARCH_MODEL_REGISTRY[arch].build_model(args, task)``) with fairseq's ``masked_lm`` task over a
-  dictionary of ``--vocab-size`` symbols, ``<mask>`` included (50265 like RoBERTa's).
+* Models are built as ``fairseq-train`` builds them (``fairseq_ext.models.building.build_arch``)
+  with fairseq's ``masked_lm`` task over a dictionary of ``--vocab-size`` symbols, ``<mask>``
+  included (50265 like RoBERTa's).
 * Batches are random token blocks (``<s>`` + ``seq_len - 1`` tokens, no padding, as
   ``--sample-break-mode none`` makes them) corrupted by fairseq's own ``MaskTokensDataset``
   (``mask_prob`` = the mask rate, 80/10/10 [MASK]/random/unchanged), built before timing.
@@ -62,11 +62,11 @@ if str(REPO_ROOT) not in sys.path:  # runnable from a checkout without `pip inst
 import fairseq  # noqa: E402
 from fairseq.criterions.masked_lm import MaskedLmConfig  # noqa: E402
 from fairseq.data import Dictionary, ListDataset, MaskTokensDataset, data_utils  # noqa: E402
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask  # noqa: E402
 
 import fairseq_ext  # noqa: E402,F401  (registers the archs and the criterion)
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss  # noqa: E402
+from fairseq_ext.models.building import build_arch  # noqa: E402
 
 MODELS = ("roberta", "3ml-self", "3ml-cross")
 BASELINE_RATE = 0.15
@@ -100,10 +100,8 @@ def build_task(vocab_size: int, seq_len: int, seed: int) -> MaskedLMTask:
 
 def build_model(arch: str, task: MaskedLMTask, seq_len: int, seed: int) -> torch.nn.Module:
     """The model as ``fairseq-train --arch ARCH --tokens-per-sample SEQ_LEN`` builds it."""
-    args = argparse.Namespace(arch=arch, max_positions=seq_len, tokens_per_sample=seq_len)
-    ARCH_CONFIG_REGISTRY[arch](args)
     torch.manual_seed(seed)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    return build_arch(arch, task, seq_len)
 
 
 def corrupted_batches(task: MaskedLMTask, mask_rate: float, seq_len: int, batch_size: int,

@@ -248,13 +248,11 @@ class StepRunner:
 
     def __init__(self, arch: str, task, seq_len: int, device: torch.device, dtype: torch.dtype,
                  seed: int):
-        from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+        from fairseq_ext.models.building import build_arch
 
-        args = argparse.Namespace(arch=arch, max_positions=seq_len, tokens_per_sample=seq_len)
-        ARCH_CONFIG_REGISTRY[arch](args)
         torch.manual_seed(seed)
         self.arch = arch
-        self.model = ARCH_MODEL_REGISTRY[arch].build_model(args, task).to(device).train()
+        self.model = build_arch(arch, task, seq_len).to(device).train()
         self.parameters = sum(p.numel() for p in self.model.parameters())
         self.device = device
         self.optimizer = torch.optim.AdamW(
@@ -283,7 +281,7 @@ class StepRunner:
 
 
 def part_c(args) -> int:
-    from fairseq_ext.flops_measure import _MaskedLmTaskStub, corrupted_batch
+    from fairseq_ext.flops_measure import corrupted_batch, masked_lm_task
 
     if len(args.batch_size) != 1 or len(args.dtype) != 1:
         raise SystemExit("error: --part c takes one --batch-size and one --dtype")
@@ -300,7 +298,7 @@ def part_c(args) -> int:
               f"(kernels for: {', '.join(swish_rnn.NATIVE_OP_DEVICES) or 'none'}); "
               f"swishrnn_bert would run the pure-PyTorch reference", file=sys.stderr)
         return 2
-    task = _MaskedLmTaskStub(args.vocab_size, MASK_PROB, MASK_FRACTION)
+    task = masked_lm_task(args.vocab_size, MASK_PROB, MASK_FRACTION)
     src, target, _, _ = corrupted_batch(task, batch_size, args.seq_len, MASK_PROB, MASK_FRACTION,
                                         torch.Generator().manual_seed(args.seed))
     masked = target.ne(task.source_dictionary.pad())

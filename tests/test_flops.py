@@ -13,34 +13,20 @@ import torch
 from fairseq import metrics
 from fairseq.criterions.masked_lm import MaskedLmConfig
 from fairseq.data import Dictionary
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 import fairseq_ext  # noqa: F401  (registers archs and criteria)
 from fairseq_ext import flops
 from fairseq_ext.criterions import masked_lm_flops as criterion_module
 from fairseq_ext.criterions.masked_lm_flops import MaskedLmFlopsLoss
 from fairseq_ext.flops import ModelSpec, NoFlopsFormula, Stack
+from fairseq_ext.models.building import MaskedLmTaskStub, build_arch
 from conftest import BIN_DIR, REPO_ROOT, USER_DIR, fairseq_cli, json_log_records
 
 V = flops.ROBERTA_VOCAB_SIZE
 
 
-class FakeMaskedLmTask:
-    """What model construction and the criterion read from fairseq's masked_lm task."""
-
-    def __init__(self, vocab_size):
-        d = Dictionary()
-        for i in range(vocab_size - len(d) - 1):
-            d.add_symbol(f"w{i}")
-        self.mask_idx = d.add_symbol("<mask>")
-        self.source_dictionary = self.target_dictionary = self.dictionary = d
-        self.cfg = argparse.Namespace(mask_prob=0.4, leave_unmasked_prob=0.1, random_token_prob=0.1)
-
-
 def build_model(arch, task):
-    args = argparse.Namespace(arch=arch, max_positions=64, tokens_per_sample=64)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    return build_arch(arch, task, 64)
 
 
 # --- 1. building blocks, counted by hand ----------------------------------------------------------
@@ -314,7 +300,7 @@ def test_arch_without_formula_is_an_error_never_zero(capsys, arch, model):
 
 
 def test_criterion_stops_on_an_arch_without_formula():
-    task = FakeMaskedLmTask(60)
+    task = MaskedLmTaskStub(60, mask_prob=0.4)
     criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
 
     class Model:
@@ -370,7 +356,7 @@ def flops_from_shapes(arch, spec, sample, task):
 
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny", "roberta_tiny"])
 def test_criterion_flops_come_from_the_batch_shapes(arch):
-    task = FakeMaskedLmTask(60)
+    task = MaskedLmTaskStub(60, mask_prob=0.4)
     model = build_model(arch, task).train()
     criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
     spec = flops.spec_for_arch(arch)
@@ -393,7 +379,7 @@ def test_criterion_flops_come_from_the_batch_shapes(arch):
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
 def test_criterion_uses_the_models_encoder_padded_length(arch, monkeypatch):
     """The model's ``extra['encoder_padded_length']`` is the length counted (not the input's)."""
-    task = FakeMaskedLmTask(60)
+    task = MaskedLmTaskStub(60, mask_prob=0.4)
     model = build_model(arch, task).train()
     criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
     sample = hand_made_sample(task, [3, 2, 1])
@@ -432,7 +418,7 @@ def fresh_metrics():
 
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "roberta_tiny"])
 def test_validation_counts_no_training_flops(arch, fresh_metrics):
-    task = FakeMaskedLmTask(60)
+    task = MaskedLmTaskStub(60, mask_prob=0.4)
     model = build_model(arch, task).eval()
     criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
     with torch.no_grad():

@@ -8,28 +8,23 @@ import re
 
 import pytest
 import torch
-import torch.nn.functional as F
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.modules import MultiheadAttention
 
 import fairseq_ext  # noqa: F401  (registers the archs)
 from fairseq_ext import flops
-from fairseq_ext.flops_measure import _MaskedLmTaskStub
+from fairseq_ext.models.building import MaskedLmTaskStub, build_arch
 from fairseq_ext.models.swishrnn_bert import matched_hidden_dim, parse_step_sizes
 from fairseq_ext.modules.relative_attention import (
     RelativeBiasSelfAttention,
     relative_position_bucket,
 )
-from fairseq_ext.modules.swish_rnn import SwishRNN
 
 from conftest import fairseq_cli, json_log_records, run_cli, USER_DIR
 
 def build(arch, vocab_size=60, max_positions=64, **overrides):
-    task = _MaskedLmTaskStub(vocab_size, 0.15, 0.8)
-    args = argparse.Namespace(arch=arch, max_positions=max_positions,
-                              tokens_per_sample=max_positions, **overrides)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task), task
+    task = MaskedLmTaskStub(vocab_size)
+    return build_arch(arch, task, max_positions, **overrides), task
 
 
 def count(model):

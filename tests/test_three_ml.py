@@ -5,32 +5,15 @@ import argparse
 import pytest
 import torch
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
-from fairseq.data import Dictionary
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.models import ARCH_CONFIG_REGISTRY
 
 import fairseq_ext  # noqa: F401  (registers the archs)
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss
-
-
-class FakeMaskedLmTask:
-    """What 3ML's build_model and the criterion read from fairseq's masked_lm task."""
-
-    def __init__(self, vocab_size, mask_prob=0.15, leave_unmasked_prob=0.1,
-                 random_token_prob=0.1, with_mask=True):
-        d = Dictionary()
-        for i in range(vocab_size - len(d) - int(with_mask)):
-            d.add_symbol(f"w{i}")
-        if with_mask:
-            self.mask_idx = d.add_symbol("<mask>")
-        self.source_dictionary = self.target_dictionary = self.dictionary = d
-        self.cfg = argparse.Namespace(mask_prob=mask_prob, leave_unmasked_prob=leave_unmasked_prob,
-                                      random_token_prob=random_token_prob)
+from fairseq_ext.models.building import MaskedLmTaskStub, build_arch
 
 
 def build(arch, task, **overrides):
-    args = argparse.Namespace(arch=arch, max_positions=64, tokens_per_sample=64, **overrides)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    return build_arch(arch, task, 64, **overrides)
 
 
 @pytest.mark.parametrize("arch, millions", [
@@ -38,10 +21,7 @@ def build(arch, task, **overrides):
 ])
 def test_parameter_counts_match_table_3(arch, millions):
     """Table 3: RoBERTa's 50,265-symbol BPE dictionary and 512 positions."""
-    task = FakeMaskedLmTask(50265)
-    args = argparse.Namespace(arch=arch, max_positions=512, tokens_per_sample=512)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    model = build_arch(arch, MaskedLmTaskStub(50265), 512)
     assert sum(p.numel() for p in model.parameters()) / 1e6 == pytest.approx(millions, abs=1.0)
 
 
@@ -121,7 +101,7 @@ def per_row_reference(model, src, predict):
 
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
 def test_batched_forward_equals_per_row_reference(arch):
-    task = FakeMaskedLmTask(60)
+    task = MaskedLmTaskStub(60)
     model = build(arch, task).eval()
     d = task.source_dictionary
     g = torch.Generator().manual_seed(0)
@@ -141,7 +121,7 @@ def test_batched_forward_equals_per_row_reference(arch):
 
 
 def test_positioned_encoder_equals_fairseq_encoder_on_unmasked_input():
-    task = FakeMaskedLmTask(60)
+    task = MaskedLmTaskStub(60)
     model = build("3ml_self_tiny", task).eval()
     encoder = model.encoder.sentence_encoder
     src = torch.randint(4, task.mask_idx, (3, 12))
@@ -156,7 +136,7 @@ def test_positioned_encoder_equals_fairseq_encoder_on_unmasked_input():
 
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
 def test_fully_masked_and_unmasked_rows_train_without_nan(arch):
-    task = FakeMaskedLmTask(60)
+    task = MaskedLmTaskStub(60)
     model = build(arch, task).train()
     pad, mask_idx = task.source_dictionary.pad(), task.mask_idx
     tokens = torch.randint(4, mask_idx, (3, 10))
@@ -181,13 +161,8 @@ def test_fully_masked_and_unmasked_rows_train_without_nan(arch):
 
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny", "roberta_tiny"])
 def test_category_criterion_matches_fairseq_masked_lm(arch):
-    task = FakeMaskedLmTask(60)
-    if arch == "roberta_tiny":
-        args = argparse.Namespace(arch=arch, max_positions=64, tokens_per_sample=64)
-        ARCH_CONFIG_REGISTRY[arch](args)
-        model = ARCH_MODEL_REGISTRY[arch].build_model(args, task).eval()
-    else:
-        model = build(arch, task).eval()
+    task = MaskedLmTaskStub(60)
+    model = build(arch, task).eval()
     g = torch.Generator().manual_seed(1)
     d = task.source_dictionary
     src, target = corrupt(torch.randint(4, task.mask_idx, (4, 20), generator=g), [20, 15, 12, 20],
@@ -213,4 +188,4 @@ def test_category_criterion_matches_fairseq_masked_lm(arch):
 ])
 def test_bad_config_gets_a_clear_error(task_kwargs, overrides, message):
     with pytest.raises(ValueError, match=message):
-        build("3ml_self_tiny", FakeMaskedLmTask(60, **task_kwargs), **overrides)
+        build("3ml_self_tiny", MaskedLmTaskStub(60, **task_kwargs), **overrides)
