@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from fairseq_ext import flops
-from fairseq_ext.models.building import MaskedLmTaskStub, build_arch
+from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 
 
 def masked_lm_task(vocab_size: int, mask_prob: float, mask_fraction: float) -> MaskedLmTaskStub:
