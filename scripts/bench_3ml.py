@@ -7,7 +7,7 @@ counterpart: the median time of one update (forward, backward, ``AdamW(fused=Tru
 each model at the same batch size and sequence length, and reports
 ``speedup = time(RoBERTa, 15%) / time(model, mask rate)``.
 
-* Models are built as ``fairseq-train`` builds them (``fairseq_ext.models.building.build_arch``)
+* Models are built as ``fairseq-train`` builds them (``fairseq_ext.model_building.build_arch``)
   with fairseq's ``masked_lm`` task over a dictionary of ``--vocab-size`` symbols, ``<mask>``
   included (50265 like RoBERTa's).
 * Batches are random token blocks (``<s>`` + ``seq_len - 1`` tokens, no padding, as
@@ -66,7 +66,7 @@ from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask  # noqa: E402
 
 import fairseq_ext  # noqa: E402,F401  (registers the archs and the criterion)
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss  # noqa: E402
-from fairseq_ext.models.building import build_arch  # noqa: E402
+from fairseq_ext.model_building import build_arch  # noqa: E402
 
 MODELS = ("roberta", "3ml-self", "3ml-cross")
 BASELINE_RATE = 0.15

@@ -248,7 +248,7 @@ class StepRunner:
 
     def __init__(self, arch: str, task, seq_len: int, device: torch.device, dtype: torch.dtype,
                  seed: int):
-        from fairseq_ext.models.building import build_arch
+        from fairseq_ext.model_building import build_arch
 
         torch.manual_seed(seed)
         self.arch = arch

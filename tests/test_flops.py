@@ -19,7 +19,7 @@ from fairseq_ext import flops
 from fairseq_ext.criterions import masked_lm_flops as criterion_module
 from fairseq_ext.criterions.masked_lm_flops import MaskedLmFlopsLoss
 from fairseq_ext.flops import ModelSpec, NoFlopsFormula, Stack
-from fairseq_ext.models.building import MaskedLmTaskStub, build_arch
+from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 from conftest import BIN_DIR, REPO_ROOT, USER_DIR, fairseq_cli, json_log_records
 
 V = flops.ROBERTA_VOCAB_SIZE

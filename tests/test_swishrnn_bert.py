@@ -13,7 +13,7 @@ from fairseq.modules import MultiheadAttention
 
 import fairseq_ext  # noqa: F401  (registers the archs)
 from fairseq_ext import flops
-from fairseq_ext.models.building import MaskedLmTaskStub, build_arch
+from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 from fairseq_ext.models.swishrnn_bert import matched_hidden_dim, parse_step_sizes
 from fairseq_ext.modules.relative_attention import (
     RelativeBiasSelfAttention,
