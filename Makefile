@@ -11,12 +11,19 @@ PYTEST_ARGS ?=
 
 install: $(STAMP)
 
-# Re-runs only when a requirement file or setup.py changed: a second `make install` does nothing.
-$(STAMP): requirements.txt requirements-fairseq.txt constraints.txt setup.py $(wildcard fairseq_ext/csrc/*)
+# fairseq is ve-fairseq 0.12.3 with patches/ve-fairseq-0.12.3.patch applied (README, "Install").
+FAIRSEQ_WHEEL_DIR := build/fairseq-wheel
+
+# Re-runs only when a requirement file, the fairseq patch or setup.py changed: a second
+# `make install` does nothing.
+$(STAMP): requirements.txt requirements-fairseq.txt constraints.txt setup.py \
+		patches/ve-fairseq-0.12.3.patch scripts/build_fairseq_wheel.sh $(wildcard fairseq_ext/csrc/*)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements.txt -c constraints.txt
-	$(PIP) install -q --no-deps -r requirements-fairseq.txt
-	$(PIP) install -q --no-deps --no-build-isolation -e .
+	rm -rf $(FAIRSEQ_WHEEL_DIR)
+	PYTHON=$(PY) scripts/build_fairseq_wheel.sh $(FAIRSEQ_WHEEL_DIR)
+	$(PIP) install -q --no-deps --force-reinstall $(FAIRSEQ_WHEEL_DIR)/ve_fairseq-*.whl
+	$(PIP) install -q --no-deps --no-build-isolation --use-pep517 -e .
 	$(PY) -c "import fairseq, fairseq_ext, torch; print('fairseq', fairseq.__version__, '| torch', torch.__version__)"
 	@touch $@
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Build the fairseq wheel that `make install` installs: the hash-pinned ve-fairseq 0.12.3 wheel
+# (requirements-fairseq.txt) with patches/ve-fairseq-0.12.3.patch applied, repacked with build
+# tag 1fairseqext. Takes seconds: no compiler runs, the wheel's compiled helpers are kept.
+#
+#   scripts/build_fairseq_wheel.sh OUT_DIR [PYTHON_VERSION]
+#
+# PYTHON_VERSION (e.g. 3.12) builds the wheel for another interpreter, such as the GPU machine's
+# (docs/benchmarks.md). Runs pip and `wheel` with $PYTHON: by default .venv's, else python3.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT_DIR="${1:?usage: scripts/build_fairseq_wheel.sh OUT_DIR [PYTHON_VERSION]}"
+PYTHON_VERSION="${2:-}"
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
+fi
+PATCH_FILE=patches/ve-fairseq-0.12.3.patch
+BUILD_TAG=1fairseqext
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+target=()
+[ -n "$PYTHON_VERSION" ] && target=(--python-version "$PYTHON_VERSION" --only-binary=:all:)
+
+"$PYTHON" -m pip download -q --disable-pip-version-check --no-deps --require-hashes \
+    -r requirements-fairseq.txt -d "$work/download" "${target[@]}"
+"$PYTHON" -m wheel unpack -d "$work/tree" "$work"/download/ve_fairseq-*.whl >/dev/null
+tree=("$work"/tree/ve_fairseq-*)
+patch -d "${tree[0]}" -p1 --forward --batch --no-backup-if-mismatch --quiet < "$PATCH_FILE"
+mkdir -p "$OUT_DIR"
+"$PYTHON" -m wheel pack --build-number "$BUILD_TAG" -d "$OUT_DIR" "${tree[0]}"
