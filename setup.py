@@ -57,7 +57,7 @@ setup(
     cmdclass={"build_ext": OptionalBuildExtension},
     entry_points={
         "console_scripts": [
-            "fairseq-ext-prepare-corpus = fairseq_ext.data.prepare_corpus:main",
+            "fairseq-ext-prepare-corpus = fairseq_ext.corpus.prepare_corpus:main",
         ]
     },
 )

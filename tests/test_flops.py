@@ -16,7 +16,7 @@ from fairseq.data import Dictionary
 
 import fairseq_ext  # noqa: F401  (registers archs and criteria)
 from fairseq_ext import flops
-from fairseq_ext.criterions import masked_lm_flops as criterion_module
+from fairseq_ext.flops import training_metrics
 from fairseq_ext.criterions.masked_lm_flops import MaskedLmFlopsLoss
 from fairseq_ext.flops import ModelSpec, NoFlopsFormula, Stack
 from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
@@ -253,7 +253,7 @@ def test_cli_measure_agrees_with_flop_counter(capsys, one_thread):
 
 
 def test_3ml_cross_base_agrees_with_flop_counter(one_thread):
-    from fairseq_ext.flops_measure import measure_training_flops
+    from fairseq_ext.flops.measure import measure_training_flops
 
     spec = flops.spec_for_arch("3ml_cross_base")
     measured, analytic = measure_training_flops("3ml_cross_base", spec, 64, 0.4, V, 0.8, {})
@@ -360,7 +360,7 @@ def test_criterion_flops_come_from_the_batch_shapes(arch):
     model = build_model(arch, task).train()
     criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
     spec = flops.spec_for_arch(arch)
-    assert criterion.model_spec(model) == spec
+    assert criterion.training_flops.model_spec(model) == spec
     few, many = hand_made_sample(task, [1, 2, 1]), hand_made_sample(task, [4, 6, 5])
     results = {}
     for name, sample in (("few", few), ("many", many)):
@@ -392,7 +392,7 @@ def test_criterion_uses_the_models_encoder_padded_length(arch, monkeypatch):
 
     monkeypatch.setattr(model, "masked_lm_logits", longer)
     _, _, longer_log = criterion(model, sample)
-    spec = criterion.model_spec(model)
+    spec = criterion.training_flops.model_spec(model)
     dim, ffn = spec.encoder.dim, spec.encoder.ffn_dim
     kept = 11  # rows keep 9, 7, 11 tokens
     per_sequence_growth = (
@@ -428,7 +428,7 @@ def test_validation_counts_no_training_flops(arch, fresh_metrics):
         MaskedLmFlopsLoss.reduce_metrics([log, log])
     assert "loss" in agg.get_smoothed_values()
     assert not any("pflops" in key for key in agg.get_smoothed_values())
-    assert metrics.get_meter("default", criterion_module._TOTAL_KEY) is None
+    assert metrics.get_meter("default", training_metrics._TOTAL_KEY) is None
 
 
 def test_reduce_metrics_sums_an_update_and_keeps_a_running_total(fresh_metrics):
@@ -443,7 +443,7 @@ def test_reduce_metrics_sums_an_update_and_keeps_a_running_total(fresh_metrics):
             values = agg.get_smoothed_values()
         assert values["pflops"] == pytest.approx(0.003)
         assert values["total_pflops"] == pytest.approx(expected_total)
-    assert metrics.get_meter("default", criterion_module._TOTAL_KEY).sum == pytest.approx(0.006)
+    assert metrics.get_meter("default", training_metrics._TOTAL_KEY).sum == pytest.approx(0.006)
 
 
 # --- 6a/6b/6d. real fairseq-train runs, and a resume ----------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests of the corpus pipeline (``python -m fairseq_ext.data.prepare_corpus``).
+"""Tests of the corpus pipeline (``python -m fairseq_ext.corpus.prepare_corpus``).
 
 The corpora are made here, small enough that sentencepiece trains in well under a second; the
 real ``fairseq-preprocess`` runs in every full build. Nothing is downloaded unless
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_ext.data import python_docs
-from fairseq_ext.data.documents import ReplacementCounter, assign_split, iter_documents, list_input
-from fairseq_ext.data.prepare_corpus import main
-from fairseq_ext.data.rst_cleaner import clean_rst
+from fairseq_ext.corpus import python_docs
+from fairseq_ext.corpus.documents import ReplacementCounter, assign_split, iter_documents, list_input
+from fairseq_ext.corpus.prepare_corpus import main
+from fairseq_ext.corpus.rst_cleaner import clean_rst
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("train", "valid", "test")
@@ -660,7 +660,7 @@ def test_python_docs_default_corpus(tmp_path, capsys):
 
 
 def test_split_sentences_keeps_abbreviations_and_closing_quotes():
-    from fairseq_ext.data.documents import split_sentences
+    from fairseq_ext.corpus.documents import split_sentences
 
     text = ('The quick fox. It ran, e.g. Fast away! Then Dr. Who said "Hi." Python 3.11 is out. '
             "See section 2. Next one? (Yes.) done. lower case does not start a sentence")

@@ -1,6 +1,6 @@
-"""Data preparation for fairseq-ext.
+"""fairseq datasets (``FairseqDataset`` subclasses) that our tasks compose, one module each.
 
-``python -m fairseq_ext.data.prepare_corpus`` (console script ``fairseq-ext-prepare-corpus``)
-turns raw text, or the reStructuredText sources of the Python 3.11 documentation, into a
-fairseq data-bin. This package imports nothing heavy at import time.
+As in fairseq, ``data`` means datasets read during training; the offline pipeline that turns
+raw text into a data-bin is :mod:`fairseq_ext.corpus`. Datasets register nothing, so importing
+this package imports no module.
 """

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from fairseq_ext import flops
+from fairseq_ext.flops.families import ModelSpec, exact_forward_flops
+from fairseq_ext.flops.formulas import TRAINING_MULTIPLIER
 from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 
 
@@ -46,7 +47,7 @@ def corrupted_batch(task, batch_size: int, length: int, mask_prob: float, mask_f
     return src, target, corrupted, n_mask
 
 
-def measure_training_flops(arch: str, spec: flops.ModelSpec, length: int, mask_prob: float,
+def measure_training_flops(arch: str, spec: ModelSpec, length: int, mask_prob: float,
                            vocab_size: int, mask_fraction: float, overrides: Dict,
                            batch_size: int = 1, seed: int = 0) -> Tuple[float, float]:
     """(measured, analytic) training FLOPs per sequence of one forward+backward of ``arch``."""
@@ -60,11 +61,6 @@ def measure_training_flops(arch: str, spec: flops.ModelSpec, length: int, mask_p
         logits = model(src, masked_tokens=masked)[0]
         F.cross_entropy(logits.float(), target[masked], reduction="sum").backward()
     measured = counter.get_total_flops() / batch_size
-    if spec.encoder_only:
-        encoder_length, decoder_length = length, 0
-    else:
-        encoder_length = length - n_mask
-        decoder_length = length if spec.family == "3ml_self" else n_mask
-    analytic = flops.TRAINING_MULTIPLIER * flops.forward_flops(
-        spec, encoder_length, decoder_length, n_mask, corrupted - n_mask, vocab_size)
+    analytic = TRAINING_MULTIPLIER * exact_forward_flops(spec, length, n_mask, corrupted - n_mask,
+                                                         vocab_size)
     return measured, analytic

@@ -5,7 +5,7 @@ Two input shapes:
 * a directory: every regular file below it (recursively, in sorted relative-path order) is one
   document, identified by its relative path. In ``text`` format, blank lines separate
   paragraphs (their lines joined with spaces); in ``rst`` format the file is cleaned into
-  paragraphs by :func:`~fairseq_ext.data.rst_cleaner.clean_rst`. Each sentence of a paragraph
+  paragraphs by :func:`~fairseq_ext.corpus.rst_cleaner.clean_rst`. Each sentence of a paragraph
   becomes one output line (:func:`split_sentences`), or with ``line_unit="paragraph"`` each
   paragraph.
 * a single file: documents are separated by blank lines, each non-blank line of a document is

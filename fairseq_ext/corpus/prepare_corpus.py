@@ -1,4 +1,4 @@
-"""Turn raw text into a fairseq data-bin: ``python -m fairseq_ext.data.prepare_corpus``.
+"""Turn raw text into a fairseq data-bin: ``python -m fairseq_ext.corpus.prepare_corpus``.
 
 Steps (each skipped on a re-run when its stamp matches, see :mod:`.step_state`):
 

@@ -1,0 +1,293 @@
+"""One FLOPs formula per model family, registered once.
+
+A family is a fairseq model name (what ``ARCH_MODEL_NAME_REGISTRY`` maps an arch to); its
+:class:`FlopsFamily` says, in one place, which stacks the model has (:meth:`spec_from_args`),
+how many tokens each part runs on (:meth:`run_lengths`), the forward FLOPs of one sequence
+(:meth:`forward_flops`) and the calculator's default baseline (:meth:`default_baseline`). The
+calculator, ``--measure``, the criteria and the benchmarks all go through
+:func:`flops_family`; nothing else tests a family's name.
+
+A new family subclasses :class:`FlopsFamily` (or :class:`EncoderMaskedLm`) and decorates it
+with :func:`register_flops_family`.
+"""
+import argparse
+import dataclasses
+from typing import Dict, Optional, Tuple, Type
+
+from fairseq_ext.flops.formulas import (
+    TRAINING_MULTIPLIER,
+    check_mask_prob,
+    cross_block_flops,
+    prediction_head_flops,
+    projection_flops,
+    swishrnn_bert_block_flops,
+    transformer_block_flops,
+)
+
+
+class NoFlopsFormula(ValueError):
+    """The architecture has no FLOPs formula here."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Stack:
+    """A stack of blocks: count, hidden dim, FFN inner dim (SwishRNN: hidden dim ``d'``)."""
+
+    layers: int
+    dim: int
+    ffn_dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What the FLOP formulas need of a model: its family and its stacks."""
+
+    family: str  # a key of FLOPS_FAMILIES
+    encoder: Stack
+    decoder: Optional[Stack] = None
+
+    @property
+    def encoder_only(self) -> bool:
+        """A masked LM whose encoder runs on all ``L`` tokens (no 3ML decoder)."""
+        return not flops_family(self.family).has_decoder
+
+
+class FlopsFamily:
+    """The FLOPs formula of one model family (subclasses set :attr:`name`)."""
+
+    #: the fairseq model name the family's archs are registered under
+    name: str = ""
+    #: whether the model has a decoder stack (``--decoder-*`` hyperparameters)
+    has_decoder: bool = False
+
+    def spec_from_args(self, args) -> ModelSpec:
+        """The :class:`ModelSpec` of a configured model, from its real hyperparameters."""
+        encoder = Stack(args.encoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim)
+        decoder = None
+        if self.has_decoder:
+            decoder = Stack(args.decoder_layers, args.decoder_embed_dim,
+                            args.decoder_ffn_embed_dim)
+        return ModelSpec(self.name, encoder, decoder)
+
+    def run_lengths(self, spec: ModelSpec, length: float,
+                    mask_tokens: float) -> Tuple[float, float]:
+        """``(encoder_length, decoder_length)``: the tokens the encoder and the decoder run on
+        for a sequence of ``length`` tokens of which ``mask_tokens`` are ``<mask>``."""
+        return length, 0.0
+
+    def forward_flops(self, spec: ModelSpec, encoder_length: float, decoder_length: float,
+                      mask_tokens: float, other_predicted_tokens: float, vocab_size: int) -> float:
+        """Forward FLOPs of one sequence given the lengths each part really runs on and the
+        predicted tokens: ``mask_tokens`` ``<mask>`` positions and ``other_predicted_tokens``
+        others (for masked LMs, the replaced and unchanged corrupted tokens)."""
+        raise NotImplementedError
+
+    def default_baseline(self, spec: ModelSpec) -> Tuple[str, ModelSpec, Dict]:
+        """``(arch, spec, build_overrides)`` of the calculator's baseline when ``--vs`` is not
+        given: fairseq's ``roberta`` with the same encoder (3ML's baseline, Table 3)."""
+        baseline = ModelSpec("roberta", spec.encoder)
+        return "roberta", baseline, roberta_overrides_for(baseline.encoder)
+
+
+FLOPS_FAMILIES: Dict[str, FlopsFamily] = {}
+
+
+def register_flops_family(cls: Type[FlopsFamily]) -> Type[FlopsFamily]:
+    """Class decorator: register a family's formula under its :attr:`~FlopsFamily.name`."""
+    if not cls.name or cls.name in FLOPS_FAMILIES:
+        raise ValueError(f"FLOPs family {cls.name!r}: empty or registered twice")
+    FLOPS_FAMILIES[cls.name] = cls()
+    return cls
+
+
+def flops_family(name: str) -> FlopsFamily:
+    try:
+        return FLOPS_FAMILIES[name]
+    except KeyError:
+        raise NoFlopsFormula(
+            f"no FLOPs formula for model '{name}'; formulas exist for the models "
+            f"{', '.join(FLOPS_FAMILIES)}") from None
+
+
+def roberta_overrides_for(encoder: Stack) -> Dict:
+    """Arch overrides that give a RoBERTa-style encoder the sizes of ``encoder``."""
+    return {"encoder_layers": encoder.layers, "encoder_embed_dim": encoder.dim,
+            "encoder_ffn_embed_dim": encoder.ffn_dim,
+            "encoder_attention_heads": max(1, encoder.dim // 64)}
+
+
+# --- the families -----------------------------------------------------------------------------
+
+class EncoderMaskedLm(FlopsFamily):
+    """A masked LM encoder on all ``L`` tokens and RoBERTa's head on the corrupted tokens
+    (3ML paper, App. D, Eq. 2): ``N`` blocks + ``2 m L (D^2 + D V)``."""
+
+    @staticmethod
+    def block_flops(length: float, dim: int, ffn_dim: int) -> float:
+        return transformer_block_flops(length, dim, ffn_dim)
+
+    def forward_flops(self, spec, encoder_length, decoder_length, mask_tokens,
+                      other_predicted_tokens, vocab_size):
+        enc = spec.encoder
+        return (enc.layers * self.block_flops(encoder_length, enc.dim, enc.ffn_dim)
+                + prediction_head_flops(mask_tokens + other_predicted_tokens, enc.dim, enc.dim,
+                                        vocab_size))
+
+
+@register_flops_family
+class RobertaFlops(EncoderMaskedLm):
+    """fairseq's ``roberta`` (and ``bert_orig_*``, its archs with Lei et al.'s sizes)."""
+
+    name = "roberta"
+
+
+@register_flops_family
+class BertRabFlops(EncoderMaskedLm):
+    """BERT-rab counts as RoBERTa: its T5 relative attention bias is an addition to the
+    attention logits, ignored like biases."""
+
+    name = "bert_rab"
+
+
+@register_flops_family
+class SwishRnnBertFlops(EncoderMaskedLm):
+    """SwishRNN-BERT (Lei et al.): ``N`` blocks of self-attention + SwishRNN (``2 (3 L d d')``,
+    ``--encoder-ffn-embed-dim`` is ``d'``) and RoBERTa's head."""
+
+    name = "swishrnn_bert"
+
+    @staticmethod
+    def block_flops(length, dim, ffn_dim):
+        return swishrnn_bert_block_flops(length, dim, ffn_dim)
+
+    def default_baseline(self, spec):
+        """BERT-rab of the same size with a ``4 d`` FFN: the paper's comparison."""
+        encoder = Stack(spec.encoder.layers, spec.encoder.dim, 4 * spec.encoder.dim)
+        baseline = ModelSpec("bert_rab", encoder)
+        return "bert_rab", baseline, roberta_overrides_for(encoder)
+
+
+class ThreeMLFlops(FlopsFamily):
+    """3ML (App. D): the encoder runs on ``L_e = L - n_mask`` kept tokens, a projection maps
+    them to the decoder dim (when the dims differ), and the head maps decoder dim -> encoder
+    dim before the tied vocabulary projection."""
+
+    has_decoder = True
+
+    def decoder_flops(self, spec, encoder_length, decoder_length) -> float:
+        raise NotImplementedError
+
+    def head_flops(self, spec, mask_tokens, other_predicted_tokens, vocab_size) -> float:
+        return prediction_head_flops(mask_tokens + other_predicted_tokens, spec.decoder.dim,
+                                     spec.encoder.dim, vocab_size)
+
+    def forward_flops(self, spec, encoder_length, decoder_length, mask_tokens,
+                      other_predicted_tokens, vocab_size):
+        enc = spec.encoder
+        return (enc.layers * transformer_block_flops(encoder_length, enc.dim, enc.ffn_dim)
+                + projection_flops(encoder_length, enc.dim, spec.decoder.dim)
+                + self.decoder_flops(spec, encoder_length, decoder_length)
+                + self.head_flops(spec, mask_tokens, other_predicted_tokens, vocab_size))
+
+
+@register_flops_family
+class ThreeMLSelfFlops(ThreeMLFlops):
+    """3ML-self (Eq. 3): decoder self-attention blocks on all ``L`` positions."""
+
+    name = "3ml_self"
+
+    def run_lengths(self, spec, length, mask_tokens):
+        return length - mask_tokens, length
+
+    def decoder_flops(self, spec, encoder_length, decoder_length):
+        dec = spec.decoder
+        return dec.layers * transformer_block_flops(decoder_length, dec.dim, dec.ffn_dim)
+
+
+@register_flops_family
+class ThreeMLCrossFlops(ThreeMLFlops):
+    """3ML-cross (Eq. 4): decoder blocks with ``L_d = n_mask`` queries (self-attention among
+    them, cross-attention to the ``L_e`` encoder outputs). The head runs on the ``L_d``
+    [MASK]s with ``D_d D_e`` and, in the paper's Eq. 4, on the replaced/unchanged tokens with
+    ``D_e D_e``; our implementation sends those through the projected, ``D_d``-wide features
+    and the same head, which costs ``2 n_other D_e (D_e - D_d)`` fewer FLOPs (under 0.1% at
+    base size). We count the paper's Eq. 4."""
+
+    name = "3ml_cross"
+
+    def run_lengths(self, spec, length, mask_tokens):
+        return length - mask_tokens, mask_tokens
+
+    def decoder_flops(self, spec, encoder_length, decoder_length):
+        dec = spec.decoder
+        return dec.layers * cross_block_flops(decoder_length, encoder_length, dec.dim, dec.ffn_dim)
+
+    def head_flops(self, spec, mask_tokens, other_predicted_tokens, vocab_size):
+        enc_dim = spec.encoder.dim
+        return (prediction_head_flops(mask_tokens, spec.decoder.dim, enc_dim, vocab_size)
+                + prediction_head_flops(other_predicted_tokens, enc_dim, enc_dim, vocab_size))
+
+
+# --- specs and whole-model FLOPs ----------------------------------------------------------------
+
+def spec_from_args(args) -> ModelSpec:
+    """The :class:`ModelSpec` of a built or configured model, from its real hyperparameters
+    (``args.arch`` resolved through fairseq's registries, so nothing is hard-coded per name)."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    arch = getattr(args, "arch", None) or getattr(args, "_name", None)
+    model_name = ARCH_MODEL_NAME_REGISTRY.get(arch, arch)
+    if model_name not in FLOPS_FAMILIES:
+        raise NoFlopsFormula(
+            f"no FLOPs formula for arch '{arch}' (model '{model_name}'); formulas exist for "
+            f"the models {', '.join(FLOPS_FAMILIES)}")
+    return flops_family(model_name).spec_from_args(args)
+
+
+def spec_for_arch(arch: str, **overrides) -> ModelSpec:
+    """Apply a registered architecture's defaults (after ``overrides``, as fairseq does)."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    import fairseq_ext  # noqa: F401  (registers our architectures)
+
+    if arch not in ARCH_CONFIG_REGISTRY:
+        raise NoFlopsFormula(f"unknown arch '{arch}': not registered with fairseq")
+    args = argparse.Namespace(arch=arch, **{k: v for k, v in overrides.items() if v is not None})
+    ARCH_CONFIG_REGISTRY[arch](args)
+    return spec_from_args(args)
+
+
+def forward_flops(spec: ModelSpec, encoder_length: float, decoder_length: float,
+                  mask_tokens: float, other_predicted_tokens: float, vocab_size: int) -> float:
+    """Forward FLOPs of one sequence given the lengths each part really runs on
+    (:meth:`FlopsFamily.forward_flops` of the spec's family)."""
+    return flops_family(spec.family).forward_flops(
+        spec, encoder_length, decoder_length, mask_tokens, other_predicted_tokens, vocab_size)
+
+
+def exact_forward_flops(spec: ModelSpec, length: float, mask_tokens: float,
+                        other_predicted_tokens: float, vocab_size: int) -> float:
+    """Forward FLOPs of one sequence of ``length`` tokens with ``mask_tokens`` ``<mask>``s and
+    ``other_predicted_tokens`` other predicted tokens, each part on the lengths its family's
+    :meth:`~FlopsFamily.run_lengths` gives."""
+    family = flops_family(spec.family)
+    encoder_length, decoder_length = family.run_lengths(spec, length, mask_tokens)
+    return family.forward_flops(spec, encoder_length, decoder_length, mask_tokens,
+                                other_predicted_tokens, vocab_size)
+
+
+def expected_forward_flops(spec: ModelSpec, length: int, mask_prob: float, vocab_size: int,
+                           mask_fraction: float = 0.8) -> float:
+    """Forward FLOPs of one sequence of ``length`` tokens at masking rate ``mask_prob``, of
+    which ``mask_fraction`` become [MASK] (App. D, Eqs. 2-4, per sequence)."""
+    check_mask_prob(mask_prob)
+    corrupted = mask_prob * length
+    mask_tokens = mask_fraction * corrupted
+    return exact_forward_flops(spec, length, mask_tokens, corrupted - mask_tokens, vocab_size)
+
+
+def training_flops_per_sequence(spec: ModelSpec, length: int, mask_prob: float, vocab_size: int,
+                                mask_fraction: float = 0.8) -> float:
+    """Training FLOPs (:data:`TRAINING_MULTIPLIER` x forward) of one sequence."""
+    return TRAINING_MULTIPLIER * expected_forward_flops(spec, length, mask_prob, vocab_size,
+                                                        mask_fraction)

@@ -1,0 +1,92 @@
+"""Training-FLOPs metrics that any criterion can log.
+
+A criterion holds a :class:`TrainingFlops` and, in ``forward``, puts
+:meth:`TrainingFlops.of_batch` into its logging output under :data:`TRAIN_FLOPS_KEY` (training
+batches only); its ``reduce_metrics`` calls :func:`log_training_flops`. That logs, in PFLOPs
+(1e15), in the progress bar, json logs and tensorboard:
+
+* ``pflops``: training FLOPs per update (averaged over the log interval);
+* ``total_pflops``: the running total since the start of training. It is kept in fairseq's
+  ``default`` metrics aggregator, which fairseq saves in the checkpoint's extra state
+  (``extra_state["metrics"]``) and restores on ``--restore-file`` resume, so the total
+  survives save/resume (``--reset-meters`` starts it again from 0).
+
+FLOPs follow :mod:`fairseq_ext.flops` (multiply-add = 2, training = 3 x forward, which is what
+``FlopCounterMode`` measures; the 3ML paper counts 2 x forward, so absolute figures are 1.5 x
+the paper's convention while ratios are the same).
+"""
+from typing import Optional, Tuple
+
+from fairseq import metrics, utils
+from fairseq.logging.meters import SumMeter
+
+from fairseq_ext.flops.families import ModelSpec, flops_family, spec_from_args
+from fairseq_ext.flops.formulas import TRAINING_MULTIPLIER
+
+TRAIN_FLOPS_KEY = "train_flops"
+_TOTAL_KEY = "_train_pflops_total"  # leading "_": kept (and checkpointed) but not printed
+
+
+class TrainingFlops:
+    """Training FLOPs of a criterion's batches, through the FLOPs family of its model."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+        self._spec: Optional[ModelSpec] = None
+
+    def model_spec(self, model) -> ModelSpec:
+        """The model's :class:`ModelSpec` (read once; an arch without a formula raises
+        :class:`~fairseq_ext.flops.families.NoFlopsFormula`, never a silent 0)."""
+        if self._spec is None:
+            self._spec = spec_from_args(model.args)
+        return self._spec
+
+    def of_batch(self, model, sequences: int, length: int, mask_tokens: float,
+                 other_predicted_tokens: float,
+                 run_lengths: Optional[Tuple[float, float]] = None) -> float:
+        """Training FLOPs of a batch of ``sequences`` rows of ``length`` (padded) tokens with
+        ``mask_tokens`` ``<mask>`` and ``other_predicted_tokens`` other predicted tokens in all.
+
+        ``run_lengths`` ``(encoder, decoder)``: the padded lengths the model reports it ran on
+        (3ML removes the [MASK]s before its encoder); otherwise the family's
+        :meth:`~fairseq_ext.flops.families.FlopsFamily.run_lengths`.
+        """
+        spec = self.model_spec(model)
+        family = flops_family(spec.family)
+        mask_per_sequence = mask_tokens / sequences
+        if run_lengths is None:
+            run_lengths = family.run_lengths(spec, length, mask_per_sequence)
+        per_sequence = family.forward_flops(spec, *run_lengths, mask_per_sequence,
+                                            other_predicted_tokens / sequences, self.vocab_size)
+        return TRAINING_MULTIPLIER * per_sequence * sequences
+
+
+def log_training_flops(logging_outputs) -> None:
+    """For a criterion's ``reduce_metrics``: log ``pflops`` and the running ``total_pflops``
+    from the :data:`TRAIN_FLOPS_KEY` entries of training logging outputs."""
+    train_flops = utils.item(sum(log.get(TRAIN_FLOPS_KEY, 0) for log in logging_outputs))
+    if train_flops > 0:
+        pflops = train_flops / 1e15
+        metrics.log_scalar("pflops", pflops, weight=1)
+        _add_to_running_total(pflops)
+        metrics.log_derived("total_pflops", _running_total)
+
+
+def _add_to_running_total(pflops: float) -> None:
+    """Add to the total in the ``default`` aggregator, the one fairseq checkpoints.
+
+    ``metrics.get_meters("default")`` is the aggregator fairseq saves and, after a resume, the
+    one ``metrics.load_state_dict`` restored. (``metrics.log_scalar_sum`` would write into the
+    pre-restore object that fairseq keeps in its list of active aggregators, and the total
+    would stop growing after a resume.)
+    """
+    default = metrics.get_meters("default")
+    if _TOTAL_KEY not in default:
+        default.add_meter(_TOTAL_KEY, SumMeter(), priority=10)
+    default[_TOTAL_KEY].update(pflops)
+
+
+def _running_total(meters) -> float:
+    """The total kept in the ``default`` aggregator, whatever aggregator asks."""
+    meter = metrics.get_meter("default", _TOTAL_KEY)
+    return meter.sum if meter is not None else 0.0
