@@ -1,11 +1,12 @@
-"""scripts/export_encoder.py (3ML -> plain fairseq RoBERTa) and the GLUE fine-tuning recipes.
+"""fairseq_ext.export / scripts/export_encoder.py (3ML -> plain fairseq RoBERTa) and the GLUE
+fine-tuning recipes.
 
 Tiny 3ML models are pre-trained with the real CLIs (fairseq-train, and fairseq-hydra-train for
 the dict-config case), exported, loaded back as fairseq's own RobertaModel, compared with the 3ML
 encoder, and fine-tuned with recipes/3ml/finetune_glue.sh on a small two-class data-bin.
 """
 import argparse
-import importlib.util
+import json
 import math
 import random
 import shlex
@@ -22,12 +23,8 @@ from omegaconf import OmegaConf
 import fairseq_ext  # noqa: F401  (3ML archs; argparse.Namespace allowed by torch.load)
 from conftest import (REPO_ROOT, USER_DIR, WORDS, fairseq_cli, json_log_records, run_cli,
                       train_with_hydra_recipe)
+from fairseq_ext import export as export_encoder
 from fairseq_ext.models.three_ml import ThreeMLModel
-
-_spec = importlib.util.spec_from_file_location("export_encoder",
-                                               REPO_ROOT / "scripts/export_encoder.py")
-export_encoder = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(export_encoder)
 
 SCRIPT = REPO_ROOT / "scripts/export_encoder.py"
 FINETUNE = REPO_ROOT / "recipes/3ml/finetune_glue.sh"
@@ -129,11 +126,54 @@ def test_export_computes_what_the_3ml_encoder_computed(name, pretrained, exporte
     assert (features - positioned)[real].abs().max().item() <= 1e-5
 
 
+STOCK_FAIRSEQ_FEATURES = """
+import json, sys, torch
+from fairseq import checkpoint_utils
+assert "fairseq_ext" not in sys.modules
+[model], _, _ = checkpoint_utils.load_model_ensemble_and_task(
+    [sys.argv[1]], arg_overrides={"data": sys.argv[2]})
+src = torch.load(sys.argv[3])
+with torch.no_grad():
+    features = model.eval()(src, features_only=True)[0]
+print(json.dumps({"plugin": "fairseq_ext" in sys.modules, "features": features.tolist()}))
+"""
+
+
+@pytest.mark.parametrize("name", ["self", "cross_hydra"])  # fairseq-train and hydra sources
+def test_export_loads_in_stock_fairseq_without_the_plugin(name, exported, tiny_data_bin,
+                                                          tmp_path):
+    """A fresh process that never imports fairseq_ext (torch's weights-only loading, no
+    allow-list) loads the export and computes what it computes here."""
+    roberta, _, task = load(exported[name], tiny_data_bin)
+    src = unmasked_batch(task.source_dictionary, torch.Generator().manual_seed(1))
+    torch.save(src, tmp_path / "src.pt")
+    proc = run_cli([sys.executable, "-c", STOCK_FAIRSEQ_FEATURES, exported[name],
+                    tiny_data_bin, tmp_path / "src.pt"], cwd=tmp_path)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["plugin"] is False
+    with torch.no_grad():
+        expected = roberta(src, features_only=True)[0]
+    torch.testing.assert_close(torch.tensor(result["features"]), expected, rtol=0, atol=1e-6)
+
+
+def test_export_log_counts_only_the_decoder_parameters_it_drops(pretrained, caplog):
+    """The tied head weight is the token embedding, which the export keeps: it is not
+    'dropped', so the figure is the decoder's own parameters."""
+    path = pretrained["self"]
+    state = export_encoder.load_checkpoint(path)
+    with caplog.at_level("INFO", logger="fairseq_ext.export"):
+        export_encoder.export(state, path)
+    decoder_only = sum(v.numel() for k, v in state["model"].items()
+                       if k.startswith("mask_decoder.") and k != "mask_decoder.lm_head.weight")
+    line = next(r.getMessage() for r in caplog.records if "dropped" in r.getMessage())
+    assert f"({decoder_only / 1e6:.2f}M parameters: mask_decoder)" in line
+
+
 @pytest.mark.parametrize("name", PRETRAIN_RUNS)
 def test_export_is_a_clean_roberta_checkpoint(name, pretrained, exported):
     trainer, _, _, pre_ln, dense_copied = PRETRAIN_RUNS[name]
-    unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(exported[name]))
-    assert set(unsafe) <= {"argparse.Namespace"}
+    # plain dicts only: it loads with weights-only unpickling and no allow-list
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(str(exported[name])) == []
     state = torch.load(exported[name], weights_only=True)
     source = torch.load(pretrained[name], weights_only=True)["model"]
     weights = state["model"]
@@ -145,12 +185,9 @@ def test_export_is_a_clean_roberta_checkpoint(name, pretrained, exported):
             assert torch.equal(weights[key], value), key
 
     model_cfg = state["cfg"]["model"]
-    if trainer == "fairseq-hydra-train":
-        assert isinstance(model_cfg, dict)
-    else:
-        assert isinstance(model_cfg, argparse.Namespace)
-        assert model_cfg.arch == "roberta"
-        model_cfg = vars(model_cfg)
+    assert isinstance(model_cfg, dict)  # an argparse.Namespace from fairseq-train included
+    if trainer == "fairseq-train":
+        assert model_cfg["arch"] == "roberta"
     assert model_cfg["_name"] == "roberta"  # tiny dims: the generic arch, dims explicit
     assert ARCH_MODEL_REGISTRY[model_cfg["_name"]] is RobertaModel
     assert model_cfg["encoder_normalize_before"] is pre_ln
@@ -258,7 +295,7 @@ def test_finetune_recipe_trains_the_export(exported, classification_bin, tmp_pat
     proc = run_cli([FINETUNE, "--log-format", "json", "--no-progress-bar", "--log-interval", "2"],
                    env={"TASK": "SST-2", "DATA": str(classification_bin),
                         "PRETRAINED": str(exported["self_pre_ln_wide"]), "SAVE_DIR": str(save_dir),
-                        "BATCH_SIZE": "16", "MAX_SENTENCES": "8", "EPOCHS": "1", "LR": "3e-04",
+                        "BATCH_SIZE": "16", "MAX_SENTENCES": "8", "EPOCHS": "3", "LR": "3e-04",
                         "CPU": "1", "NUM_WORKERS": "0", "NUM_GPUS": "1",
                         "OMP_NUM_THREADS": "1"})
     output = proc.stdout + proc.stderr
@@ -269,19 +306,21 @@ def test_finetune_recipe_trains_the_export(exported, classification_bin, tmp_pat
                      ["--restore-file", str(exported["self_pre_ln_wide"])],
                      ["--arch", "roberta_prenorm"], ["--max-positions", str(TOKENS)],
                      ["--num-classes", "2"], ["--update-freq", "2"],
-                     # 200 examples / 16 per update = 13 updates, 6% warmup = 1
-                     ["--total-num-update", "13"], ["--warmup-updates", "1"],
+                     # 200 examples / 16 per update = 13 updates x 3 epochs, 6% warmup = 2
+                     ["--total-num-update", "39"], ["--warmup-updates", "2"],
                      ["--reset-optimizer", "--reset-dataloader", "--reset-meters"]):
         assert any(flags[i:i + len(expected)] == expected for i in range(len(flags))), expected
     assert f"Loaded checkpoint {exported['self_pre_ln_wide']} (epoch 1 @ 0 updates)" in output
 
     train = [r for r in json_log_records(output) if "loss" in r]
     assert train and all(math.isfinite(float(r["loss"])) and "accuracy" in r for r in train)
+    # it learns: the labels follow marker words, chance is 50% (3 epochs reach 100% here)
     valid = json_log_records(output, key="valid_accuracy")
-    assert valid and 0.0 <= float(valid[-1]["valid_accuracy"]) <= 100.0
-    assert math.isfinite(float(valid[-1]["valid_loss"]))
+    assert [int(r["epoch"]) for r in valid] == [1, 2, 3]
+    assert float(valid[-1]["valid_accuracy"]) >= 90.0
+    assert float(valid[-1]["valid_loss"]) < 0.5 * float(valid[0]["valid_loss"])
     final = json_log_records(output, key="train_num_updates")
-    assert int(final[-1]["train_num_updates"]) == 13
+    assert int(final[-1]["train_num_updates"]) == 39
     assert (save_dir / "checkpoint_best.pt").is_file()
 
 
