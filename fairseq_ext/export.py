@@ -59,6 +59,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fairseq_ext.models.sizes import ENCODER_SIZES
+
 logger = logging.getLogger(__name__)
 
 THREE_ML_MODELS = ("3ml_self", "3ml_cross")
@@ -68,13 +70,9 @@ THREE_ML_ONLY_FIELDS = ("decoder_layers", "decoder_embed_dim", "decoder_ffn_embe
 ENCODER = "encoder.sentence_encoder."
 HEAD = "mask_decoder.lm_head."
 LM_HEAD = "encoder.lm_head."
-#: RoBERTa arch names written into the exported cfg (loadable by stock fairseq).
-STOCK_SIZES = {
-    "roberta_base": dict(encoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072,
-                         encoder_attention_heads=12),
-    "roberta_large": dict(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096,
-                          encoder_attention_heads=16),
-}
+#: RoBERTa arch names written into the exported cfg (loadable by stock fairseq): fairseq's
+#: ``roberta_base`` and ``roberta_large`` have our table's base and large sizes.
+STOCK_SIZES = {f"roberta_{size}": ENCODER_SIZES[size].as_args() for size in ("base", "large")}
 #: Registered RoBERTa archs tried, in order, for ``--print-finetune-args`` (the last three are
 #: fairseq-ext's, available with ``--user-dir fairseq_ext``).
 FINETUNE_ARCHS = ("roberta_base", "roberta_large", "roberta_prenorm", "roberta_large_prenorm",

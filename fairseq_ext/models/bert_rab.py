@@ -20,9 +20,8 @@ Parameter names are fairseq's RoBERTa names plus ``self_attn.position_bias.*``, 
 --restore-file ...``).
 """
 from fairseq.distributed import fsdp_wrap
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model
 from fairseq.models.roberta.model import RobertaEncoder, RobertaModel
-from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.models.transformer import TransformerEncoder
 from fairseq.modules import TransformerEncoderLayer
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
@@ -30,6 +29,8 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr, safe_hasattr
 from omegaconf import OmegaConf
 
+from fairseq_ext.models.roberta_sizes import roberta_size_defaults
+from fairseq_ext.models.sizes import ENCODER_SIZES, EncoderSize, register_sized_architecture
 from fairseq_ext.modules.relative_attention import RelativeBiasSelfAttention, check_bucket_config
 
 
@@ -141,46 +142,18 @@ class BertRabModel(RobertaModel):
 
 # --- architectures (Table 3 sizes; small and tiny for CPU demos and tests) ----------------------
 
-SIZES = {
-    "base": dict(layers=12, dim=768, ffn=3072, heads=12),
-    "large": dict(layers=24, dim=1024, ffn=4096, heads=16),
-    "small": dict(layers=4, dim=256, ffn=1024, heads=4),
-    "tiny": dict(layers=2, dim=64, ffn=256, heads=2),
-}
-
-
-def bert_size(args, *, layers, dim, ffn, heads):
-    """One size's defaults, only where not set (CLI and hydra overrides win), then RoBERTa's
-    BERT defaults: post-LN, GeLU, learned positions, dropout 0.1 (Table 3)."""
-    args.encoder_layers = safe_getattr(args, "encoder_layers", layers)
-    args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", dim)
-    args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", ffn)
-    args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", heads)
-    roberta_base_architecture(args)
-
-
-def relative_bias_defaults(args):
+def bert_rab_architecture(args, size: EncoderSize = ENCODER_SIZES["base"]):
+    """T5 bias defaults (``--rab-num-buckets 32``, ``--rab-max-distance 128``, a table per
+    layer), then ``size`` and RoBERTa's BERT defaults: post-LN, GeLU, learned positions,
+    dropout 0.1 (Table 3). Only where not set: CLI and hydra overrides win."""
     args.rab_num_buckets = safe_getattr(args, "rab_num_buckets", 32)
     args.rab_max_distance = safe_getattr(args, "rab_max_distance", 128)
     args.rab_shared_across_layers = safe_getattr(args, "rab_shared_across_layers", False)
+    roberta_size_defaults(args, size)
 
 
-def _register(model, arch, size, defaults):
-    @register_model_architecture(model, arch)
-    def architecture(args):
-        defaults(args)
-        bert_size(args, **SIZES[size])
-
-    architecture.__doc__ = f"{arch}: {SIZES[size]}"
-    return architecture
-
-
-@register_model_architecture("bert_rab", "bert_rab")
-def bert_rab_architecture(args):
-    relative_bias_defaults(args)
-    bert_size(args, **SIZES["base"])
-
-
-for _size in SIZES:
-    _register("roberta", f"bert_orig_{_size}", _size, lambda args: None)
-    _register("bert_rab", f"bert_rab_{_size}", _size, relative_bias_defaults)
+register_sized_architecture("bert_rab", "bert_rab", bert_rab_architecture, "base")
+for _size in ENCODER_SIZES:
+    register_sized_architecture("roberta", f"bert_orig_{_size}", roberta_size_defaults, _size,
+                                " (BERT-orig: fairseq's roberta)")
+    register_sized_architecture("bert_rab", f"bert_rab_{_size}", bert_rab_architecture, _size)

@@ -17,22 +17,22 @@ outputs at real positions.
 * ``--swishrnn-direction forward`` (the paper's left-to-right recurrence; ``reverse`` and
   ``bidirectional``, half of the channels each way, are options beyond the paper).
 """
+import dataclasses
 from typing import Optional, Tuple
 
 import torch
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model
 from fairseq.utils import safe_getattr
 from torch import Tensor
 
 from fairseq_ext.models.bert_rab import (
-    SIZES,
     BertRabEncoder,
     BertRabModel,
     RelativeBiasEncoderLayer,
     RelativeBiasTransformerEncoder,
-    bert_size,
-    relative_bias_defaults,
+    bert_rab_architecture,
 )
+from fairseq_ext.models.sizes import ENCODER_SIZES, EncoderSize, register_sized_architecture
 from fairseq_ext.modules.swish_rnn import DIRECTIONS, SwishRNN
 
 
@@ -151,31 +151,21 @@ def matched_hidden_dim(dim: int, ffn_dim: int) -> int:
     return max(8, round((2 * dim * ffn_dim + ffn_dim) / (3 * dim + 4) / 8) * 8)
 
 
-SWISHRNN_HIDDEN_DIMS = {"base": 2048, "large": 2752}  # Table 3
+#: Table 3's d' for base and large; small and tiny take :func:`matched_hidden_dim`.
+SWISHRNN_HIDDEN_DIMS = {ENCODER_SIZES["base"]: 2048, ENCODER_SIZES["large"]: 2752}
 
 
-def swishrnn_defaults(args, size: str):
-    relative_bias_defaults(args)
-    dims = SIZES[size]
-    hidden = SWISHRNN_HIDDEN_DIMS.get(size) or matched_hidden_dim(dims["dim"], dims["ffn"])
+def swishrnn_bert_architecture(args, size: EncoderSize = ENCODER_SIZES["base"]):
+    """BERT-rab's defaults with ``--encoder-ffn-embed-dim`` = SwishRNN's ``d'`` (Table 3), step
+    sizes 1,2,4 cycled over the layers, left-to-right recurrence."""
+    hidden = SWISHRNN_HIDDEN_DIMS.get(size) or matched_hidden_dim(size.dim, size.ffn)
     args.swishrnn_step_sizes = safe_getattr(args, "swishrnn_step_sizes", "1,2,4")
     args.swishrnn_direction = safe_getattr(args, "swishrnn_direction", "forward")
-    bert_size(args, **dict(dims, ffn=hidden))
+    bert_rab_architecture(args, dataclasses.replace(size, ffn=hidden))
 
 
-@register_model_architecture("swishrnn_bert", "swishrnn_bert")
-def swishrnn_bert_architecture(args):
-    swishrnn_defaults(args, "base")
-
-
-def _register(size):
-    @register_model_architecture("swishrnn_bert", f"swishrnn_bert_{size}")
-    def architecture(args):
-        swishrnn_defaults(args, size)
-
-    architecture.__doc__ = f"swishrnn_bert_{size}: bert_rab_{size} with SwishRNN blocks"
-    return architecture
-
-
-for _size in SIZES:
-    _register(_size)
+register_sized_architecture("swishrnn_bert", "swishrnn_bert", swishrnn_bert_architecture, "base")
+for _size in ENCODER_SIZES:
+    register_sized_architecture("swishrnn_bert", f"swishrnn_bert_{_size}",
+                                swishrnn_bert_architecture, _size,
+                                f" (bert_rab_{_size}'s size, SwishRNN in place of the FFN; d' per Table 3)")

@@ -32,13 +32,14 @@ After pre-training the decoder is dropped: ``scripts/export_encoder.py`` writes 
 fairseq RoBERTa checkpoint for fine-tuning.
 """
 import argparse
+import functools
 import logging
 from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 from fairseq import utils
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model
 from fairseq.models.roberta.model import (
     RobertaEncoder,
     RobertaLMHead,
@@ -56,6 +57,12 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from fairseq_ext.models.sizes import (
+    ENCODER_SIZES,
+    EncoderSize,
+    register_sized_architecture,
+    set_encoder_size,
+)
 from fairseq_ext.modules.positioned_encoder import (
     PositionedTransformerEncoder,
     embed_learned_positions,
@@ -383,21 +390,19 @@ class ThreeMLCrossModel(ThreeMLModel):
     variant = "cross"
 
 
-def three_ml_architecture(args, *, layers=12, dim=768, ffn=3072, heads=12,
-                          normalization="post-ln"):
+def three_ml_architecture(args, size: EncoderSize = ENCODER_SIZES["base"],
+                          normalization: str = "post-ln"):
     """Defaults of one size (only where not set, so CLI and hydra overrides win).
 
     The decoder defaults follow Table 4: 2 layers at half the encoder dim, FFN 4x its dim,
     head size 64. ``--normalization`` sets RoBERTa's ``encoder_normalize_before`` and
     ``layernorm_embedding`` (pre-LN as ``roberta_prenorm``).
     """
-    args.encoder_layers = safe_getattr(args, "encoder_layers", layers)
-    args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", dim)
-    args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", ffn)
-    args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", heads)
+    set_encoder_size(args, size)
     args.decoder_layers = safe_getattr(args, "decoder_layers", 2)
     args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", args.encoder_embed_dim // 2)
-    args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", 4 * args.decoder_embed_dim)
+    args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim",
+                                              4 * args.decoder_embed_dim)
     args.decoder_attention_heads = safe_getattr(
         args, "decoder_attention_heads", max(1, args.decoder_embed_dim // 64))
     args.normalization = safe_getattr(args, "normalization", normalization)
@@ -406,28 +411,15 @@ def three_ml_architecture(args, *, layers=12, dim=768, ffn=3072, heads=12,
     roberta_base_architecture(args)
 
 
-def _size(model, arch, normalization, **size):
-    @register_model_architecture(model, arch)
-    def architecture(args):
-        three_ml_architecture(args, normalization=normalization, **size)
-
-    architecture.__doc__ = f"{arch}: encoder {size or 'base'}, {normalization} (Table 4 decoder)."
-    return architecture
+def table_4_normalization(model: str, size: str) -> str:
+    """Table 4: pre-LN for large; for base, post-LN for 3ML-self and pre-LN for 3ML-cross
+    (small and tiny follow base)."""
+    return "pre-ln" if size == "large" or model == "3ml_cross" else "post-ln"
 
 
-BASE = dict(layers=12, dim=768, ffn=3072, heads=12)
-LARGE = dict(layers=24, dim=1024, ffn=4096, heads=16)
-SMALL = dict(layers=4, dim=256, ffn=1024, heads=4)  # roberta_small's encoder, for CPU demos
-TINY = dict(layers=2, dim=64, ffn=256, heads=2)  # roberta_tiny's encoder, for tests
-
-# Table 4: pre-LN for large; for base, post-LN for 3ML-self and pre-LN for 3ML-cross.
-_size("3ml_self", "3ml_self", "post-ln", **BASE)
-_size("3ml_self", "3ml_self_base", "post-ln", **BASE)
-_size("3ml_self", "3ml_self_large", "pre-ln", **LARGE)
-_size("3ml_self", "3ml_self_small", "post-ln", **SMALL)
-_size("3ml_self", "3ml_self_tiny", "post-ln", **TINY)
-_size("3ml_cross", "3ml_cross", "pre-ln", **BASE)
-_size("3ml_cross", "3ml_cross_base", "pre-ln", **BASE)
-_size("3ml_cross", "3ml_cross_large", "pre-ln", **LARGE)
-_size("3ml_cross", "3ml_cross_small", "pre-ln", **SMALL)
-_size("3ml_cross", "3ml_cross_tiny", "pre-ln", **TINY)
+for _model in ("3ml_self", "3ml_cross"):
+    for _arch, _size in ((_model, "base"), *((f"{_model}_{s}", s) for s in ENCODER_SIZES)):
+        _norm = table_4_normalization(_model, _size)
+        register_sized_architecture(
+            _model, _arch, functools.partial(three_ml_architecture, normalization=_norm), _size,
+            f", {_norm}, Table 4 decoder")

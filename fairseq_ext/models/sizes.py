@@ -1,0 +1,56 @@
+"""The one table of encoder sizes, and the one helper that registers sized architectures.
+
+Every family of fairseq-ext names its architectures ``<family>_<size>`` over the same four
+sizes: ``base`` and ``large`` are BERT's/RoBERTa's (the sizes of the 3ML paper's Tables 3-4 and
+of Lei et al.'s Table 3), ``small`` and ``tiny`` are ours, for CPU demos and tests. An
+architecture only sets defaults where a flag is unset, so the command line and hydra win.
+"""
+import dataclasses
+from typing import Callable, Dict
+
+from fairseq.models import register_model_architecture
+from fairseq.utils import safe_getattr
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderSize:
+    """Transformer encoder dimensions: blocks, hidden dim, FFN inner dim, attention heads."""
+
+    layers: int
+    dim: int
+    ffn: int
+    heads: int
+
+    def as_args(self) -> Dict[str, int]:
+        """The fairseq ``--encoder-*`` fields of this size."""
+        return {"encoder_layers": self.layers, "encoder_embed_dim": self.dim,
+                "encoder_ffn_embed_dim": self.ffn, "encoder_attention_heads": self.heads}
+
+
+ENCODER_SIZES: Dict[str, EncoderSize] = {
+    "base": EncoderSize(layers=12, dim=768, ffn=3072, heads=12),
+    "large": EncoderSize(layers=24, dim=1024, ffn=4096, heads=16),
+    "small": EncoderSize(layers=4, dim=256, ffn=1024, heads=4),  # about 3M non-embedding params
+    "tiny": EncoderSize(layers=2, dim=64, ffn=256, heads=2),  # for tests
+}
+
+
+def set_encoder_size(args, size: EncoderSize) -> None:
+    """Set ``size``'s ``--encoder-*`` fields where the user left them unset."""
+    for field, value in size.as_args().items():
+        setattr(args, field, safe_getattr(args, field, value))
+
+
+def register_sized_architecture(model: str, arch: str, set_defaults: Callable, size: str,
+                                description: str = "") -> Callable:
+    """Register ``arch`` of fairseq model ``model``: ``set_defaults(args, ENCODER_SIZES[size])``
+    fills what the flags left unset. Returns the registered function."""
+    encoder = ENCODER_SIZES[size]
+
+    def architecture(args):
+        set_defaults(args, encoder)
+
+    architecture.__name__ = f"{arch}_architecture"
+    architecture.__doc__ = (f"{arch}: {encoder.layers} layers, dim {encoder.dim}, FFN "
+                            f"{encoder.ffn}, {encoder.heads} heads{description}.")
+    return register_model_architecture(model, arch)(architecture)
