@@ -10,8 +10,15 @@ import subprocess
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import (REPO_ROOT, TINY_HYDRA_OVERRIDES, TINY_SHELL_ENV, fairseq_cli,
-                      json_log_records, run_cli, train_with_hydra_recipe)
+from conftest import (
+    REPO_ROOT,
+    TINY_HYDRA_OVERRIDES,
+    TINY_SHELL_ENV,
+    fairseq_cli,
+    json_log_records,
+    run_cli,
+    train_with_hydra_recipe,
+)
 
 SHELL_RECIPES = sorted(p for p in (REPO_ROOT / "recipes").rglob("*.sh") if p.parent.name != "lib")
 YAML_RECIPES = sorted((REPO_ROOT / "recipes/config").rglob("*.yaml"))
@@ -596,3 +603,53 @@ def test_update_freq_keeps_the_effective_batch(gpus, nodes, expected):
 def test_update_freq_rejects_a_batch_that_does_not_divide():
     proc = _update_freq(100, 16, NUM_GPUS="1")
     assert proc.returncode != 0 and "BATCH_SIZE=100" in proc.stderr
+
+
+FAKE_FINETUNE_RUN = r"""#!/usr/bin/env bash
+# Stands in for finetune_glue.sh: logs a command line and fairseq json records whose scores
+# follow LR and SEED (matched: 80 + seed + 10 lr/1e-5 at its second validation; mismatched 10 less).
+echo "+ fairseq-train DATA --valid-subset valid,valid1 --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric $*"
+m=$(awk -v lr="$LR" -v s="$SEED" 'BEGIN { printf "%g", 80 + s + 10 * lr / 1e-5 }')
+echo "{\"epoch\": 1, \"valid_loss\": \"0.9\", \"valid_accuracy\": \"50\"}"
+echo "{\"epoch\": 1, \"valid1_loss\": \"0.9\", \"valid1_accuracy\": \"40\"}"
+echo "{\"epoch\": 2, \"valid_loss\": \"0.5\", \"valid_accuracy\": \"$m\"}"
+echo "{\"epoch\": 2, \"valid1_loss\": \"0.5\", \"valid1_accuracy\": \"$(awk -v m="$m" 'BEGIN { print m - 10 }')\"}"
+"""
+
+
+@pytest.mark.parametrize("grid, env, expected", [
+    # 3ML (Table 5): per seed the best over the grid (lr 3e-5 wins: 80 + seed + 30), then the
+    # median over the seeds 1..3: seed 2 -> 112 matched, 102 mismatched
+    ("3ml/finetune_glue_grid.sh",
+     {"LRS": "1e-05 3e-05", "BATCH_SIZES": "32", "EPOCHS_LIST": "3", "SEEDS": "1 2 3"},
+     ["valid: median over 3 seeds: 112", "valid1: median over 3 seeds: 102"]),
+    # SwishRNN (Lei et al.): per lr the mean over the seeds, then the best lr: 3e-5, mean 112
+    ("swishrnn/finetune_glue_grid.sh", {"LRS": "1e-05 3e-05", "SEEDS": "1 2 3"},
+     ["valid: best lr 3e-05: 112.0000 (mean of 3 runs)",
+      "valid1: best lr 3e-05: 102.0000 (mean of 3 runs)"]),
+])
+def test_grid_scores_mnli_matched_and_mismatched(grid, env, expected, tmp_path):
+    """fairseq logs MNLI's second dev set (valid1, mismatched) as valid1_*: the grids score it
+    beside the matched one, with the paper's aggregate for each."""
+    fake = tmp_path / "fake_finetune.sh"
+    fake.write_text(FAKE_FINETUNE_RUN)
+    fake.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "recipes" / grid)], cwd=tmp_path, capture_output=True,
+        text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "TASK": "mnli", "FINETUNE_RECIPE": str(fake),
+             "SAVE_ROOT": str(tmp_path / "grid"), **env})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for line in expected:
+        assert line in lines, proc.stdout
+    rows = [r.split("\t") for r in (tmp_path / "grid/results.tsv").read_text().splitlines()]
+    assert len(rows) == 2 * 2 * 3  # (lr x seed) runs x (valid, valid1)
+    assert {r[-2] for r in rows} == {"valid", "valid1"}
+    # every run is marked done: a second call resumes without running anything again
+    again = subprocess.run(
+        ["bash", str(REPO_ROOT / "recipes" / grid)], cwd=tmp_path, capture_output=True,
+        text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "TASK": "mnli", "FINETUNE_RECIPE": str(fake),
+             "SAVE_ROOT": str(tmp_path / "grid"), **env})
+    assert again.stdout.count("done already") == 6 and again.returncode == 0

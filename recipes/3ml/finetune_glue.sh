@@ -27,8 +27,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
-die() { echo "error: $*" >&2; exit 2; }
-
 TASK="${TASK:?set TASK to one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE}"
 TASK="$(glue_task_name "${TASK}")" || exit 2
 case "${TASK}" in
@@ -71,8 +69,7 @@ CPU="${CPU:-0}"                           # 1: train on the CPU
 PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --bf16 on GPUs
 DRY_RUN="${DRY_RUN:-0}"                   # 1: print the command, do not run it
 
-# fairseq-train silently trains from scratch when --restore-file does not exist.
-[[ -f "${PRETRAINED}" ]] || die "PRETRAINED=${PRETRAINED}: no such file"
+[[ -f "${PRETRAINED}" ]] || die "PRETRAINED=${PRETRAINED}: no such file"  # before reading it
 
 # Number of sequences in a fairseq indexed dataset, from its .idx header (mmap or cached format).
 count_examples() {
@@ -90,15 +87,10 @@ if [[ -z "${TRAIN_EXAMPLES}" ]]; then
 fi
 (( TRAIN_EXAMPLES > 0 )) || die "no training examples in ${DATA}/input0/train"
 
-if [[ "${TASK}" == MNLI && "${VALID_SUBSET}" == valid && -f "${DATA}/input0/valid1.idx" ]]; then
-  VALID_SUBSET="valid,valid1"
-fi
-
-UPDATE_FREQ="$(update_freq "${BATCH_SIZE}" "${MAX_SENTENCES}")"
 UPDATES_PER_EPOCH=$(( (TRAIN_EXAMPLES + BATCH_SIZE - 1) / BATCH_SIZE ))
 if [[ -z "${TOTAL_UPDATES}" ]]; then TOTAL_UPDATES=$(( EPOCHS * UPDATES_PER_EPOCH )); fi
 if [[ -z "${WARMUP_UPDATES}" ]]; then
-  WARMUP_UPDATES="$(awk -v t="${TOTAL_UPDATES}" -v r="${WARMUP_PROPORTION}" 'BEGIN { printf "%d", t * r + 0.5 }')"
+  WARMUP_UPDATES="$(warmup_updates "${TOTAL_UPDATES}" "${WARMUP_PROPORTION}")"
 fi
 
 # Model flags: the encoder of PRETRAINED (--arch ... --max-positions N), unless given.
@@ -112,32 +104,12 @@ if [[ -z "${ARCH}" || -z "${MAX_POSITIONS}" ]]; then
 fi
 if [[ -n "${ARCH}" ]]; then arch_args=(--arch "${ARCH}"); fi
 
-cmd=(
-  "$(fairseq_cmd fairseq-train)" "${DATA}"
-  --user-dir "${USER_DIR}"
-  --restore-file "${PRETRAINED}" --reset-optimizer --reset-dataloader --reset-meters
-  --task sentence_prediction --num-classes "${NUM_CLASSES}"
-  --init-token 0 --separator-token 2 --shorten-method "${SHORTEN_METHOD}"
-  --criterion "${CRITERION}"
-  "${arch_args[@]}" --max-positions "${MAX_POSITIONS}"
-  --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
-  --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
-  --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
+# The 3ML paper's schedule (Table 5): linear decay over EPOCHS after a warmup share; the best
+# checkpoint by the task's metric, no others.
+recipe_flags=(
+  "${arch_args[@]}"
   --lr-scheduler polynomial_decay --lr "${LR}"
   --total-num-update "${TOTAL_UPDATES}" --warmup-updates "${WARMUP_UPDATES}"
-  --max-epoch "${EPOCHS}"
-  --batch-size "${MAX_SENTENCES}" --update-freq "${UPDATE_FREQ}" --required-batch-size-multiple 1
-  --find-unused-parameters
-  --valid-subset "${VALID_SUBSET}" --best-checkpoint-metric "${BEST_METRIC}"
-  --seed "${SEED}" --num-workers "${NUM_WORKERS}" --log-interval "${LOG_INTERVAL}"
-  --save-dir "${SAVE_DIR}" --no-epoch-checkpoints --no-last-checkpoints
+  --max-epoch "${EPOCHS}" --no-epoch-checkpoints --no-last-checkpoints
 )
-add_sentence_prediction_metric_flags cmd "${TASK}" "${BEST_METRIC}"
-if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
-if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
-
-if [[ "${DRY_RUN}" == 1 ]]; then
-  printf '+'; printf ' %q' "${cmd[@]}" "$@"; printf '\n'
-  exit 0
-fi
-run_printed "${cmd[@]}" "$@"
+run_sentence_prediction recipe_flags "$@"

@@ -13,7 +13,9 @@
 # Everything else (MAX_SENTENCES, NUM_GPUS, CPU, PRECISION, ARCH, ...) is passed through the
 # environment to finetune_glue.sh, and extra arguments are appended to each fairseq-train command.
 # Each point writes SAVE_ROOT/<point>/train.log; a point whose DONE marker exists is skipped, so
-# an interrupted grid resumes. results.tsv collects the best dev score of every point.
+# an interrupted grid resumes. results.tsv collects the best dev score of every point and
+# validation subset (seed lr batch epochs subset score); MNLI's mismatched dev set (valid1) is
+# scored beside the matched one.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
@@ -32,19 +34,8 @@ SEEDS="${SEEDS:-1 2 3 4 5}"
 SAVE_ROOT="${SAVE_ROOT:-checkpoints/3ml_glue/${TASK}}"
 DRY_RUN="${DRY_RUN:-0}"                   # 1: print each point's command, run nothing
 
-RECIPE="${RECIPES_DIR}/3ml/finetune_glue.sh"
+RECIPE="${FINETUNE_RECIPE:-${RECIPES_DIR}/3ml/finetune_glue.sh}"  # the run of one point
 export TASK
-
-# The best valid score of a finished point, from its log (fairseq --log-format json): the metric
-# and direction are read off the logged command line.
-best_score() {
-  local log="$1" metric direction
-  metric="$(sed -n '1s/.*--best-checkpoint-metric \([^ ]*\).*/\1/p' "${log}")"
-  direction=min
-  if head -n 1 "${log}" | grep -q -- '--maximize-best-checkpoint-metric'; then direction=max; fi
-  grep -o "\"valid_${metric}\": \"[^\"]*\"" "${log}" | sed 's/.*: "\(.*\)"/\1/' \
-    | sort -g | { if [[ "${direction}" == max ]]; then tail -n 1; else head -n 1; fi; }
-}
 
 mkdir -p "${SAVE_ROOT}"
 results="${SAVE_ROOT}/results.tsv"
@@ -60,24 +51,24 @@ for seed in ${SEEDS}; do
             DRY_RUN=1 "${RECIPE}" --log-format json "$@"
           continue
         fi
-        if [[ -f "${dir}/DONE" ]]; then echo "done already: ${dir}"; continue; fi
-        mkdir -p "${dir}"
         LR="${lr}" BATCH_SIZE="${batch_size}" EPOCHS="${epochs}" SEED="${seed}" SAVE_DIR="${dir}" \
-          "${RECIPE}" --log-format json "$@" 2>&1 | tee "${dir}/train.log"
-        score="$(best_score "${dir}/train.log")"
-        printf '%s\t%s\t%s\t%s\t%s\n' "${seed}" "${lr}" "${batch_size}" "${epochs}" "${score:-nan}" \
-          >> "${results}"
-        touch "${dir}/DONE"
+          run_grid_point "${dir}" "${results}" "${seed}"$'\t'"${lr}"$'\t'"${batch_size}"$'\t'"${epochs}" \
+          "${RECIPE}" "$@"
       done
     done
   done
 done
 if [[ "${DRY_RUN}" == 1 ]]; then echo "${points} points"; exit 0; fi
 
-# The paper's score: best over the grid for each seed, then the median over seeds.
-echo "== ${TASK}: best dev score per seed over the grid (seed lr batch epochs score), and the median"
+# The paper's score, for each validation subset (MNLI: valid = MNLI-m, valid1 = MNLI-mm): the
+# best dev score over the grid for each seed, then the median over the seeds.
 order=gr  # higher is better, except for a loss (BEST_METRIC=loss)
 if [[ "${BEST_METRIC:-}" == *loss ]]; then order=g; fi
-sort -t $'\t' -k1,1n -k5,5"${order}" "${results}" | awk -F '\t' '!seen[$1]++' | tee "${SAVE_ROOT}/best_per_seed.tsv"
-cut -f 5 "${SAVE_ROOT}/best_per_seed.tsv" | sort -g \
-  | awk '{ v[NR] = $1 } END { if (NR) printf "median over %d seeds: %s\n", NR, (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+for subset in $(grid_subsets "${results}"); do
+  echo "== ${TASK} ${subset}: best dev score per seed over the grid (seed lr batch epochs score), and the median"
+  awk -F '\t' -v s="${subset}" '$5 == s { print $1 "\t" $2 "\t" $3 "\t" $4 "\t" $6 }' "${results}" \
+    | sort -t $'\t' -k1,1n -k5,5"${order}" | awk -F '\t' '!seen[$1]++' \
+    | tee "${SAVE_ROOT}/best_per_seed.${subset}.tsv"
+  cut -f 5 "${SAVE_ROOT}/best_per_seed.${subset}.tsv" | sort -g \
+    | awk -v s="${subset}" '{ v[NR] = $1 } END { if (NR) printf "%s: median over %d seeds: %s\n", s, NR, (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+done

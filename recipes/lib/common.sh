@@ -130,3 +130,83 @@ add_sentence_prediction_metric_flags() {
     flags+=(--maximize-best-checkpoint-metric)
   fi
 }
+
+# --- fine-tuning (recipes/*/finetune_glue.sh and their grids) ---------------------------------
+
+# die MESSAGE: a one-line error, exit status 2.
+die() { echo "error: $*" >&2; exit 2; }
+
+# run_sentence_prediction RECIPE_FLAGS [EXTRA_ARGS...]: the fairseq-train command shared by the
+# GLUE fine-tuning recipes (fairseq's stock sentence_prediction task and criterion on the
+# pre-trained model restored from PRETRAINED, as in fairseq's RoBERTa GLUE README), built from
+# the variables the recipe set (TASK DATA PRETRAINED NUM_CLASSES SHORTEN_METHOD CRITERION
+# MAX_POSITIONS DROPOUT ATTENTION_DROPOUT OPTIMIZER ADAM_BETAS ADAM_EPS WEIGHT_DECAY CLIP_NORM
+# BATCH_SIZE MAX_SENTENCES VALID_SUBSET BEST_METRIC SEED NUM_WORKERS LOG_INTERVAL SAVE_DIR CPU
+# PRECISION), with the recipe's own model, schedule and checkpointing flags from the array
+# named RECIPE_FLAGS; printed, then run (DRY_RUN=1: printed only). MNLI validates on valid
+# (matched) and valid1 (mismatched) when DATA has both.
+run_sentence_prediction() {
+  local -n recipe_flags="$1"; shift
+  # fairseq-train silently trains from scratch when --restore-file does not exist.
+  [[ -f "${PRETRAINED}" ]] || die "PRETRAINED=${PRETRAINED}: no such file"
+  if [[ "${TASK}" == MNLI && "${VALID_SUBSET}" == valid && -f "${DATA}/input0/valid1.idx" ]]; then
+    VALID_SUBSET="valid,valid1"
+  fi
+  local update_freq_value
+  update_freq_value="$(update_freq "${BATCH_SIZE}" "${MAX_SENTENCES}")"
+  local cmd=(
+    "$(fairseq_cmd fairseq-train)" "${DATA}"
+    --user-dir "${USER_DIR}"
+    --restore-file "${PRETRAINED}" --reset-optimizer --reset-dataloader --reset-meters
+    --task sentence_prediction --num-classes "${NUM_CLASSES}"
+    --init-token 0 --separator-token 2 --shorten-method "${SHORTEN_METHOD}"
+    --criterion "${CRITERION}"
+    "${recipe_flags[@]}" --max-positions "${MAX_POSITIONS}"
+    --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
+    --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
+    --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
+    --batch-size "${MAX_SENTENCES}" --update-freq "${update_freq_value}"
+    --required-batch-size-multiple 1 --find-unused-parameters
+    --valid-subset "${VALID_SUBSET}" --best-checkpoint-metric "${BEST_METRIC}"
+    --seed "${SEED}" --num-workers "${NUM_WORKERS}" --log-interval "${LOG_INTERVAL}"
+    --save-dir "${SAVE_DIR}"
+  )
+  add_sentence_prediction_metric_flags cmd "${TASK}" "${BEST_METRIC}"
+  if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
+  if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
+  run_printed "${cmd[@]}" "$@"
+}
+
+# best_score LOG [SUBSET]: the best score of validation subset SUBSET (default valid; fairseq
+# logs a second subset such as MNLI's valid1 as valid1_*) in a fairseq --log-format json log.
+# The metric and its direction are read off the command line the recipe logged first.
+best_score() {
+  local log="$1" subset="${2:-valid}" metric direction
+  metric="$(sed -n '1s/.*--best-checkpoint-metric \([^ ]*\).*/\1/p' "${log}")"
+  direction=min
+  if head -n 1 "${log}" | grep -q -- '--maximize-best-checkpoint-metric'; then direction=max; fi
+  grep -o "\"${subset}_${metric}\": \"[^\"]*\"" "${log}" | sed 's/.*: "\(.*\)"/\1/' \
+    | sort -g | { if [[ "${direction}" == max ]]; then tail -n 1; else head -n 1; fi; }
+}
+
+# run_grid_point DIR RESULTS KEY RECIPE [ARGS...]: one run of a fine-tuning grid. Runs RECIPE
+# (its settings in the environment) with --log-format json and ARGS, logging to DIR/train.log,
+# then appends one row "KEY<TAB>SUBSET<TAB>SCORE" to RESULTS per validation subset of the run
+# (MNLI: valid, the matched, and valid1, the mismatched dev set) and marks DIR/DONE. A point
+# whose DONE marker exists is skipped, so an interrupted grid resumes.
+run_grid_point() {
+  local dir="$1" results="$2" key="$3" recipe="$4" subsets subset score
+  shift 4
+  if [[ -f "${dir}/DONE" ]]; then echo "done already: ${dir}"; return 0; fi
+  mkdir -p "${dir}"
+  "${recipe}" --log-format json "$@" 2>&1 | tee "${dir}/train.log"
+  subsets="$(sed -n '1s/.*--valid-subset \([^ ]*\).*/\1/p' "${dir}/train.log")"
+  for subset in ${subsets//,/ }; do
+    score="$(best_score "${dir}/train.log" "${subset}")"
+    printf '%s\t%s\t%s\n' "${key}" "${subset}" "${score:-nan}" >> "${results}"
+  done
+  touch "${dir}/DONE"
+}
+
+# grid_subsets RESULTS: the validation subsets found in a grid's RESULTS, in first-seen order.
+grid_subsets() { awk -F '\t' '{ print $(NF - 1) }' "$1" | awk '!seen[$0]++'; }

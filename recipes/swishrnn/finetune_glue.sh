@@ -40,8 +40,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
-die() { echo "error: $*" >&2; exit 2; }
-
 TASK="${TASK:?set TASK to one of BoolQ CoLA MNLI MRPC MultiRC QNLI QQP RTE SST-2 STS-B}"
 TASK="$(glue_superglue_task_name "${TASK}")" || exit 2
 # Table 4's maximum number of fine-tuning steps, the classes and the metric of each task.
@@ -95,15 +93,6 @@ NUM_WORKERS="${NUM_WORKERS:-1}"
 CPU="${CPU:-0}"                           # 1: train on the CPU
 PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --bf16 on GPUs
 
-# fairseq-train silently trains from scratch when --restore-file does not exist.
-[[ -f "${PRETRAINED}" ]] || die "PRETRAINED=${PRETRAINED}: no such file"
-
-if [[ "${TASK}" == MNLI && "${VALID_SUBSET}" == valid && -f "${DATA}/input0/valid1.idx" ]]; then
-  VALID_SUBSET="valid,valid1"
-fi
-
-UPDATE_FREQ="$(update_freq "${BATCH_SIZE}" "${MAX_SENTENCES}")"
-
 model_args=(--arch "${ARCH}")
 if [[ -n "${RAB_NUM_BUCKETS}" ]]; then model_args+=(--rab-num-buckets "${RAB_NUM_BUCKETS}"); fi
 if [[ -n "${RAB_MAX_DISTANCE}" ]]; then model_args+=(--rab-max-distance "${RAB_MAX_DISTANCE}"); fi
@@ -111,32 +100,14 @@ if [[ -n "${SWISHRNN_STEP_SIZES}" ]]; then
   model_args+=(--swishrnn-step-sizes "${SWISHRNN_STEP_SIZES}")
 fi
 
-cmd=(
-  "$(fairseq_cmd fairseq-train)" "${DATA}"
-  --user-dir "${USER_DIR}"
-  --restore-file "${PRETRAINED}"
-  --reset-optimizer --reset-dataloader --reset-meters --reset-lr-scheduler
-  --task sentence_prediction --num-classes "${NUM_CLASSES}"
-  --init-token 0 --separator-token 2 --shorten-method "${SHORTEN_METHOD}"
-  --criterion "${CRITERION}"
-  "${model_args[@]}" --max-positions "${MAX_POSITIONS}"
-  --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
-  --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
-  --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
+# Lei et al.'s schedule: a fixed lr after the warmup, Table 4's steps, validation and saving
+# every EVAL_INTERVAL_UPDATES updates, never at an epoch end (intervals of 1e6 epochs).
+recipe_flags=(
+  "${model_args[@]}" --reset-lr-scheduler
   --lr-scheduler fixed --lr "${LR}" --warmup-updates "${WARMUP_UPDATES}"
   --max-update "${TOTAL_UPDATES}"
-  --batch-size "${MAX_SENTENCES}" --update-freq "${UPDATE_FREQ}" --required-batch-size-multiple 1
-  --find-unused-parameters
-  --valid-subset "${VALID_SUBSET}" --best-checkpoint-metric "${BEST_METRIC}"
-  # every EVAL_INTERVAL_UPDATES updates, never at an epoch end (intervals of 1e6 epochs)
   --validate-interval-updates "${EVAL_INTERVAL_UPDATES}" --validate-interval 1000000
   --save-interval-updates "${EVAL_INTERVAL_UPDATES}" --save-interval 1000000
   --keep-interval-updates 1 --no-epoch-checkpoints --no-last-checkpoints
-  --seed "${SEED}" --num-workers "${NUM_WORKERS}" --log-interval "${LOG_INTERVAL}"
-  --save-dir "${SAVE_DIR}"
 )
-add_sentence_prediction_metric_flags cmd "${TASK}" "${BEST_METRIC}"
-if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
-if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
-
-run_printed "${cmd[@]}" "$@"
+run_sentence_prediction recipe_flags "$@"

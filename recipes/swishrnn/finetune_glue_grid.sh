@@ -16,7 +16,8 @@
 # passed through the environment to finetune_glue.sh, and extra arguments are appended to each
 # fairseq-train command. Each run writes SAVE_ROOT/<run>/train.log; a run whose DONE marker
 # exists is skipped, so an interrupted grid resumes. results.tsv collects the best dev score of
-# every run (seed, lr, score).
+# every run and validation subset (seed lr subset score); MNLI's mismatched dev set (valid1) is
+# scored beside the matched one.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
@@ -28,19 +29,8 @@ SEEDS="${SEEDS:-1 2 3}"
 SAVE_ROOT="${SAVE_ROOT:-checkpoints/glue/${ARCH}/${TASK}}"
 DRY_RUN="${DRY_RUN:-0}"                   # 1: print each run's command, run nothing
 
-RECIPE="${RECIPES_DIR}/swishrnn/finetune_glue.sh"
+RECIPE="${FINETUNE_RECIPE:-${RECIPES_DIR}/swishrnn/finetune_glue.sh}"  # the run of one point
 export TASK ARCH
-
-# The best valid score of a finished run, from its log (fairseq --log-format json): the metric
-# and direction are read off the logged command line.
-best_score() {
-  local log="$1" metric direction
-  metric="$(sed -n '1s/.*--best-checkpoint-metric \([^ ]*\).*/\1/p' "${log}")"
-  direction=min
-  if head -n 1 "${log}" | grep -q -- '--maximize-best-checkpoint-metric'; then direction=max; fi
-  grep -o "\"valid_${metric}\": \"[^\"]*\"" "${log}" | sed 's/.*: "\(.*\)"/\1/' \
-    | sort -g | { if [[ "${direction}" == max ]]; then tail -n 1; else head -n 1; fi; }
-}
 
 if [[ "${DRY_RUN}" != 1 ]]; then mkdir -p "${SAVE_ROOT}"; fi
 results="${SAVE_ROOT}/results.tsv"
@@ -53,23 +43,21 @@ for seed in ${SEEDS}; do
       LR="${lr}" SEED="${seed}" SAVE_DIR="${dir}" DRY_RUN=1 "${RECIPE}" --log-format json "$@"
       continue
     fi
-    if [[ -f "${dir}/DONE" ]]; then echo "done already: ${dir}"; continue; fi
-    mkdir -p "${dir}"
-    LR="${lr}" SEED="${seed}" SAVE_DIR="${dir}" "${RECIPE}" --log-format json "$@" 2>&1 \
-      | tee "${dir}/train.log"
-    score="$(best_score "${dir}/train.log")"
-    printf '%s\t%s\t%s\n' "${seed}" "${lr}" "${score:-nan}" >> "${results}"
-    touch "${dir}/DONE"
+    LR="${lr}" SEED="${seed}" SAVE_DIR="${dir}" \
+      run_grid_point "${dir}" "${results}" "${seed}"$'\t'"${lr}" "${RECIPE}" "$@"
   done
 done
 if [[ "${DRY_RUN}" == 1 ]]; then echo "${runs} runs"; exit 0; fi
 
-# The paper's score: the mean over the seeds for each lr, then the best lr.
-echo "== ${TASK}: mean best dev score over the seeds for each lr (lr runs mean), and the best"
+# The paper's score, for each validation subset (MNLI: valid = MNLI-m, valid1 = MNLI-mm): the
+# mean over the seeds for each lr, then the best lr.
 order=gr  # higher is better, except for a loss (BEST_METRIC=loss)
 if [[ "${BEST_METRIC:-}" == *loss ]]; then order=g; fi
-awk -F '\t' '{ sum[$2] += $3; n[$2]++ }
-  END { for (lr in sum) printf "%s\t%d\t%.4f\n", lr, n[lr], sum[lr] / n[lr] }' "${results}" \
-  | sort -t $'\t' -k3,3"${order}" | tee "${SAVE_ROOT}/mean_per_lr.tsv"
-head -n 1 "${SAVE_ROOT}/mean_per_lr.tsv" \
-  | awk -F '\t' '{ printf "best lr %s: %s (mean of %d runs)\n", $1, $3, $2 }'
+for subset in $(grid_subsets "${results}"); do
+  echo "== ${TASK} ${subset}: mean best dev score over the seeds for each lr (lr runs mean), and the best"
+  awk -F '\t' -v s="${subset}" '$3 == s { sum[$2] += $4; n[$2]++ }
+    END { for (lr in sum) printf "%s\t%d\t%.4f\n", lr, n[lr], sum[lr] / n[lr] }' "${results}" \
+    | sort -t $'\t' -k3,3"${order}" | tee "${SAVE_ROOT}/mean_per_lr.${subset}.tsv"
+  head -n 1 "${SAVE_ROOT}/mean_per_lr.${subset}.tsv" \
+    | awk -F '\t' -v s="${subset}" '{ printf "%s: best lr %s: %s (mean of %d runs)\n", s, $1, $3, $2 }'
+done
