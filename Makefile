@@ -7,7 +7,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test clean-venv
+.PHONY: install demo lint test test-fast clean-venv
 
 install: $(STAMP)
 
@@ -30,8 +30,17 @@ $(STAMP): requirements.txt requirements-fairseq.txt constraints.txt setup.py \
 demo: install
 	$(PY) scripts/demo.py
 
-test: install
+lint: install
+	$(PY) -m ruff check .
+
+# The full suite, as CI runs it (lint first).
+test: lint
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+# Everything but the tests marked slow (real fairseq-train runs, recipe runs, compiles): a few
+# minutes, for the edit-test loop.
+test-fast: lint
+	$(PY) -m pytest -q -m "not slow" tests $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -12,11 +12,16 @@ import pytest
 import torch
 
 import fairseq_ext
-from fairseq_ext.checkpoint_loading import FAIRSEQ_CHECKPOINT_GLOBALS
 from conftest import (
-    TINY_UPDATES, USER_DIR, fairseq_cli, json_log_records, run_cli,
-    train_with_hydra_recipe, train_with_shell_recipe,
+    TINY_UPDATES,
+    USER_DIR,
+    fairseq_cli,
+    json_log_records,
+    run_cli,
+    train_with_hydra_recipe,
+    train_with_shell_recipe,
 )
+from fairseq_ext.checkpoint_loading import FAIRSEQ_CHECKPOINT_GLOBALS
 
 ALLOWED_NAMES = {f"{g.__module__}.{g.__qualname__}" for g in FAIRSEQ_CHECKPOINT_GLOBALS}
 

@@ -21,8 +21,15 @@ from fairseq.models.roberta import RobertaModel
 from omegaconf import OmegaConf
 
 import fairseq_ext  # noqa: F401  (3ML archs; argparse.Namespace allowed by torch.load)
-from conftest import (REPO_ROOT, USER_DIR, WORDS, fairseq_cli, json_log_records, run_cli,
-                      train_with_hydra_recipe)
+from conftest import (
+    REPO_ROOT,
+    USER_DIR,
+    WORDS,
+    fairseq_cli,
+    json_log_records,
+    run_cli,
+    train_with_hydra_recipe,
+)
 from fairseq_ext import export as export_encoder
 from fairseq_ext.models.three_ml import ThreeMLModel
 

@@ -6,11 +6,11 @@ import re
 import subprocess
 import sys
 
-import fairseq_ext
-from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.criterions import CRITERION_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.optim import OPTIMIZER_REGISTRY
 
+import fairseq_ext
 from conftest import REPO_ROOT, USER_DIR, fairseq_cli, run_cli
 
 OUR_ARCHS = {"roberta_small": "roberta", "roberta_tiny": "roberta", "roberta_large_prenorm": "roberta",

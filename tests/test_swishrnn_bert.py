@@ -12,6 +12,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.modules import MultiheadAttention
 
 import fairseq_ext  # noqa: F401  (registers the archs)
+from conftest import USER_DIR, fairseq_cli, json_log_records, run_cli
 from fairseq_ext import flops
 from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 from fairseq_ext.models.swishrnn_bert import matched_hidden_dim, parse_step_sizes
@@ -20,7 +21,6 @@ from fairseq_ext.modules.relative_attention import (
     relative_position_bucket,
 )
 
-from conftest import fairseq_cli, json_log_records, run_cli, USER_DIR
 
 def build(arch, vocab_size=60, max_positions=64, **overrides):
     task = MaskedLmTaskStub(vocab_size)

@@ -196,7 +196,8 @@ def claim_destdir(
                 )
             elif not finished_steps:
                 log(
-                    f"note: {destdir} holds an unfinished run with other settings ({differences}); starting over"
+                    f"note: {destdir} holds an unfinished run with other settings ({differences}); "
+                    "starting over"
                 )
             else:
                 raise CorpusError(
