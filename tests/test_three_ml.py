@@ -189,3 +189,69 @@ def test_category_criterion_matches_fairseq_masked_lm(arch):
 def test_bad_config_gets_a_clear_error(task_kwargs, overrides, message):
     with pytest.raises(ValueError, match=message):
         build("3ml_self_tiny", MaskedLmTaskStub(60, **task_kwargs), **overrides)
+
+
+def gpu_criterion_mask(target, pad):
+    """The positions fairseq's ``masked_lm`` criterion (and ``masked_lm_categories``) asks for
+    on a GPU: ``torch.where(any, masked, [True])``, all-True (padding included) for a batch
+    without corrupted tokens."""
+    masked_tokens = target.ne(pad)
+    return torch.where(masked_tokens.any(), masked_tokens, masked_tokens.new([True]))
+
+
+@pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
+@pytest.mark.parametrize("corrupted_input", [False, True])
+def test_all_true_mask_over_padding_gives_one_logit_row_per_asked_position(arch, corrupted_input):
+    """Issue 10: on a GPU, a batch without corrupted tokens makes the criterion ask for every
+    position, padding included; the logits cover exactly those positions in row-major order
+    (as RoBERTa's), equal at real positions to asking for the real positions only, and zero at
+    padding (whose targets are ignored)."""
+    task = MaskedLmTaskStub(60)
+    model = build(arch, task).eval()
+    pad = task.source_dictionary.pad()
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(4, task.mask_idx, (4, 15), generator=g)
+    src, _ = corrupt(tokens, [15, 9, 12, 4], task.mask_idx, pad, g, mask_prob=0.5)
+    if not corrupted_input:  # the real case: nothing corrupted, only padding differs
+        src = torch.where(src.eq(pad), src, tokens)
+    target = torch.full_like(src, pad)  # no corrupted token to predict
+    masked_tokens = gpu_criterion_mask(target, pad)
+    assert masked_tokens.shape == src.shape and bool(masked_tokens.all())
+    real = src.ne(pad)
+    with torch.no_grad():
+        logits, _ = model(src, masked_tokens=masked_tokens)
+        reference, _ = model(src, masked_tokens=real)
+    assert logits.shape == (target[masked_tokens].numel(), len(task.source_dictionary))
+    torch.testing.assert_close(logits[real.flatten()], reference, rtol=0, atol=0)
+    assert bool(logits[~real.flatten()].eq(0).all())
+    # and the loss fairseq's criterion computes from them is zero, not an error
+    loss = torch.nn.functional.cross_entropy(logits, target[masked_tokens], reduction="sum",
+                                             ignore_index=pad)
+    assert loss.item() == 0.0
+
+
+@pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
+def test_mask_covering_padding_and_corrupted_tokens_trains(arch):
+    """A full-shape mask that asks for padding besides corrupted tokens: one row per asked
+    position, the real rows those of the real-only call, and gradients flow without NaN."""
+    task = MaskedLmTaskStub(60)
+    model = build(arch, task).train()
+    pad = task.source_dictionary.pad()
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(4, task.mask_idx, (3, 12), generator=g)
+    src, target = corrupt(tokens, [12, 7, 10], task.mask_idx, pad, g, mask_prob=0.5)
+    asked = target.ne(pad) | src.eq(pad)
+    torch.manual_seed(0)
+    logits, _ = model(src, masked_tokens=asked)
+    assert logits.shape[0] == int(asked.sum())
+    loss = torch.nn.functional.cross_entropy(logits, target[asked], reduction="sum", ignore_index=pad)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    model.eval()
+    with torch.no_grad():
+        full, _ = model(src, masked_tokens=asked)
+        real_only, _ = model(src, masked_tokens=target.ne(pad))
+    predicted = target.ne(pad)[asked]
+    torch.testing.assert_close(full[predicted], real_only, rtol=0, atol=0)
+    assert bool(full[~predicted].eq(0).all())

@@ -354,17 +354,25 @@ class ThreeMLModel(RobertaModel):
     @staticmethod
     def _positions_to_predict(src_tokens, masked_tokens, pad) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """``(predict, expand_to)``: the real (non-padding) positions to compute logits for and,
-        when the caller asked for more (fairseq's ``masked_lm`` criterion passes ``None``, or a
-        one-element ``[True]`` on GPU, for a batch without corrupted tokens), the positions the
-        returned logits must cover (zero logits at padding, whose targets are ignored)."""
-        if masked_tokens is not None and masked_tokens.shape == src_tokens.shape:
-            return masked_tokens, None
-        asked = torch.zeros_like(src_tokens, dtype=torch.bool)
+        when the caller asked for padding positions too, the positions the returned logits must
+        cover (zero logits at padding, whose targets are ignored), else ``None``.
+
+        fairseq's ``masked_lm`` criterion (and ours) asks for padding in a batch without
+        corrupted tokens: ``None`` on CPU (every position), and on GPU
+        ``torch.where(masked.any(), masked, masked.new([True]))``, which broadcasts to an
+        all-True ``(B, T)`` mask, padding included (issue 10). Any other mask is honoured the
+        same way; the one check costs one device-to-host sync, like the packing does."""
         if masked_tokens is None:
-            asked.fill_(True)
-        else:
-            asked[masked_tokens] = True
-        return asked & src_tokens.ne(pad), asked
+            asked = torch.ones_like(src_tokens, dtype=torch.bool)
+        elif masked_tokens.shape == src_tokens.shape:
+            asked = masked_tokens
+        else:  # a mask that broadcasts to the batch (e.g. a one-element [True])
+            asked = masked_tokens.expand_as(src_tokens)
+        real = src_tokens.ne(pad)
+        if masked_tokens is not None and masked_tokens.shape == src_tokens.shape \
+                and not bool((asked & ~real).any()):
+            return asked, None
+        return asked & real, asked
 
     def upgrade_state_dict_named(self, state_dict, name):
         prefix = name + "." if name != "" else ""
