@@ -28,6 +28,21 @@ WORDS = (
 ).split()
 
 
+#: Fixtures that run fairseq's CLIs (preprocess, train, hydra-train) or a whole pipeline: a test
+#: that uses one is marked ``slow`` (``make test-fast`` skips it). Tests slow for other reasons
+#: carry ``@pytest.mark.slow`` themselves.
+SLOW_FIXTURES = frozenset({
+    "tiny_data_bin", "shell_trained", "hydra_trained", "train_runs", "pretrained", "exported",
+    "classification_bin", "eos_trained_3ml", "swishrnn_demo_shell", "directory_build",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
 def fairseq_cli(name: str) -> str:
     """Path of a fairseq console script installed beside this interpreter."""
     return str(BIN_DIR / name)

@@ -14,6 +14,7 @@ from conftest import REPO_ROOT
 KERNELS = REPO_ROOT / "fairseq_ext" / "csrc" / "swish_recurrence_kernels.cu"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no CUDA toolkit (nvcc) on this machine")
 def test_cuda_kernels_compile_with_nvcc(tmp_path):
     proc = subprocess.run(

@@ -441,6 +441,7 @@ def test_grid_is_table_5_times_five_seeds(task, lrs, batch_sizes, epochs, metric
 
 # --- errors -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_missing_input_is_one_line_exit_2(tmp_path):
     proc = run_cli([sys.executable, SCRIPT,
                     tmp_path / "nope.pt", tmp_path / "out.pt"], check=False)

@@ -214,6 +214,7 @@ BATCH_SETTINGS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["roberta_masked_lm", "3ml_self_eos"])
 @pytest.mark.parametrize("batching", BATCH_SETTINGS, ids=lambda a: "-".join(a[1::2]))
 def test_fairseq_validate_scores_every_example_once(model, batching, request, tiny_data_bin):

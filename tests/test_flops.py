@@ -156,6 +156,7 @@ def printed_flops(out, label):
     return float(re.search(r"training FLOPs per sequence: (\S+)", block).group(1))
 
 
+@pytest.mark.slow
 def test_cli_as_a_module_prints_speedup_last():
     proc = subprocess.run(
         [sys.executable, "-m", "fairseq_ext.flops", "--arch", "3ml_self_large", "--mask-prob",
@@ -240,6 +241,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_cli_measure_agrees_with_flop_counter(capsys, one_thread):
     """3ml_self_base (A) and roberta_base (B) at base size, L=64."""
     code, out, _ = calculator(capsys, "--arch", "3ml_self_base", "--mask-prob", "0.4",
@@ -251,6 +253,7 @@ def test_cli_measure_agrees_with_flop_counter(capsys, one_thread):
         assert float(ratio) == pytest.approx(1.0, abs=0.03), arch
 
 
+@pytest.mark.slow
 def test_3ml_cross_base_agrees_with_flop_counter(one_thread):
     from fairseq_ext.flops.measure import measure_training_flops
 

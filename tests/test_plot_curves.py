@@ -148,6 +148,7 @@ def check_png(path):
         assert image.format == "PNG" and image.size[0] > 600 and image.size[1] > 300
 
 
+@pytest.mark.slow
 def test_script_writes_a_png(two_runs, tmp_path):
     out = tmp_path / "plots" / "curves.png"
     proc = run_cli([sys.executable, SCRIPT, *two_runs, "--labels", "roberta,3ml-self",

@@ -306,6 +306,7 @@ def test_files_without_manifest_are_never_touched(directory_build, tmp_path, cap
     assert sorted(p.name for p in destdir.iterdir()) == ["dict.txt"]
 
 
+@pytest.mark.slow
 def test_single_file_input_and_default_destdir(tmp_path, capsys, monkeypatch):
     rng = random.Random(3)
     documents = [[sentence(rng) for _ in range(rng.randint(1, 4))] for _ in range(30)]
@@ -362,6 +363,7 @@ def test_spm_model_and_srcdict_are_reused(directory_build, tmp_path, capsys):
     )
 
 
+@pytest.mark.slow
 def test_gpt2_bpe_writes_ids_and_builds_dictionary(tmp_path, capsys):
     from fairseq.data.encoders.gpt2_bpe_utils import bytes_to_unicode, get_encoder
 
@@ -420,6 +422,7 @@ def test_missing_and_empty_inputs_exit_2_with_one_line(tmp_path, capsys):
         assert len(err.strip().splitlines()) == 1 and message in err, err
 
 
+@pytest.mark.slow
 def test_wrapper_script_reports_missing_input(tmp_path):
     result = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts/prepare_corpus.sh"), "--input", str(tmp_path / "nope")],
@@ -435,6 +438,7 @@ def test_wrapper_script_reports_missing_input(tmp_path):
     assert not (tmp_path / "data-bin").exists()
 
 
+@pytest.mark.slow
 def test_empty_held_out_split_names_the_option_and_a_fixed_rerun_proceeds(tmp_path, capsys):
     rng = random.Random(11)
     corpus = tmp_path / "stories.txt"

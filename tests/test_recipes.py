@@ -607,13 +607,15 @@ def test_update_freq_rejects_a_batch_that_does_not_divide():
 
 FAKE_FINETUNE_RUN = r"""#!/usr/bin/env bash
 # Stands in for finetune_glue.sh: logs a command line and fairseq json records whose scores
-# follow LR and SEED (matched: 80 + seed + 10 lr/1e-5 at its second validation; mismatched 10 less).
-echo "+ fairseq-train DATA --valid-subset valid,valid1 --best-checkpoint-metric accuracy --maximize-best-checkpoint-metric $*"
+# follow LR and SEED (matched: 80 + seed + 10 lr/1e-5 at the second validation; mismatched: 10 less).
+echo "+ fairseq-train DATA --valid-subset valid,valid1 --best-checkpoint-metric accuracy" \
+  "--maximize-best-checkpoint-metric $*"
 m=$(awk -v lr="$LR" -v s="$SEED" 'BEGIN { printf "%g", 80 + s + 10 * lr / 1e-5 }')
 echo "{\"epoch\": 1, \"valid_loss\": \"0.9\", \"valid_accuracy\": \"50\"}"
 echo "{\"epoch\": 1, \"valid1_loss\": \"0.9\", \"valid1_accuracy\": \"40\"}"
 echo "{\"epoch\": 2, \"valid_loss\": \"0.5\", \"valid_accuracy\": \"$m\"}"
-echo "{\"epoch\": 2, \"valid1_loss\": \"0.5\", \"valid1_accuracy\": \"$(awk -v m="$m" 'BEGIN { print m - 10 }')\"}"
+mm=$(awk -v m="$m" 'BEGIN { print m - 10 }')
+echo "{\"epoch\": 2, \"valid1_loss\": \"0.5\", \"valid1_accuracy\": \"$mm\"}"
 """
 
 

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from fairseq.criterions import CRITERION_REGISTRY
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.optim import OPTIMIZER_REGISTRY
@@ -56,10 +57,12 @@ def _assert_help_lists_our_components(user_dir, cwd):
     assert bad.returncode != 0 and all(arch in bad.stderr for arch in OUR_ARCHS)
 
 
+@pytest.mark.slow
 def test_fairseq_train_help_lists_our_components_from_repo_root():
     _assert_help_lists_our_components("fairseq_ext", cwd=REPO_ROOT)
 
 
+@pytest.mark.slow
 def test_fairseq_train_help_from_an_installed_copy(tmp_path):
     """`pip install .` (not editable) into a separate target, used from another directory."""
     target = tmp_path / "site"

@@ -189,6 +189,7 @@ def test_bert_orig_is_fairseqs_roberta_and_rab_adds_one_table_per_layer(build_un
     assert count(orig) / 1e6 == pytest.approx(124.7, abs=0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["base", "large", "small", "tiny"])
 def test_swishrnn_bert_parameters_within_one_percent_of_bert_rab(size, build_uninitialised):
     positions = 512 if size in ("base", "large") else 64
@@ -300,6 +301,7 @@ def test_trains_logs_flops_and_validates(tiny_data_bin, tmp_path, arch, model_fl
         assert saved.rab_shared_across_layers is True
 
 
+@pytest.mark.slow
 def test_layer_compiles_fullgraph_and_model_compiles():
     """Our layer (relative-bias attention + SwishRNN op) compiles without a graph break; the
     whole model compiles too (fairseq's encoder loop itself breaks the graph on `.any()`)."""
