@@ -6,9 +6,7 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT, run_cli
-
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import demo  # noqa: E402
+from fairseq_ext import demo
 
 
 def test_seconds_per_update_weights_intervals_and_skips_the_first():

@@ -1,16 +1,15 @@
-"""scripts/plot_curves.py: reading fairseq json logs, placing validation points at the FLOPs and
-wall time of training, the PNG, and its errors. Logs are synthetic, in fairseq's exact line
-formats (stdout with a logging prefix, and ``--log-file``'s bare records)."""
+"""fairseq_ext.curves (scripts/plot_curves.py): reading fairseq json logs, placing validation
+points at the FLOPs and wall time of training, the PNG, and its errors. Logs are synthetic, in
+fairseq's exact line formats (stdout with a logging prefix, and ``--log-file``'s bare
+records)."""
 import json
 import sys
 
 import pytest
 
 from conftest import REPO_ROOT, run_cli
-
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import plot_curves  # noqa: E402
-from plot_curves import CurvePoint, TrainPoint, ValidPoint  # noqa: E402
+from fairseq_ext import curves as plot_curves
+from fairseq_ext.curves import CurvePoint, TrainPoint, ValidPoint
 
 SCRIPT = REPO_ROOT / "scripts" / "plot_curves.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

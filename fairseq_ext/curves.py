@@ -1,0 +1,214 @@
+"""Plot valid loss against cumulative training FLOPs and against wall time, one line per run.
+
+Reads the logs of fairseq runs trained with ``--criterion masked_lm_flops --log-format json``:
+the stdout logs ``scripts/demo.py`` keeps (``runs/demo/<ts>/<name>/train.log``: each JSON
+record after a logging prefix such as ``2026-01-01 12:00:00 | INFO | train_inner | {...}``) or
+files written with fairseq's ``--log-file`` (bare JSON records). Records are told apart by
+their keys, so both forms read the same:
+
+* per-interval training records (``train_inner``) carry ``num_updates``, ``total_pflops`` (the
+  criterion's running total of training PFLOPs) and ``wall`` (seconds since training began,
+  kept across a resume);
+* end-of-epoch summaries carry the same figures as ``train_num_updates``,
+  ``train_total_pflops`` and ``train_wall`` (their ``train_pflops`` is the epoch's *mean per
+  update*, not the total, and is not used);
+* validation records carry ``valid_loss`` (bits) and ``valid_num_updates`` but no FLOPs or
+  wall time: each is placed at the FLOPs and wall time of the training record at the same
+  update or, failing that, the nearest earlier one (:func:`map_valid_to_train`).
+
+The command line is ``scripts/plot_curves.py``::
+
+    python scripts/plot_curves.py runs/demo/<ts>/roberta-15pct/train.log \\
+        runs/demo/<ts>/3ml-self-40pct/train.log --labels roberta,3ml-self --out curves.png
+
+Labels default to the name of each log's parent directory; a run directory may be given in
+place of its ``train.log``. The PNG has two panels: valid loss vs PFLOPs and vs wall time.
+"""
+import argparse
+import bisect
+import dataclasses
+import sys
+from pathlib import Path
+from typing import List, Sequence
+
+from fairseq_ext.log_records import parse_json_record
+
+
+class CurveError(ValueError):
+    """A log that cannot be plotted; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainPoint:
+    updates: int
+    pflops: float  # cumulative training PFLOPs after ``updates`` updates
+    wall: float  # seconds since the start of training
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidPoint:
+    updates: int
+    loss: float
+
+
+@dataclasses.dataclass(frozen=True)
+class CurvePoint:
+    updates: int
+    pflops: float
+    wall: float
+    valid_loss: float
+    train_updates: int  # the update of the training record it was placed at
+
+
+@dataclasses.dataclass
+class RunLog:
+    path: Path
+    train: List[TrainPoint]
+    valid: List[ValidPoint]
+    train_records_without_flops: int = 0
+
+
+def read_log(path: Path) -> RunLog:
+    """Training and validation points of one log, in file order."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "train.log"
+    if not path.is_file():
+        raise CurveError(f"no such log: {path}")
+    run = RunLog(path, [], [])
+    with open(path, errors="replace") as f:
+        for line in f:
+            record = parse_json_record(line)
+            if record is None:
+                continue
+            if "valid_loss" in record and "valid_num_updates" in record:
+                run.valid.append(ValidPoint(int(float(record["valid_num_updates"])),
+                                            float(record["valid_loss"])))
+            elif "num_updates" in record:  # train_inner
+                if "total_pflops" in record and "wall" in record:
+                    run.train.append(TrainPoint(int(float(record["num_updates"])),
+                                                float(record["total_pflops"]),
+                                                float(record["wall"])))
+                else:
+                    run.train_records_without_flops += 1
+            elif "train_num_updates" in record:  # end-of-epoch summary
+                if "train_total_pflops" in record and "train_wall" in record:
+                    run.train.append(TrainPoint(int(float(record["train_num_updates"])),
+                                                float(record["train_total_pflops"]),
+                                                float(record["train_wall"])))
+                else:
+                    run.train_records_without_flops += 1
+    return run
+
+
+def map_valid_to_train(train: Sequence[TrainPoint],
+                       valid: Sequence[ValidPoint]) -> List[CurvePoint]:
+    """Place each validation point at the cumulative FLOPs and wall time of the training record
+    at the same update, or else at the nearest earlier one. A validation point before any
+    training record is dropped. Where several training records share an update (e.g. a log
+    holding a run restarted from an earlier checkpoint), the last one in the log wins."""
+    by_update = {}
+    for point in train:
+        by_update[point.updates] = point
+    updates = sorted(by_update)
+    curve = []
+    for point in valid:
+        i = bisect.bisect_right(updates, point.updates)
+        if i == 0:
+            continue
+        match = by_update[updates[i - 1]]
+        curve.append(CurvePoint(point.updates, match.pflops, match.wall, point.loss, match.updates))
+    return curve
+
+
+def curve_of(run: RunLog) -> List[CurvePoint]:
+    """The plotted points of a run, with a clear error when its log cannot give any."""
+    if not run.train:
+        if run.train_records_without_flops:
+            raise CurveError(
+                f"{run.path}: its training records have no total_pflops: train with "
+                f"--criterion masked_lm_flops (and --log-format json)")
+        raise CurveError(f"{run.path}: no fairseq training records found: train with "
+                         f"--log-format json (stdout) or --log-file, and "
+                         f"--criterion masked_lm_flops")
+    if not run.valid:
+        raise CurveError(f"{run.path}: no validation records (valid_loss): the run logged no "
+                         f"validation (was --disable-validation set, or did it stop before "
+                         f"the first validation?)")
+    curve = map_valid_to_train(run.train, run.valid)
+    if not curve:
+        raise CurveError(f"{run.path}: no validation point at or after the first training "
+                         f"record (update {min(p.updates for p in run.train)})")
+    return curve
+
+
+def wall_unit(max_seconds: float):
+    """(divisor, label) to show wall time in seconds, minutes or hours."""
+    if max_seconds >= 2 * 3600:
+        return 3600.0, "hours"
+    if max_seconds >= 2 * 60:
+        return 60.0, "minutes"
+    return 1.0, "seconds"
+
+
+def plot(curves, labels, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    divisor, unit = wall_unit(max(p.wall for curve in curves for p in curve))
+    fig, (by_flops, by_wall) = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True,
+                                            constrained_layout=True)
+    for curve, label in zip(curves, labels):
+        style = dict(marker="o", markersize=3.5, linewidth=1.5, label=label)
+        lines = by_flops.plot([p.pflops for p in curve], [p.valid_loss for p in curve], **style)
+        by_wall.plot([p.wall / divisor for p in curve], [p.valid_loss for p in curve],
+                     color=lines[0].get_color(), **style)
+    by_flops.set_xlabel("cumulative training compute (PFLOPs)")
+    by_flops.set_ylabel("valid loss (bits)")
+    by_flops.set_title("valid loss vs training FLOPs")
+    by_wall.set_xlabel(f"wall time ({unit})")
+    by_wall.set_title("valid loss vs wall time")
+    for ax in (by_flops, by_wall):
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        ax.set_xlim(left=0)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def default_label(path: Path) -> str:
+    path = Path(path)
+    return path.name if path.is_dir() else path.resolve().parent.name
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("logs", nargs="+", type=Path, metavar="RUN_LOG",
+                        help="fairseq json stdout log or --log-file of a run (or its run dir, "
+                             "for RUN_DIR/train.log)")
+    parser.add_argument("--labels", default=None,
+                        help="comma-separated legend labels, one per log (default: the name "
+                             "of each log's parent directory)")
+    parser.add_argument("--out", type=Path, default=Path("curves.png"), help="PNG to write")
+    args = parser.parse_args(argv)
+    try:
+        if args.labels is not None:
+            labels = [label.strip() for label in args.labels.split(",")]
+            if len(labels) != len(args.logs):
+                raise CurveError(f"--labels has {len(labels)} labels for {len(args.logs)} logs")
+        else:
+            labels = [default_label(path) for path in args.logs]
+        curves = [curve_of(read_log(path)) for path in args.logs]
+        plot(curves, labels, args.out)
+    except CurveError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for label, curve in zip(labels, curves):
+        last = curve[-1]
+        print(f"{label}: {len(curve)} valid points; last: valid loss {last.valid_loss:g} at "
+              f"update {last.updates}, {last.pflops:.4g} PFLOPs, {last.wall:g} s")
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,337 @@
+"""`make demo` (``scripts/demo.py``): prepare the embedded corpus, pre-train the demo models,
+validate, summarize. It drives the repository's recipes, so it runs from a checkout.
+
+1. ``scripts/prepare_corpus.sh`` turns the Python 3.11 documentation (Debian's
+   ``python3.11-doc``) into a data-bin; a re-run reuses it.
+2. Each entry of :data:`DEMO_RUNS` is trained through its bash recipe (the same script a user
+   runs on a cluster) on the CPU for a fixed number of updates, with a progress display.
+3. ``fairseq-validate`` scores each final checkpoint on the valid split.
+4. A table compares valid loss/ppl overall and per corrupted-token category ([MASK], replaced,
+   unchanged: the 3ML paper's Table 2c "PPL"), updates, and seconds per update measured side by
+   side, with each run's speedup over the first (the RoBERTa-15% baseline).
+
+Adding a model to the comparison is one line in :data:`DEMO_RUNS`. Every run writes into a fresh
+``runs/demo/<timestamp>/<name>/`` (logs, checkpoints, ``summary.json``); nothing earlier is
+overwritten.
+"""
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+from fairseq_ext.log_records import parse_json_record
+
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: recipes/, scripts/
+BIN_DIR = Path(sys.executable).parent
+DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
+# Validation during training gives the loss-vs-compute curves their points.
+VALIDATION_ARGS = ["--validate-interval-updates", "75", "--skip-invalid-size-inputs-valid-test"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoRun:
+    """One model of the comparison: a recipe and the environment overrides it runs with."""
+
+    name: str
+    recipe: str  # path relative to the repository root
+    env: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+DEMO_RUNS: List[DemoRun] = [
+    DemoRun("roberta-15%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.15"}),
+    DemoRun("roberta-40%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.4"}),
+    DemoRun("3ml-self-40%", "recipes/3ml/demo.sh", {"MASK_PROB": "0.4"}),
+]
+
+
+def seconds_per_update(train_inner: List[dict]) -> float:
+    """Mean seconds per update from fairseq's per-interval ``ups`` (updates per second).
+
+    The first interval (model build, first batches, thread warm-up) is left out when there are
+    others; each interval is weighted by the updates it covers.
+    """
+    intervals = []
+    previous = 0
+    for record in train_inner:
+        updates = int(record["num_updates"])
+        intervals.append((updates - previous, float(record["ups"])))
+        previous = updates
+    if len(intervals) > 1:
+        intervals = intervals[1:]
+    total_updates = sum(n for n, _ in intervals)
+    if total_updates == 0:
+        return math.nan
+    return sum(n / ups for n, ups in intervals if ups > 0) / total_updates
+
+
+def stream(cmd: List[str], env: dict, log_path: Path) -> Iterator[str]:
+    """Run ``cmd``, tee stdout+stderr into ``log_path``, yield its lines; raise on failure."""
+    with open(log_path, "w") as log, subprocess.Popen(
+        cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        bufsize=1,
+    ) as proc:
+        tail: List[str] = []
+        for line in proc.stdout:
+            log.write(line)
+            tail = (tail + [line])[-40:]
+            yield line
+        if proc.wait() != 0:
+            sys.stdout.write("".join(tail))
+            raise SystemExit(f"error: {cmd[0]} failed (exit {proc.returncode}); full log: {log_path}")
+
+
+class Progress:
+    """A one-line progress bar on a terminal; one line per fairseq log record otherwise."""
+
+    def __init__(self, name: str):
+        self.name, self.total = name, 0
+        self.interactive = sys.stdout.isatty()
+
+    def set_total_from_command(self, printed_command: str) -> None:
+        """The recipe prints its fairseq command first; its ``--max-update`` is our total."""
+        words = printed_command.split()
+        if "--max-update" in words:
+            self.total = int(words[words.index("--max-update") + 1])
+
+    def update(self, record: dict) -> None:
+        done = int(record["num_updates"])
+        text = (f"{self.name:<14} update {done:>5}/{self.total}  loss {record['loss']:>6}  "
+                f"{1.0 / max(float(record['ups']), 1e-9):.2f} s/update")
+        if self.interactive:
+            filled = int(30 * done / max(self.total, 1))
+            sys.stdout.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}")
+        else:
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        if self.interactive:
+            sys.stdout.write("\n")
+
+
+def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int]) -> dict:
+    """Train one demo model through its recipe; return its train-side figures."""
+    env = dict(os.environ, DATA=str(data), SAVE_DIR=str(run_dir / "checkpoints"), **run.env)
+    env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
+    if updates is not None:  # a shortened run still logs about ten progress intervals
+        env["TOTAL_UPDATES"] = str(updates)
+        env.setdefault("LOG_INTERVAL", str(max(1, updates // 10)))
+    cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar",
+           *VALIDATION_ARGS]
+    progress = Progress(run.name)
+    records: List[dict] = []
+    final_updates = 0  # from every record, the epoch summaries' `train_num_updates` included
+    command: List[str] = []
+    start = time.time()
+    for line in stream(cmd, env, run_dir / "train.log"):
+        if line.startswith("+ "):
+            print(line.rstrip())
+            progress.set_total_from_command(line)
+            command = shlex.split(line[2:])
+        record = parse_json_record(line)
+        for key in ("num_updates", "train_num_updates"):
+            if record and key in record:
+                final_updates = max(final_updates, int(record[key]))
+        if record and "train_inner" in line and {"ups", "loss", "num_updates"} <= set(record):
+            records.append(record)
+            progress.update(record)
+    progress.close()
+    if not records:
+        raise SystemExit(f"error: {run.name} logged no training progress; see {run_dir / 'train.log'}")
+    return {
+        "updates": final_updates,
+        "train_loss": float(records[-1]["loss"]),
+        "sec_per_update": seconds_per_update(records),
+        "train_wall_sec": time.time() - start,
+        # counted by the masked_lm_flops criterion from the batches' actual shapes
+        "train_pflops": float(records[-1]["total_pflops"]) if "total_pflops" in records[-1] else None,
+        "analytic_pflops_per_update": analytic_pflops_per_update(command, data),
+    }
+
+
+def command_option(command: List[str], flag: str, default: Optional[str] = None) -> Optional[str]:
+    """The value of ``flag`` in a fairseq command line (the last one wins, as in argparse)."""
+    values = [command[i + 1] for i, word in enumerate(command[:-1]) if word == flag]
+    return values[-1] if values else default
+
+
+def analytic_pflops_per_update(command: List[str], data: Path) -> Optional[float]:
+    """Training PFLOPs of one update by the Appendix D formulas (:mod:`fairseq_ext.flops`), for
+    the arch, length, masking and batch in the command the recipe printed."""
+    from fairseq_ext import flops
+
+    arch = command_option(command, "--arch")
+    if arch is None:
+        return None
+    overrides = {name.replace("-", "_"): int(command_option(command, f"--{name}"))
+                 for name in ("encoder-layers", "encoder-embed-dim", "encoder-ffn-embed-dim",
+                              "decoder-layers", "decoder-embed-dim", "decoder-ffn-embed-dim")
+                 if command_option(command, f"--{name}") is not None}
+    spec = flops.spec_for_arch(arch, **overrides)
+    mask_fraction = (1.0 - float(command_option(command, "--leave-unmasked-prob", "0.1"))
+                     - float(command_option(command, "--random-token-prob", "0.1")))
+    vocab = flops.vocab_size_of(argparse.Namespace(data=str(data), vocab_size=None))
+    per_sequence = flops.training_flops_per_sequence(
+        spec, int(command_option(command, "--tokens-per-sample", "512")),
+        float(command_option(command, "--mask-prob", "0.15")), vocab, mask_fraction)
+    sequences = int(command_option(command, "--batch-size", "1")) * int(
+        command_option(command, "--update-freq", "1"))
+    return per_sequence * sequences / 1e15
+
+
+def validate(run: DemoRun, data: Path, run_dir: Path) -> dict:
+    """fairseq-validate on the final checkpoint (criterion as saved in the checkpoint)."""
+    cmd = [str(BIN_DIR / "fairseq-validate"), str(data), "--user-dir", str(REPO_ROOT / "fairseq_ext"),
+           "--task", "masked_lm", "--path", str(run_dir / "checkpoints" / "checkpoint_last.pt"),
+           "--valid-subset", "valid", "--batch-size", "16", "--cpu", "--log-format", "json",
+           "--skip-invalid-size-inputs-valid-test"]
+    result = None
+    for line in stream(cmd, dict(os.environ), run_dir / "validate.log"):
+        record = parse_json_record(line)
+        if record and "valid_loss" in record:
+            result = record
+    if result is None:
+        raise SystemExit(f"error: fairseq-validate printed no result; see {run_dir / 'validate.log'}")
+    return {key: float(value) for key, value in result.items()
+            if key.startswith(("valid_loss", "valid_ppl"))}
+
+
+#: The summary table: (title, row key, format). Appending a tuple adds a column.
+TABLE_COLUMNS = [
+    ("model", "name", "{}"),
+    ("updates", "updates", "{:d}"),
+    ("valid loss", "valid_loss", "{:.3f}"),
+    ("ppl", "valid_ppl", "{:.1f}"),
+    ("ppl [MASK]", "valid_ppl_mask", "{:.1f}"),
+    ("ppl replaced", "valid_ppl_replaced", "{:.1f}"),
+    ("ppl unchanged", "valid_ppl_unchanged", "{:.1f}"),
+    ("train PFLOPs", "train_pflops", "{:.4f}"),
+    ("s/update", "sec_per_update", "{:.3f}"),
+    ("speedup", "speedup", "{:.2f}x"),
+    ("analytic speedup", "analytic_speedup", "{:.2f}x"),
+]
+
+
+def add_speedups(rows: List[dict]) -> None:
+    """Speedups over the first run (the RoBERTa-15% baseline): measured (seconds per update)
+    and analytic (training FLOPs per update, Appendix D), side by side."""
+    baseline = rows[0]
+    for row in rows:
+        row["speedup"] = baseline["sec_per_update"] / row["sec_per_update"]
+        if row.get("analytic_pflops_per_update") and baseline.get("analytic_pflops_per_update"):
+            row["analytic_speedup"] = (baseline["analytic_pflops_per_update"]
+                                       / row["analytic_pflops_per_update"])
+
+
+def format_table(rows: List[dict]) -> str:
+    """The summary table (losses in bits, as fairseq logs them); '-' where a run has no value."""
+    cells = [[fmt.format(row[key]) if row.get(key) is not None else "-"
+              for _, key, fmt in TABLE_COLUMNS] for row in rows]
+    titles = [title for title, _, _ in TABLE_COLUMNS]
+    widths = [max(len(t), *(len(r[i]) for r in cells)) for i, t in enumerate(titles)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line, "| " + " | ".join(t.ljust(w) for t, w in zip(titles, widths)) + " |", line]
+    out += ["| " + " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                             enumerate(zip(r, widths))) + " |" for r in cells]
+    return "\n".join(out + [line])
+
+
+def plot_curves(rows: List[dict], runs_dir: Path) -> Optional[Path]:
+    """:mod:`fairseq_ext.curves` (``scripts/plot_curves.py``) over the runs' logs: valid loss
+    against cumulative train FLOPs and against wall time, one line per run."""
+    from fairseq_ext import curves
+
+    out = runs_dir / "curves.png"
+    logs = [runs_dir / row["name"].replace("%", "pct") / "train.log" for row in rows]
+    try:
+        curves.plot([curves.curve_of(curves.read_log(log)) for log in logs],
+                    [row["name"] for row in rows], out)
+    except curves.CurveError as error:
+        print(f"note: no loss-vs-compute plot: {error}")
+        return None
+    return out
+
+
+class StageClock:
+    """Wall time of each stage of the demo, printed as it ends and summed up at the end."""
+
+    def __init__(self):
+        self.started = time.time()
+        self.stages: List[tuple] = []
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        start = time.time()
+        yield
+        seconds = time.time() - start
+        self.stages.append((name, seconds))
+        print(f"== {name}: {seconds:.0f} s (demo so far {time.time() - self.started:.0f} s)",
+              flush=True)
+
+    def summary(self) -> str:
+        lines = [f"  {name:<40} {seconds:6.0f} s" for name, seconds in self.stages]
+        total = time.time() - self.started
+        return "\n".join(["time per stage:", *lines, f"  {'total':<40} {total:6.0f} s"])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=None,
+                        help="an existing data-bin; default: prepare the embedded corpus into "
+                             f"{DEFAULT_DATA.relative_to(REPO_ROOT)}")
+    parser.add_argument("--updates", type=int, default=None,
+                        help="override every recipe's TOTAL_UPDATES (e.g. for a quick check)")
+    parser.add_argument("--runs-dir", type=Path, default=None,
+                        help="where runs go (default: runs/demo/<timestamp>)")
+    parser.add_argument("--only", nargs="*", default=None, help="names of DEMO_RUNS to run")
+    args = parser.parse_args(argv)
+    if not (REPO_ROOT / "recipes").is_dir():
+        raise SystemExit(f"error: the demo runs the recipes of a fairseq-ext checkout; "
+                         f"{REPO_ROOT} has none (run `make demo` in a clone)")
+
+    clock = StageClock()
+    data = args.data
+    if data is None:
+        data = DEFAULT_DATA
+        print(f"== preparing the embedded corpus into {data.relative_to(REPO_ROOT)}", flush=True)
+        with clock.stage("corpus (cached after the first run)"):
+            subprocess.run(["bash", str(REPO_ROOT / "scripts/prepare_corpus.sh"), "--destdir",
+                            str(data)], cwd=REPO_ROOT, check=True)
+    runs = [r for r in DEMO_RUNS if args.only is None or r.name in args.only]
+    if not runs:
+        raise SystemExit(f"error: --only matched none of {[r.name for r in DEMO_RUNS]}")
+    runs_dir = args.runs_dir or REPO_ROOT / "runs" / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    rows = []
+    for run in runs:
+        run_dir = runs_dir / run.name.replace("%", "pct")
+        if run_dir.exists():
+            raise SystemExit(f"error: {run_dir} already exists; choose another --runs-dir "
+                             "(the demo never overwrites earlier runs)")
+        run_dir.mkdir(parents=True)
+        print(f"== {run.name}: training ({run.recipe})", flush=True)
+        with clock.stage(f"{run.name}: train"):
+            row = {"name": run.name, **train(run, data, run_dir, args.updates)}
+        print(f"== {run.name}: fairseq-validate", flush=True)
+        with clock.stage(f"{run.name}: fairseq-validate"):
+            row.update(validate(run, data, run_dir))
+        row["train_min"] = row["train_wall_sec"] / 60
+        rows.append(row)
+    add_speedups(rows)
+    (runs_dir / "summary.json").write_text(json.dumps(rows, indent=2))
+    with clock.stage("plot"):
+        plot = plot_curves(rows, runs_dir)
+    print()
+    print(format_table(rows))
+    if plot is not None:
+        print(f"valid loss against train FLOPs and wall time: {plot}")
+    print(f"runs, logs and checkpoints: {runs_dir}")
+    print(clock.summary())
+    print(f"demo wall time: {(time.time() - clock.started) / 60:.1f} min")
