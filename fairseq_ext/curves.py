@@ -27,6 +27,7 @@ place of its ``train.log``. The PNG has two panels: valid loss vs PFLOPs and vs 
 import argparse
 import bisect
 import dataclasses
+import logging
 import sys
 from pathlib import Path
 from typing import List, Sequence
@@ -152,6 +153,10 @@ def wall_unit(max_seconds: float):
 
 
 def plot(curves, labels, out: Path) -> None:
+    # Importing fairseq's tasks (text_to_speech) sets the root logger to DEBUG, which would let
+    # matplotlib print its setup and every font it considers; our plots log nothing below a
+    # warning.
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
 
     matplotlib.use("Agg")

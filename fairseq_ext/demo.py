@@ -4,7 +4,10 @@ validate, summarize. It drives the repository's recipes, so it runs from a check
 1. ``scripts/prepare_corpus.sh`` turns the Python 3.11 documentation (Debian's
    ``python3.11-doc``) into a data-bin; a re-run reuses it.
 2. Each entry of :data:`DEMO_RUNS` is trained through its bash recipe (the same script a user
-   runs on a cluster) on the CPU for a fixed number of updates, with a progress display.
+   runs on a cluster) on the CPU, with a progress display, **at equal training FLOPs**: the
+   first run (the RoBERTa-15% baseline) takes its recipe's updates, and every other run as
+   many updates as buy the same analytic FLOPs (:mod:`fairseq_ext.flops`, from the command its
+   recipe prints with ``DRY_RUN=1``), as the 3ML paper compares models (Table 3).
 3. ``fairseq-validate`` scores each final checkpoint on the valid split.
 4. A table compares valid loss/ppl overall and per corrupted-token category ([MASK], replaced,
    unchanged: the 3ML paper's Table 2c "PPL"), updates, and seconds per update measured side by
@@ -32,8 +35,8 @@ from fairseq_ext.log_records import parse_json_record
 REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: recipes/, scripts/
 BIN_DIR = Path(sys.executable).parent
 DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
-# Validation during training gives the loss-vs-compute curves their points.
-VALIDATION_ARGS = ["--validate-interval-updates", "75", "--skip-invalid-size-inputs-valid-test"]
+#: Validations during training (the loss-vs-compute curves' points) per baseline run.
+VALIDATIONS_PER_RUN = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,15 +120,47 @@ class Progress:
             sys.stdout.write("\n")
 
 
-def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int]) -> dict:
-    """Train one demo model through its recipe; return its train-side figures."""
-    env = dict(os.environ, DATA=str(data), SAVE_DIR=str(run_dir / "checkpoints"), **run.env)
+def recipe_env(run: DemoRun, data: Path, **extra: str) -> dict:
+    env = dict(os.environ, DATA=str(data), **run.env, **extra)
     env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
-    if updates is not None:  # a shortened run still logs about ten progress intervals
-        env["TOTAL_UPDATES"] = str(updates)
-        env.setdefault("LOG_INTERVAL", str(max(1, updates // 10)))
+    return env
+
+
+def planned_command(run: DemoRun, data: Path, updates: Optional[int] = None) -> List[str]:
+    """The fairseq-train command ``run``'s recipe would run (``DRY_RUN=1``)."""
+    extra = {"DRY_RUN": "1", "SAVE_DIR": "unused"}
+    if updates is not None:
+        extra["TOTAL_UPDATES"] = str(updates)
+    proc = subprocess.run(["bash", str(REPO_ROOT / run.recipe)], env=recipe_env(run, data, **extra),
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+    printed = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
+    if proc.returncode != 0 or not printed:
+        raise SystemExit(f"error: {run.recipe} (DRY_RUN=1) failed: {proc.stderr.strip()}")
+    return shlex.split(printed[-1][2:])
+
+
+def equal_flops_updates(runs: List[DemoRun], data: Path,
+                        baseline_updates: Optional[int] = None) -> List[int]:
+    """Updates of each run at the analytic training FLOPs of the first run: its recipe's
+    ``--max-update`` (or ``baseline_updates``), and for the others the updates that buy the
+    same FLOPs, rounded down (``python -m fairseq_ext.flops --budget-of``'s rule)."""
+    baseline = planned_command(runs[0], data, baseline_updates)
+    updates = int(command_option(baseline, "--max-update"))
+    budget = updates * analytic_pflops_per_update(baseline, data)
+    return [updates] + [max(1, math.floor(budget / analytic_pflops_per_update(
+        planned_command(run, data), data))) for run in runs[1:]]
+
+
+def train(run: DemoRun, data: Path, run_dir: Path, updates: int, validate_every: int,
+          log_interval: Optional[int] = None) -> dict:
+    """Train one demo model through its recipe for ``updates`` updates, validating every
+    ``validate_every``; return its train-side figures."""
+    env = recipe_env(run, data, SAVE_DIR=str(run_dir / "checkpoints"), TOTAL_UPDATES=str(updates))
+    if log_interval is not None:
+        env["LOG_INTERVAL"] = str(log_interval)
     cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar",
-           *VALIDATION_ARGS]
+           "--validate-interval-updates", str(validate_every),
+           "--skip-invalid-size-inputs-valid-test"]
     progress = Progress(run.name)
     records: List[dict] = []
     final_updates = 0  # from every record, the epoch summaries' `train_num_updates` included
@@ -288,7 +323,8 @@ def main(argv=None) -> None:
                         help="an existing data-bin; default: prepare the embedded corpus into "
                              f"{DEFAULT_DATA.relative_to(REPO_ROOT)}")
     parser.add_argument("--updates", type=int, default=None,
-                        help="override every recipe's TOTAL_UPDATES (e.g. for a quick check)")
+                        help="the baseline's updates instead of its recipe's TOTAL_UPDATES (the "
+                             "other runs get the same FLOPs), e.g. for a quick check")
     parser.add_argument("--runs-dir", type=Path, default=None,
                         help="where runs go (default: runs/demo/<timestamp>)")
     parser.add_argument("--only", nargs="*", default=None, help="names of DEMO_RUNS to run")
@@ -309,8 +345,13 @@ def main(argv=None) -> None:
     if not runs:
         raise SystemExit(f"error: --only matched none of {[r.name for r in DEMO_RUNS]}")
     runs_dir = args.runs_dir or REPO_ROOT / "runs" / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    budgets = equal_flops_updates(runs, data, args.updates)
+    validate_every = max(1, budgets[0] // VALIDATIONS_PER_RUN)
+    log_interval = None if args.updates is None else max(1, args.updates // 10)
+    print("== equal training FLOPs: " + ", ".join(
+        f"{run.name} {n} updates" for run, n in zip(runs, budgets)), flush=True)
     rows = []
-    for run in runs:
+    for run, updates in zip(runs, budgets):
         run_dir = runs_dir / run.name.replace("%", "pct")
         if run_dir.exists():
             raise SystemExit(f"error: {run_dir} already exists; choose another --runs-dir "
@@ -318,7 +359,8 @@ def main(argv=None) -> None:
         run_dir.mkdir(parents=True)
         print(f"== {run.name}: training ({run.recipe})", flush=True)
         with clock.stage(f"{run.name}: train"):
-            row = {"name": run.name, **train(run, data, run_dir, args.updates)}
+            row = {"name": run.name, **train(run, data, run_dir, updates, validate_every,
+                                             log_interval)}
         print(f"== {run.name}: fairseq-validate", flush=True)
         with clock.stage(f"{run.name}: fairseq-validate"):
             row.update(validate(run, data, run_dir))

@@ -29,27 +29,38 @@ def test_demo_end_to_end_on_a_tiny_data_bin(tiny_data_bin, tmp_path):
                     "--updates", "4", "--runs-dir", runs_dir])
     rows = json.loads((runs_dir / "summary.json").read_text())
     assert [row["name"] for row in rows] == [run.name for run in demo.DEMO_RUNS]
+    # equal training FLOPs: the baseline's 4 updates, and for each other run the updates its
+    # analytic FLOPs per update allow within that budget
+    baseline = rows[0]
+    budget = 4 * baseline["analytic_pflops_per_update"]
+    assert baseline["updates"] == 4
     for row in rows:
-        assert row["updates"] == 4
+        assert row["updates"] == math.floor(budget / row["analytic_pflops_per_update"])
+        assert row["updates"] * row["analytic_pflops_per_update"] <= budget * (1 + 1e-9)
+    assert "== equal training FLOPs: roberta-15% 4 updates" in proc.stdout
+    for row in rows:
         # fairseq reports losses in bits: ppl = 2 ** loss (both rounded by fairseq)
         assert row["valid_ppl"] == pytest.approx(2 ** row["valid_loss"], rel=2e-3)
         for category in ("mask", "replaced", "unchanged"):  # masked_lm_flops keeps them
             assert row[f"valid_ppl_{category}"] == pytest.approx(
                 2 ** row[f"valid_loss_{category}"], rel=2e-3)
         assert math.isfinite(row["sec_per_update"]) and row["sec_per_update"] > 0
-        # FLOPs the criterion counted over 4 updates ~ 4 x the analytic figure per update
-        assert row["train_pflops"] == pytest.approx(4 * row["analytic_pflops_per_update"], rel=0.25)
+        # FLOPs the criterion counted ~ the analytic figure per update x the updates
+        assert row["train_pflops"] == pytest.approx(
+            row["updates"] * row["analytic_pflops_per_update"], rel=0.25)
         assert f"| {row['name']}" in proc.stdout
         run_dir = runs_dir / row["name"].replace("%", "pct")
         assert (run_dir / "checkpoints" / "checkpoint_last.pt").exists()
         assert (run_dir / "train.log").read_text().startswith("+ ")
-    baseline = rows[0]
     assert baseline["speedup"] == 1.0 and baseline["analytic_speedup"] == 1.0
     for row in rows[1:]:
         assert row["analytic_speedup"] == pytest.approx(
             baseline["analytic_pflops_per_update"] / row["analytic_pflops_per_update"])
     assert "ppl [MASK]" in proc.stdout and "analytic speedup" in proc.stdout
     assert (runs_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "DEBUG:matplotlib" not in proc.stdout + proc.stderr  # fairseq sets the root to DEBUG
+    stages = proc.stdout[proc.stdout.index("time per stage:"):]
+    assert all(f"{row['name']}: train" in stages for row in rows) and "total" in stages
 
 
 def test_demo_never_reuses_a_run_directory(tiny_data_bin, tmp_path):

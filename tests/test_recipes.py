@@ -505,7 +505,7 @@ def test_shell_and_yaml_demo_give_the_same_losses(tiny_data_bin, tmp_path):
 
 
 def test_shell_and_yaml_3ml_demo_give_the_same_losses(tiny_data_bin, tmp_path):
-    """The 3ML demo run (3ml_self_small, 40% masking, demo sizes) cut to a few updates, in both
+    """The 3ML demo run (3ml_self_mini, 40% masking, demo sizes) cut to a few updates, in both
     forms, same seed: the same loss (and per-category losses) at every update. (Also catches the
     3ML decoder layers being built from a DictConfig's vars() under fairseq-hydra-train.)"""
     updates = 4
@@ -518,7 +518,7 @@ def test_shell_and_yaml_3ml_demo_give_the_same_losses(tiny_data_bin, tmp_path):
     hydra = hydra_demo("3ml", tiny_data_bin, tmp_path / "hydra", [
         "checkpoint.no_save=true", f"optimization.max_update={updates}",
         f"lr_scheduler.total_num_update={updates}", "common.log_interval=1"])
-    assert shell.stdout.startswith("+ ") and "--arch 3ml_self_small" in shell.stdout.splitlines()[0]
+    assert shell.stdout.startswith("+ ") and "--arch 3ml_self_mini" in shell.stdout.splitlines()[0]
     keys = ("loss", "loss_mask", "loss_replaced", "loss_unchanged")
 
     def losses(proc):

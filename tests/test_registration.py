@@ -14,8 +14,9 @@ from fairseq.optim import OPTIMIZER_REGISTRY
 import fairseq_ext
 from conftest import REPO_ROOT, USER_DIR, fairseq_cli, run_cli
 
-OUR_ARCHS = {"roberta_small": "roberta", "roberta_tiny": "roberta", "roberta_large_prenorm": "roberta",
-             "3ml_self_base": "3ml_self", "3ml_cross_large": "3ml_cross",
+OUR_ARCHS = {"roberta_small": "roberta", "roberta_mini": "roberta", "roberta_tiny": "roberta",
+             "roberta_large_prenorm": "roberta", "3ml_self_base": "3ml_self",
+             "3ml_self_mini": "3ml_self", "3ml_cross_large": "3ml_cross",
              "bert_orig_base": "roberta", "bert_rab_large": "bert_rab",
              "swishrnn_bert_base": "swishrnn_bert"}
 OUR_OPTIMIZERS = {"fused_adamw"}

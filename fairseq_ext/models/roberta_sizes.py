@@ -27,6 +27,8 @@ def roberta_prenorm_size_defaults(args, size) -> None:
 
 register_sized_architecture("roberta", "roberta_small", roberta_size_defaults, "small",
                             " (fairseq's roberta)")
+register_sized_architecture("roberta", "roberta_mini", roberta_size_defaults, "mini",
+                            " (fairseq's roberta; the make demo size)")
 register_sized_architecture("roberta", "roberta_tiny", roberta_size_defaults, "tiny",
                             " (fairseq's roberta)")
 register_sized_architecture("roberta", "roberta_large_prenorm", roberta_prenorm_size_defaults,

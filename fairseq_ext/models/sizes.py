@@ -1,8 +1,9 @@
 """The one table of encoder sizes, and the one helper that registers sized architectures.
 
-Every family of fairseq-ext names its architectures ``<family>_<size>`` over the same four
-sizes: ``base`` and ``large`` are BERT's/RoBERTa's (the sizes of the 3ML paper's Tables 3-4 and
-of Lei et al.'s Table 3), ``small`` and ``tiny`` are ours, for CPU demos and tests. An
+Every family of fairseq-ext names its architectures ``<family>_<size>`` over the same sizes:
+``base`` and ``large`` are BERT's/RoBERTa's (the sizes of the 3ML paper's Tables 3-4 and of Lei
+et al.'s Table 3); ``small``, ``mini`` and ``tiny`` are ours, for CPU runs (``mini`` is the
+``make demo`` size) and tests. An
 architecture only sets defaults where a flag is unset, so the command line and hydra win.
 """
 import dataclasses
@@ -31,6 +32,7 @@ ENCODER_SIZES: Dict[str, EncoderSize] = {
     "base": EncoderSize(layers=12, dim=768, ffn=3072, heads=12),
     "large": EncoderSize(layers=24, dim=1024, ffn=4096, heads=16),
     "small": EncoderSize(layers=4, dim=256, ffn=1024, heads=4),  # about 3M non-embedding params
+    "mini": EncoderSize(layers=2, dim=128, ffn=512, heads=2),  # the CPU demo: 0.4M non-embedding
     "tiny": EncoderSize(layers=2, dim=64, ffn=256, heads=2),  # for tests
 }
 

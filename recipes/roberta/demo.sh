@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The `make demo` run: a small RoBERTa (fairseq's roberta, `roberta_small` sizes) trained on the
-# CPU for a fixed number of updates. Same recipe as pretrain.sh with demo-sized defaults; its
+# The `make demo` run: a small RoBERTa (fairseq's roberta, `roberta_mini` sizes: 2 layers of dim
+# 128) trained on the CPU for a fixed number of updates. Same recipe as pretrain.sh with demo-sized defaults; its
 # hydra twin is recipes/config/roberta/demo.yaml (tests/test_recipes.py checks they agree).
 set -euo pipefail
 export SAVE_DIR="${SAVE_DIR:-checkpoints/roberta_demo}"
-export ARCH="${ARCH:-roberta_small}"
+export ARCH="${ARCH:-roberta_mini}"
 export TOKENS_PER_SAMPLE="${TOKENS_PER_SAMPLE:-128}"
 export BATCH_SIZE="${BATCH_SIZE:-16}"
 export MAX_SENTENCES="${MAX_SENTENCES:-16}"
