@@ -8,6 +8,9 @@ Install with ``make install`` (creates ``.venv``), or by hand::
     pip install -r requirements.txt -c constraints.txt
     pip install --no-deps --no-build-isolation -e .
 """
+import os
+import platform
+
 import torch
 from setuptools import find_packages, setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
@@ -15,9 +18,22 @@ from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, C
 
 class OptionalBuildExtension(BuildExtension):
     """torch's BuildExtension, but an ``optional`` extension that fails to compile (torch raises
-    RuntimeError, which setuptools' own ``optional`` handling does not catch) only warns."""
+    RuntimeError, which setuptools' own ``optional`` handling does not catch) only warns; and
+    the sources named in :data:`SOURCE_FLAGS` get their own extra C++ flags (so it compiles one
+    source at a time: ninja would give every source the same flags)."""
 
     def build_extension(self, ext):
+        compile_one = self.compiler._compile
+
+        def compile_with_source_flags(obj, src, ext_, cc_args, extra_postargs, pp_opts):
+            flags = SOURCE_FLAGS.get(os.path.basename(src), [])
+            if flags and isinstance(extra_postargs, dict):
+                extra_postargs = dict(extra_postargs, cxx=extra_postargs.get("cxx", []) + flags)
+            elif flags:
+                extra_postargs = list(extra_postargs) + flags
+            return compile_one(obj, src, ext_, cc_args, extra_postargs, pp_opts)
+
+        self.compiler._compile = compile_with_source_flags
         try:
             super().build_extension(ext)
         except Exception as error:
@@ -25,13 +41,24 @@ class OptionalBuildExtension(BuildExtension):
                 raise
             self.warn(f"could not build {ext.name}: {error}; fairseq_ext will log that it uses "
                       "the pure-PyTorch reference instead")
+        finally:
+            self.compiler._compile = compile_one
+
 
 
 # The SwishRNN recurrence op (fairseq_ext::swish_recurrence): CPU kernels always, CUDA kernels
 # when torch is a CUDA build and a CUDA toolkit is found. Optional: if it cannot be compiled,
 # installation goes on and fairseq_ext.modules.swish_rnn logs that it runs the pure-PyTorch
 # reference instead.
-CPU_SOURCES = ["fairseq_ext/csrc/swish_recurrence.cpp"]
+# The fp32 CPU kernels are compiled twice (swish_recurrence_cpu_vec.h): portable, and for
+# AVX2+FMA (chosen at run time when the CPU has both, so the build runs on any x86-64).
+CPU_SOURCES = ["fairseq_ext/csrc/swish_recurrence.cpp",
+               "fairseq_ext/csrc/swish_recurrence_cpu_default.cpp",
+               "fairseq_ext/csrc/swish_recurrence_cpu_avx2.cpp"]
+SOURCE_FLAGS = {}
+if platform.machine().lower() in ("x86_64", "amd64"):
+    SOURCE_FLAGS["swish_recurrence_cpu_avx2.cpp"] = [
+        "-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
 CUDA_SOURCES = ["fairseq_ext/csrc/swish_recurrence_cuda.cpp",
                 "fairseq_ext/csrc/swish_recurrence_kernels.cu"]
 COMPILE_ARGS = {"cxx": ["-O3", "-fopenmp"], "nvcc": ["-O3", "--use_fast_math"]}
@@ -54,7 +81,7 @@ setup(
     # be installed with --no-deps (see requirements-fairseq.txt), so nothing is declared here.
     install_requires=[],
     ext_modules=[native_ops],
-    cmdclass={"build_ext": OptionalBuildExtension},
+    cmdclass={"build_ext": OptionalBuildExtension.with_options(use_ninja=False)},
     entry_points={
         "console_scripts": [
             "fairseq-ext-prepare-corpus = fairseq_ext.corpus.prepare_corpus:main",

@@ -11,7 +11,7 @@ allow_fairseq_checkpoint_globals()
 #: Subpackages whose modules register fairseq components when imported.
 REGISTERING_SUBPACKAGES = ("criterions", "models", "optim", "tasks")
 
-from fairseq_ext import criterions, models, optim, tasks  # noqa: E402,F401  (registration on import)
+from fairseq_ext import criterions, models, ops, optim, tasks  # noqa: E402,F401  (registration on import)
 from fairseq_ext.fused_kernels import log_fused_kernels  # noqa: E402
 
 log_fused_kernels()

@@ -1,19 +1,48 @@
-"""scripts/bench_swishrnn.py: part (c) (training step swishrnn_bert vs bert_rab) runs at tiny
-size on CPU and prints both timings and their ratio; part (a) without CUDA or without the op's
-CUDA kernel exits 2 with a one-line message."""
+"""fairseq_ext.benchmarks.swishrnn (scripts/bench_swishrnn.py): part (b) (CPU op against the
+fair loop, with its roofline) and part (c) (training step swishrnn_bert vs bert_rab) run at tiny
+sizes on the CPU and print consistent tables; part (a) without CUDA or without the op's CUDA
+kernel exits 2 with a one-line message; the shared timing helpers."""
 import re
-import time
 import sys
+import time
 
 import pytest
 import torch
 
 from conftest import REPO_ROOT, run_cli
+from fairseq_ext.benchmarks import common
+from fairseq_ext.benchmarks import swishrnn as bench_swishrnn
+from fairseq_ext.ops import swish_recurrence as swish_rnn
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import bench_swishrnn  # noqa: E402
 
-from fairseq_ext.modules import swish_rnn  # noqa: E402
+def test_interleaved_rounds_alternate_and_drop_the_warm_up():
+    calls = []
+
+    def call(name, seconds):
+        return lambda: calls.append(name) or seconds
+
+    times = common.interleaved_rounds({"a": call("a", 1.0), "b": call("b", 2.0)}, warmup=2,
+                                      rounds=3)
+    assert calls == ["a", "b"] * 5
+    assert times == {"a": [1.0] * 3, "b": [2.0] * 3}
+    assert common.quartiles([4.0, 1.0, 3.0, 2.0]) == (1.75, 2.5, 3.25)
+
+
+@pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,
+                    reason="fairseq_ext._C is not built (make install)")
+def test_part_b_tiny_prints_the_ratio_to_the_fair_loop_and_the_roofline(capsys):
+    assert bench_swishrnn.main(["--part", "b", "--seq-len", "24", "--batch-size", "2",
+                                "--hidden", "16", "--steps", "1,4", "--warmup", "1",
+                                "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "fair loop" in out and "roofline: 2 x torch.sigmoid over N = 768 elements" in out
+    rows = re.findall(r"^\| (\d) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)x \| (\d+) \| ([\d.]+) \| "
+                      r"(\d+)% \| (PASS|FAIL) \|$", out, re.M)
+    assert [int(r[0]) for r in rows] == [1, 4]
+    for _, op_ms, loop_ms, ratio, melem, bound_ms, fraction, verdict in rows:
+        assert float(ratio) == pytest.approx(float(loop_ms) / float(op_ms), rel=0.1, abs=0.1)
+        assert verdict == ("PASS" if float(ratio) >= 10 else "FAIL")
+        assert int(melem) == pytest.approx(768 / float(op_ms) / 1e3, rel=0.1, abs=1)
 
 
 @pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,

@@ -1,13 +1,18 @@
 // fairseq_ext::swish_recurrence: the SwishRNN recurrence (Lei et al., Eq. 3) and its backward,
 // CPU kernels, registered with TORCH_LIBRARY (autograd and fake kernels are registered from
-// Python in fairseq_ext/modules/swish_rnn.py, as pytorch/extension-cpp does).
+// Python in fairseq_ext/ops/swish_recurrence.py, as pytorch/extension-cpp does).
 //
 //   c[i] = Swish(c[i-k] - x1[i]) + x1[i],  Swish(z) = sigmoid(alpha * z + beta) * z,
 //   c[i] = 0 for i < 0,   x1, c: (T, B, D) time-major, alpha, beta: (D).
 //
-// Forward: at::parallel_for over blocks of (batch, channel) columns; each block loops over time
-// and carries its k chains (position t continues chain t % k). Accumulation in opmath (fp32 for
-// fp16/bf16).
+// Work is split into blocks of contiguous columns (column = b * D + d) with at::parallel_for; a
+// block walks the time axis in order, so every step reads and writes one contiguous row
+// segment, and keeps its k chains' carried values in a small per-block buffer.
+//
+// * fp32 (and fp16/bf16, converted to fp32 and back, so the arithmetic is fp32): the kernels of
+//   swish_recurrence_cpu_vec.h, vectorized across the row segment with at::vec::Vectorized
+//   <float>; the AVX2+FMA build of them when the CPU has both, else ATen's portable one.
+// * fp64: the scalar kernels below, in double throughout (exact enough for gradcheck).
 //
 // Backward, reverse time, for one chain with G = dL/dc[i] (incoming plus what c[i + k] sends):
 //   z = c[i-k] - x1[i] (recomputed from the saved c), s = sigmoid(alpha z + beta),
@@ -16,14 +21,14 @@
 // The alpha/beta gradients of each column go to its own entry of a (B, D) buffer (a column
 // belongs to exactly one block) that is summed over the batch at the end: no atomics.
 #include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <Python.h>
 #include <torch/library.h>
 
 #include "swish_recurrence_checks.h"
+#include "swish_recurrence_cpu_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <vector>
@@ -32,69 +37,53 @@ namespace fairseq_ext {
 namespace {
 
 
-// Work is split into blocks of contiguous columns (batch x channel); a block walks the time
-// axis in order, so every step reads and writes one contiguous row segment (cache- and
-// SIMD-friendly on the time-major layout), and keeps the k chains' carried values in a small
-// per-block buffer: state[chain][column].
 constexpr int64_t kColumnBlock = 256;
 
-template <typename scalar_t>
-void forward_kernel(const scalar_t* x1, const scalar_t* alpha, const scalar_t* beta,
-                    scalar_t* c, int64_t T, int64_t B, int64_t D, int64_t k) {
-  using acc_t = at::opmath_type<scalar_t>;
+// --- fp64: scalar kernels in double ------------------------------------------------------------
+
+void forward_kernel_f64(const double* x1, const double* alpha, const double* beta, double* c,
+                        int64_t T, int64_t B, int64_t D, int64_t k) {
   const int64_t columns = B * D;
   at::parallel_for(0, columns, kColumnBlock, [&](int64_t begin, int64_t end) {
     const int64_t width = end - begin;
-    std::vector<acc_t> state(static_cast<size_t>(k * width), acc_t(0));
-    std::vector<acc_t> a(width), b(width);
-    for (int64_t j = 0; j < width; ++j) {
-      a[j] = static_cast<acc_t>(alpha[(begin + j) % D]);
-      b[j] = static_cast<acc_t>(beta[(begin + j) % D]);
-    }
+    std::vector<double> state(static_cast<size_t>(k * width), 0.0);
     for (int64_t t = 0; t < T; ++t) {
-      acc_t* previous = state.data() + (t % k) * width;
-      const scalar_t* x_row = x1 + t * columns + begin;
-      scalar_t* c_row = c + t * columns + begin;
+      double* previous = state.data() + (t % k) * width;
+      const double* x_row = x1 + t * columns + begin;
+      double* c_row = c + t * columns + begin;
       for (int64_t j = 0; j < width; ++j) {
-        const acc_t x = static_cast<acc_t>(x_row[j]);
-        const acc_t z = previous[j] - x;
-        const acc_t s = acc_t(1) / (acc_t(1) + std::exp(-(a[j] * z + b[j])));
-        previous[j] = s * z + x;
-        c_row[j] = static_cast<scalar_t>(previous[j]);
+        const int64_t d = (begin + j) % D;
+        const double z = previous[j] - x_row[j];
+        const double s = 1.0 / (1.0 + std::exp(-(alpha[d] * z + beta[d])));
+        previous[j] = s * z + x_row[j];
+        c_row[j] = previous[j];
       }
     }
   });
 }
 
-template <typename scalar_t>
-void backward_kernel(const scalar_t* grad_c, const scalar_t* x1, const scalar_t* c,
-                     const scalar_t* alpha, const scalar_t* beta, scalar_t* grad_x1,
-                     at::opmath_type<scalar_t>* grad_alpha_columns,
-                     at::opmath_type<scalar_t>* grad_beta_columns, int64_t T, int64_t B, int64_t D,
-                     int64_t k) {
-  using acc_t = at::opmath_type<scalar_t>;
+void backward_kernel_f64(const double* grad_c, const double* x1, const double* c,
+                         const double* alpha, const double* beta, double* grad_x1,
+                         double* grad_alpha_columns, double* grad_beta_columns, int64_t T,
+                         int64_t B, int64_t D, int64_t k) {
   const int64_t columns = B * D;
   at::parallel_for(0, columns, kColumnBlock, [&](int64_t begin, int64_t end) {
     const int64_t width = end - begin;
-    std::vector<acc_t> carry(static_cast<size_t>(k * width), acc_t(0));  // dL/dc[t] from t + k
-    std::vector<acc_t> a(width), b(width), d_alpha(width, acc_t(0)), d_beta(width, acc_t(0));
-    for (int64_t j = 0; j < width; ++j) {
-      a[j] = static_cast<acc_t>(alpha[(begin + j) % D]);
-      b[j] = static_cast<acc_t>(beta[(begin + j) % D]);
-    }
+    std::vector<double> carry(static_cast<size_t>(k * width), 0.0);  // dL/dc[t] from t + k
+    std::vector<double> d_alpha(width, 0.0), d_beta(width, 0.0);
     for (int64_t t = T - 1; t >= 0; --t) {
-      acc_t* incoming = carry.data() + (t % k) * width;
+      double* incoming = carry.data() + (t % k) * width;
       const int64_t row = t * columns + begin;
-      const bool has_previous = t >= k;
       for (int64_t j = 0; j < width; ++j) {
-        const acc_t g = static_cast<acc_t>(grad_c[row + j]) + incoming[j];
-        const acc_t x = static_cast<acc_t>(x1[row + j]);
-        const acc_t previous = has_previous ? static_cast<acc_t>(c[row - k * columns + j]) : acc_t(0);
-        const acc_t z = previous - x;
-        const acc_t s = acc_t(1) / (acc_t(1) + std::exp(-(a[j] * z + b[j])));
-        const acc_t ds = s * (acc_t(1) - s);
-        const acc_t dz = g * (s + a[j] * z * ds);
-        grad_x1[row + j] = static_cast<scalar_t>(g - dz);
+        const int64_t d = (begin + j) % D;
+        const double g = grad_c[row + j] + incoming[j];
+        const double x = x1[row + j];
+        const double previous = t >= k ? c[row - k * columns + j] : 0.0;
+        const double z = previous - x;
+        const double s = 1.0 / (1.0 + std::exp(-(alpha[d] * z + beta[d])));
+        const double ds = s * (1.0 - s);
+        const double dz = g * (s + alpha[d] * z * ds);
+        grad_x1[row + j] = g - dz;
         d_alpha[j] += g * z * z * ds;
         d_beta[j] += g * z * ds;
         incoming[j] = dz;  // becomes dL/dc[t - k]'s extra term (same chain)
@@ -107,19 +96,76 @@ void backward_kernel(const scalar_t* grad_c, const scalar_t* x1, const scalar_t*
   });
 }
 
+// --- fp32: the vectorized kernels of swish_recurrence_cpu_vec.h ------------------------------
+
+// The AVX2+FMA kernels when this CPU has both (x86-64), else the portable ones.
+const SwishRecurrenceCpuKernels& cpu_kernels() {
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const SwishRecurrenceCpuKernels& chosen =
+      (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? cpu_avx2::kernels
+                                                                        : cpu_default::kernels;
+  return chosen;
+#else
+  return cpu_default::kernels;
+#endif
+}
+
+// alpha/beta of the columns [begin, begin + width): column b * D + d takes entry d.
+void column_parameters(const float* parameter, int64_t D, int64_t begin, int64_t width,
+                       float* out) {
+  for (int64_t j = 0; j < width; ++j) out[j] = parameter[(begin + j) % D];
+}
+
+void forward_f32(const float* x1, const float* alpha, const float* beta, float* c, int64_t T,
+                 int64_t B, int64_t D, int64_t k) {
+  const int64_t columns = B * D;
+  const SwishRecurrenceCpuKernels& kernels = cpu_kernels();
+  at::parallel_for(0, columns, kColumnBlock, [&](int64_t begin, int64_t end) {
+    const int64_t width = end - begin;
+    std::vector<float> state(static_cast<size_t>(k * width), 0.0f), a(width), b(width);
+    column_parameters(alpha, D, begin, width, a.data());
+    column_parameters(beta, D, begin, width, b.data());
+    kernels.forward_block(x1, a.data(), b.data(), c, state.data(), T, columns, begin, width, k);
+  });
+}
+
+void backward_f32(const float* grad_c, const float* x1, const float* c, const float* alpha,
+                  const float* beta, float* grad_x1, float* grad_alpha_columns,
+                  float* grad_beta_columns, int64_t T, int64_t B, int64_t D, int64_t k) {
+  const int64_t columns = B * D;
+  const SwishRecurrenceCpuKernels& kernels = cpu_kernels();
+  at::parallel_for(0, columns, kColumnBlock, [&](int64_t begin, int64_t end) {
+    const int64_t width = end - begin;
+    std::vector<float> carry(static_cast<size_t>(k * width), 0.0f), a(width), b(width);
+    column_parameters(alpha, D, begin, width, a.data());
+    column_parameters(beta, D, begin, width, b.data());
+    std::fill(grad_alpha_columns + begin, grad_alpha_columns + end, 0.0f);
+    std::fill(grad_beta_columns + begin, grad_beta_columns + end, 0.0f);
+    kernels.backward_block(grad_c, x1, c, a.data(), b.data(), grad_x1, grad_alpha_columns + begin,
+                           grad_beta_columns + begin, carry.data(), T, columns, begin, width, k);
+  });
+}
+
 at::Tensor swish_recurrence_cpu(const at::Tensor& x1_in, const at::Tensor& alpha_in,
                                 const at::Tensor& beta_in, int64_t step) {
   check_swish_recurrence_inputs(x1_in, alpha_in, beta_in, step);
-  const at::Tensor x1 = x1_in.contiguous(), alpha = alpha_in.contiguous(),
-                   beta = beta_in.contiguous();
-  at::Tensor c = at::empty_like(x1);
-  const int64_t T = x1.size(0), B = x1.size(1), D = x1.size(2);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x1.scalar_type(),
-                                  "swish_recurrence_cpu", [&] {
-    forward_kernel<scalar_t>(x1.data_ptr<scalar_t>(), alpha.data_ptr<scalar_t>(),
-                             beta.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), T, B, D, step);
-  });
-  return c;
+  const int64_t T = x1_in.size(0), B = x1_in.size(1), D = x1_in.size(2);
+  if (x1_in.scalar_type() == at::kDouble) {
+    const at::Tensor x1 = x1_in.contiguous(), alpha = alpha_in.contiguous(),
+                     beta = beta_in.contiguous();
+    at::Tensor c = at::empty_like(x1, at::MemoryFormat::Contiguous);
+    forward_kernel_f64(x1.data_ptr<double>(), alpha.data_ptr<double>(),
+                       beta.data_ptr<double>(), c.data_ptr<double>(), T, B, D, step);
+    return c;
+  }
+  // fp32, and fp16/bf16 computed in fp32
+  const at::Tensor x1 = x1_in.to(at::kFloat).contiguous(),
+                   alpha = alpha_in.to(at::kFloat).contiguous(),
+                   beta = beta_in.to(at::kFloat).contiguous();
+  at::Tensor c = at::empty_like(x1, at::MemoryFormat::Contiguous);
+  forward_f32(x1.data_ptr<float>(), alpha.data_ptr<float>(), beta.data_ptr<float>(),
+              c.data_ptr<float>(), T, B, D, step);
+  return c.to(x1_in.scalar_type());
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> swish_recurrence_backward_cpu(
@@ -128,25 +174,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> swish_recurrence_backward_cpu(
   check_swish_recurrence_inputs(x1_in, alpha_in, beta_in, step);
   TORCH_CHECK(grad_c_in.sizes() == x1_in.sizes() && c_in.sizes() == x1_in.sizes(),
               "swish_recurrence_backward: grad_c and c must have x1's shape");
-  const at::Tensor grad_c = grad_c_in.contiguous().to(x1_in.scalar_type()),
-                   x1 = x1_in.contiguous(), c = c_in.contiguous(),
-                   alpha = alpha_in.contiguous(), beta = beta_in.contiguous();
-  const int64_t T = x1.size(0), B = x1.size(1), D = x1.size(2);
-  at::Tensor grad_x1 = at::empty_like(x1);
-  const auto acc_type = at::toOpMathType(x1.scalar_type());
-  at::Tensor grad_alpha_columns = at::empty({B, D}, x1.options().dtype(acc_type));
-  at::Tensor grad_beta_columns = at::empty({B, D}, x1.options().dtype(acc_type));
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x1.scalar_type(),
-                                  "swish_recurrence_backward_cpu", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    backward_kernel<scalar_t>(grad_c.data_ptr<scalar_t>(), x1.data_ptr<scalar_t>(),
-                              c.data_ptr<scalar_t>(), alpha.data_ptr<scalar_t>(),
-                              beta.data_ptr<scalar_t>(), grad_x1.data_ptr<scalar_t>(),
-                              grad_alpha_columns.data_ptr<acc_t>(), grad_beta_columns.data_ptr<acc_t>(),
-                              T, B, D, step);
-  });
-  return {grad_x1, grad_alpha_columns.sum(0).to(alpha.scalar_type()),
-          grad_beta_columns.sum(0).to(beta.scalar_type())};
+  const int64_t T = x1_in.size(0), B = x1_in.size(1), D = x1_in.size(2);
+  const auto dtype = x1_in.scalar_type();
+  const auto compute = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor grad_c = grad_c_in.to(compute).contiguous(),
+                   x1 = x1_in.to(compute).contiguous(), c = c_in.to(compute).contiguous(),
+                   alpha = alpha_in.to(compute).contiguous(),
+                   beta = beta_in.to(compute).contiguous();
+  at::Tensor grad_x1 = at::empty_like(x1, at::MemoryFormat::Contiguous);
+  at::Tensor grad_alpha_columns = at::empty({B, D}, x1.options());
+  at::Tensor grad_beta_columns = at::empty({B, D}, x1.options());
+  if (compute == at::kDouble) {
+    backward_kernel_f64(grad_c.data_ptr<double>(), x1.data_ptr<double>(), c.data_ptr<double>(),
+                        alpha.data_ptr<double>(), beta.data_ptr<double>(),
+                        grad_x1.data_ptr<double>(), grad_alpha_columns.data_ptr<double>(),
+                        grad_beta_columns.data_ptr<double>(), T, B, D, step);
+  } else {
+    backward_f32(grad_c.data_ptr<float>(), x1.data_ptr<float>(), c.data_ptr<float>(),
+                 alpha.data_ptr<float>(), beta.data_ptr<float>(), grad_x1.data_ptr<float>(),
+                 grad_alpha_columns.data_ptr<float>(), grad_beta_columns.data_ptr<float>(), T, B,
+                 D, step);
+  }
+  return {grad_x1.to(dtype), grad_alpha_columns.sum(0).to(alpha_in.scalar_type()),
+          grad_beta_columns.sum(0).to(beta_in.scalar_type())};
 }
 
 }  // namespace
@@ -164,10 +214,22 @@ TORCH_LIBRARY_IMPL(fairseq_ext, CPU, m) {
 
 }  // namespace fairseq_ext
 
-// An importable module (``fairseq_ext._C``) whose import runs the registrations above.
+// An importable module (``fairseq_ext._C``) whose import runs the registrations above;
+// ``_C.cpu_kernels()`` names the fp32 CPU kernels in use ("AVX2" or "portable").
+namespace {
+PyObject* cpu_kernels_name(PyObject*, PyObject*) {
+  return PyUnicode_FromString(fairseq_ext::cpu_kernels().name);
+}
+PyMethodDef module_methods[] = {
+    {"cpu_kernels", cpu_kernels_name, METH_NOARGS,
+     "Name of the fp32 CPU kernels of fairseq_ext::swish_recurrence in use."},
+    {nullptr, nullptr, 0, nullptr}};
+}  // namespace
+
 extern "C" {
 PyObject* PyInit__C(void) {
-  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1,
+                                          module_methods};
   return PyModule_Create(&module_def);
 }
 }

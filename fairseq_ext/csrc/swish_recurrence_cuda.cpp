@@ -3,6 +3,7 @@
 // inputs, allocates, launches on the current stream under a device guard, and reduces the
 // backward's per-item alpha/beta sums. Built only when torch has CUDA (setup.py).
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_bf16.h>
@@ -15,17 +16,18 @@
 
 namespace fairseq_ext {
 
-#define FAIRSEQ_EXT_DECLARE_LAUNCHERS(scalar_t, suffix)                                         \
+// acc_t: the kernels' accumulation type, also that of the backward's alpha/beta partial sums.
+#define FAIRSEQ_EXT_DECLARE_LAUNCHERS(scalar_t, acc_t, suffix)                                  \
   cudaError_t launch_swish_recurrence_forward_##suffix(                                        \
       const scalar_t*, const scalar_t*, const scalar_t*, scalar_t*, int64_t, int64_t, int64_t, \
       int64_t, cudaStream_t);                                                                  \
   cudaError_t launch_swish_recurrence_backward_##suffix(                                       \
       const scalar_t*, const scalar_t*, const scalar_t*, const scalar_t*, const scalar_t*,     \
-      scalar_t*, float*, float*, int64_t, int64_t, int64_t, int64_t, cudaStream_t);
-FAIRSEQ_EXT_DECLARE_LAUNCHERS(float, f32)
-FAIRSEQ_EXT_DECLARE_LAUNCHERS(double, f64)
-FAIRSEQ_EXT_DECLARE_LAUNCHERS(__half, f16)
-FAIRSEQ_EXT_DECLARE_LAUNCHERS(__nv_bfloat16, bf16)
+      scalar_t*, acc_t*, acc_t*, int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+FAIRSEQ_EXT_DECLARE_LAUNCHERS(float, float, f32)
+FAIRSEQ_EXT_DECLARE_LAUNCHERS(double, double, f64)
+FAIRSEQ_EXT_DECLARE_LAUNCHERS(__half, float, f16)
+FAIRSEQ_EXT_DECLARE_LAUNCHERS(__nv_bfloat16, float, bf16)
 #undef FAIRSEQ_EXT_DECLARE_LAUNCHERS
 
 namespace {
@@ -97,14 +99,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> swish_recurrence_backward_cuda(
                    alpha = alpha_in.contiguous(), beta = beta_in.contiguous();
   const int64_t T = x1.size(0), B = x1.size(1), D = x1.size(2);
   at::Tensor grad_x1 = at::empty_like(x1);
-  at::Tensor grad_alpha_items = at::empty({step, B, D}, x1.options().dtype(at::kFloat));
-  at::Tensor grad_beta_items = at::empty({step, B, D}, x1.options().dtype(at::kFloat));
+  // the partial sums in the kernels' accumulation type: fp64 for fp64, else fp32
+  const auto acc_type = at::toOpMathType(x1.scalar_type());
+  at::Tensor grad_alpha_items = at::empty({step, B, D}, x1.options().dtype(acc_type));
+  at::Tensor grad_beta_items = at::empty({step, B, D}, x1.options().dtype(acc_type));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x1.scalar_type(),
                                   "swish_recurrence_backward_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
     check_launch(Cuda<scalar_t>::backward(
         ptr<scalar_t>(grad_c), ptr<scalar_t>(x1), ptr<scalar_t>(c), ptr<scalar_t>(alpha),
         ptr<scalar_t>(beta), mutable_ptr<scalar_t>(grad_x1),
-        grad_alpha_items.data_ptr<float>(), grad_beta_items.data_ptr<float>(), T, B, D, step,
+        grad_alpha_items.data_ptr<acc_t>(), grad_beta_items.data_ptr<acc_t>(), T, B, D, step,
         stream));
   });
   return {grad_x1, grad_alpha_items.sum({0, 1}).to(alpha.scalar_type()),

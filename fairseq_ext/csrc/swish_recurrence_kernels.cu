@@ -6,9 +6,11 @@
 //
 // x1, c: (T, B, D) time-major; alpha, beta: (D). One thread per (column, chain), column = b*D + d:
 // item = chain * columns + column, so neighbouring threads read neighbouring addresses at every
-// time step (coalesced). Arithmetic in fp32 for every input type. The backward mirrors the CPU
-// one: reverse time, z and the sigmoid recomputed from the saved c, per-item alpha/beta partial
-// sums written to a (k * columns) fp32 buffer that the binding reduces (no atomics).
+// time step (coalesced). Arithmetic in the accumulation type acc_t: fp32 for fp32/fp16/bf16
+// (with the fast __expf), fp64 for fp64 (with exp, so gradcheck holds at double precision). The
+// backward mirrors the CPU one: reverse time, z and the sigmoid recomputed from the saved c,
+// per-item alpha/beta partial sums written to a (k * columns) acc_t buffer that the binding
+// reduces (no atomics).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,25 +20,36 @@
 namespace fairseq_ext {
 namespace {
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(double v) { return static_cast<float>(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+// Accumulation type: double for double, float otherwise.
+template <typename T>
+struct Acc {
+  using type = float;
+};
+template <>
+struct Acc<double> {
+  using type = double;
+};
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <typename T>
-__device__ __forceinline__ T from_float(float v);
+__device__ __forceinline__ T from_acc(typename Acc<T>::type v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_acc<float>(float v) { return v; }
 template <>
-__device__ __forceinline__ double from_float<double>(float v) { return v; }
+__device__ __forceinline__ double from_acc<double>(double v) { return v; }
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half(v); }
+__device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half(v); }
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+__device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
   return __float2bfloat16(v);
 }
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + __expf(-v)); }
+__device__ __forceinline__ double sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
 
 template <typename scalar_t>
 __global__ void forward_kernel(const scalar_t* __restrict__ x1, const scalar_t* __restrict__ alpha,
@@ -44,15 +57,16 @@ __global__ void forward_kernel(const scalar_t* __restrict__ x1, const scalar_t* 
                                int64_t length, int64_t columns, int64_t dim, int64_t k) {
   const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= columns * k) return;
+  using acc_t = typename Acc<scalar_t>::type;
   const int64_t column = item % columns, chain = item / columns;
-  const float a = to_float(alpha[column % dim]), b = to_float(beta[column % dim]);
-  float previous = 0.0f;
+  const acc_t a = to_acc(alpha[column % dim]), b = to_acc(beta[column % dim]);
+  acc_t previous = 0;
   for (int64_t t = chain; t < length; t += k) {
     const int64_t at = t * columns + column;
-    const float x = to_float(x1[at]);
-    const float z = previous - x;
+    const acc_t x = to_acc(x1[at]);
+    const acc_t z = previous - x;
     previous = sigmoid(a * z + b) * z + x;
-    c[at] = from_float<scalar_t>(previous);
+    c[at] = from_acc<scalar_t>(previous);
   }
 }
 
@@ -61,26 +75,28 @@ __global__ void backward_kernel(const scalar_t* __restrict__ grad_c,
                                 const scalar_t* __restrict__ x1, const scalar_t* __restrict__ c,
                                 const scalar_t* __restrict__ alpha,
                                 const scalar_t* __restrict__ beta, scalar_t* __restrict__ grad_x1,
-                                float* __restrict__ grad_alpha_items,
-                                float* __restrict__ grad_beta_items, int64_t length,
+                                typename Acc<scalar_t>::type* __restrict__ grad_alpha_items,
+                                typename Acc<scalar_t>::type* __restrict__ grad_beta_items,
+                                int64_t length,
                                 int64_t columns, int64_t dim, int64_t k) {
   const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= columns * k) return;
+  using acc_t = typename Acc<scalar_t>::type;
   const int64_t column = item % columns, chain = item / columns;
-  const float a = to_float(alpha[column % dim]), b = to_float(beta[column % dim]);
-  float carry = 0.0f, d_alpha = 0.0f, d_beta = 0.0f;
+  const acc_t a = to_acc(alpha[column % dim]), b = to_acc(beta[column % dim]);
+  acc_t carry = 0, d_alpha = 0, d_beta = 0;
   if (chain < length) {
     const int64_t last = chain + ((length - 1 - chain) / k) * k;
     for (int64_t t = last; t >= 0; t -= k) {
       const int64_t at = t * columns + column;
-      const float g = to_float(grad_c[at]) + carry;
-      const float x = to_float(x1[at]);
-      const float previous = t >= k ? to_float(c[at - k * columns]) : 0.0f;
-      const float z = previous - x;
-      const float s = sigmoid(a * z + b);
-      const float ds = s * (1.0f - s);
-      const float dz = g * (s + a * z * ds);
-      grad_x1[at] = from_float<scalar_t>(g - dz);
+      const acc_t g = to_acc(grad_c[at]) + carry;
+      const acc_t x = to_acc(x1[at]);
+      const acc_t previous = t >= k ? to_acc(c[at - k * columns]) : acc_t(0);
+      const acc_t z = previous - x;
+      const acc_t s = sigmoid(a * z + b);
+      const acc_t ds = s * (acc_t(1) - s);
+      const acc_t dz = g * (s + a * z * ds);
+      grad_x1[at] = from_acc<scalar_t>(g - dz);
       d_alpha += g * z * z * ds;
       d_beta += g * z * ds;
       carry = dz;
@@ -112,9 +128,9 @@ inline unsigned int blocks_for(int64_t items) {
   }                                                                                             \
   cudaError_t launch_swish_recurrence_backward_##suffix(                                        \
       const scalar_t* grad_c, const scalar_t* x1, const scalar_t* c, const scalar_t* alpha,     \
-      const scalar_t* beta, scalar_t* grad_x1, float* grad_alpha_items,                         \
-      float* grad_beta_items, int64_t length, int64_t batch, int64_t dim, int64_t k,            \
-      cudaStream_t stream) {                                                                    \
+      const scalar_t* beta, scalar_t* grad_x1, typename Acc<scalar_t>::type* grad_alpha_items,  \
+      typename Acc<scalar_t>::type* grad_beta_items, int64_t length, int64_t batch,             \
+      int64_t dim, int64_t k, cudaStream_t stream) {                                            \
     const int64_t columns = batch * dim;                                                        \
     if (columns * k == 0) return cudaSuccess;                                                   \
     backward_kernel<scalar_t><<<blocks_for(columns * k), kThreads, 0, stream>>>(                \

@@ -16,35 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fairseq_ext.flops.families import ModelSpec, exact_forward_flops
 from fairseq_ext.flops.formulas import TRAINING_MULTIPLIER
-from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
-
-
-def masked_lm_task(vocab_size: int, mask_prob: float, mask_fraction: float) -> MaskedLmTaskStub:
-    """A task stub whose corrupted tokens are ``mask_fraction`` ``<mask>``, the rest split
-    evenly between random and unchanged tokens."""
-    other = (1.0 - mask_fraction) / 2
-    return MaskedLmTaskStub(vocab_size, mask_prob, leave_unmasked_prob=other,
-                            random_token_prob=other)
-
-
-def corrupted_batch(task, batch_size: int, length: int, mask_prob: float, mask_fraction: float,
-                    generator: torch.Generator):
-    """Random tokens with exactly ``round(m L)`` corrupted positions per row: ``round(f m L)``
-    of them ``<mask>``, half of the rest random tokens, the others unchanged."""
-    pad, mask_idx = task.source_dictionary.pad(), task.mask_idx
-    first_word = task.source_dictionary.nspecial
-    tokens = torch.randint(first_word, mask_idx, (batch_size, length), generator=generator)
-    src, target = tokens.clone(), torch.full_like(tokens, pad)
-    corrupted = round(mask_prob * length)
-    n_mask = round(mask_fraction * corrupted)
-    n_random = (corrupted - n_mask) // 2
-    for row in range(batch_size):
-        chosen = torch.randperm(length, generator=generator)[:corrupted]
-        target[row, chosen] = tokens[row, chosen]
-        src[row, chosen[:n_mask]] = mask_idx
-        src[row, chosen[n_mask:n_mask + n_random]] = torch.randint(
-            first_word, mask_idx, (n_random,), generator=generator)
-    return src, target, corrupted, n_mask
+from fairseq_ext.model_building import build_arch, corrupted_batch, masked_lm_task
 
 
 def measure_training_flops(arch: str, spec: ModelSpec, length: int, mask_prob: float,

@@ -21,138 +21,18 @@ recurrence; ``"reverse"`` runs it right to left; ``"bidirectional"`` runs the fi
 ``d' / 2`` channels left to right and the other ``d' - d'/2`` right to left, so the
 parameter count and FLOPs do not change.
 
-:func:`swish_recurrence` runs the custom op ``fairseq_ext::swish_recurrence`` (C++ kernels in
-``fairseq_ext/csrc/swish_recurrence.cpp``, compiled by ``make install``; its backward is the op
-``fairseq_ext::swish_recurrence_backward``, wired here with ``torch.library.register_autograd``,
-and both have ``register_fake`` kernels, so autograd, ``torch.compile(fullgraph=True)`` and
-``torch.library.opcheck`` work). CPU kernels always; CUDA kernels
-(``fairseq_ext/csrc/swish_recurrence_kernels.cu``) when the extension was built against a CUDA
-torch. On other devices, or when the extension is not built, it runs
-:func:`swish_recurrence_reference` (the pure-PyTorch recurrence, also the test oracle) and logs
-once which implementation is in use.
+:func:`~fairseq_ext.ops.swish_recurrence.swish_recurrence` runs the recurrence: the custom op
+``fairseq_ext::swish_recurrence`` (C++/CUDA kernels in ``fairseq_ext/csrc/``; loading, fake
+kernels and autograd in :mod:`fairseq_ext.ops.swish_recurrence`), or its pure-PyTorch reference
+where the op has no kernel.
 """
-import functools
-import logging
 from typing import Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-logger = logging.getLogger(__name__)
-
-
-def check_recurrence_inputs(x1: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
-                            step_size: int) -> None:
-    """Clear errors for what the recurrence cannot take (raised at the Python entry)."""
-    if not isinstance(step_size, int) or step_size < 1:
-        raise ValueError(f"swish_recurrence: step_size must be an integer >= 1; got {step_size!r}")
-    if x1.dim() != 3:
-        raise ValueError(f"swish_recurrence: x1 must be (T, B, d') (time-major, rank 3); "
-                         f"got shape {tuple(x1.shape)}")
-    hidden = x1.size(-1)
-    for name, vector in (("alpha", alpha), ("beta", beta)):
-        if vector.dim() != 1 or vector.size(0) != hidden:
-            raise ValueError(f"swish_recurrence: {name} must be a vector of size d' = {hidden}; "
-                             f"got shape {tuple(vector.shape)}")
-        if vector.dtype != x1.dtype or vector.device != x1.device:
-            raise ValueError(f"swish_recurrence: {name} is {vector.dtype} on {vector.device} but "
-                             f"x1 is {x1.dtype} on {x1.device}; use one dtype and device")
-
-
-def swish_recurrence_reference(x1: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
-                               step_size: int = 1) -> torch.Tensor:
-    """Eq. 3 in plain PyTorch: ``c[i] = Swish(c[i-k] - x1[i]) + x1[i]``, ``c[i <= 0] = 0``.
-
-    ``x1``: ``(T, B, d')``; ``alpha``, ``beta``: ``(d',)``. Returns ``c`` ``(T, B, d')``. The
-    ``k`` chains advance together, ``k`` positions per step (``ceil(T / k)`` steps); the
-    arithmetic runs in fp32 at least (fp16/bf16 inputs come back in their own dtype).
-    """
-    check_recurrence_inputs(x1, alpha, beta, step_size)
-    compute_dtype = torch.promote_types(x1.dtype, torch.float32)
-    x = x1.to(compute_dtype)
-    a, b = alpha.to(compute_dtype), beta.to(compute_dtype)
-    length = x.size(0)
-    previous = x.new_zeros((min(step_size, length),) + tuple(x.shape[1:]))
-    steps = []
-    for start in range(0, length, step_size):
-        current = x[start:start + step_size]
-        z = previous[:current.size(0)] - current
-        previous = torch.sigmoid(a * z + b) * z + current
-        steps.append(previous)
-    if not steps:
-        return x1.new_zeros(x1.shape)
-    return torch.cat(steps, dim=0).to(x1.dtype)
-
-
-def _load_native_op() -> bool:
-    """Import the compiled extension, whose import registers ``fairseq_ext::swish_recurrence``."""
-    try:
-        from fairseq_ext import _C  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _devices_with_kernels() -> tuple:
-    """Device types for which the extension registered a ``fairseq_ext::swish_recurrence``
-    kernel (CPU always; CUDA when it was built with CUDA)."""
-    if not NATIVE_OP_AVAILABLE:
-        return ()
-    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
-    return tuple(device for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
-                 if has_kernel("fairseq_ext::swish_recurrence", key))
-
-
-NATIVE_OP_AVAILABLE = _load_native_op()
-NATIVE_OP_DEVICES = _devices_with_kernels()
-
-if NATIVE_OP_AVAILABLE:
-
-    @torch.library.register_fake("fairseq_ext::swish_recurrence")
-    def _swish_recurrence_fake(x1, alpha, beta, step):
-        return torch.empty_like(x1)
-
-    @torch.library.register_fake("fairseq_ext::swish_recurrence_backward")
-    def _swish_recurrence_backward_fake(grad_c, x1, c, alpha, beta, step):
-        return torch.empty_like(x1), torch.empty_like(alpha), torch.empty_like(beta)
-
-    def _setup_context(ctx, inputs, output):
-        x1, alpha, beta, step = inputs
-        ctx.save_for_backward(x1, output, alpha, beta)
-        ctx.step = step
-
-    def _backward(ctx, grad_c):
-        x1, c, alpha, beta = ctx.saved_tensors
-        grad_x1, grad_alpha, grad_beta = torch.ops.fairseq_ext.swish_recurrence_backward(
-            grad_c, x1, c, alpha, beta, ctx.step)
-        return grad_x1, grad_alpha, grad_beta, None
-
-    torch.library.register_autograd("fairseq_ext::swish_recurrence", _backward,
-                                    setup_context=_setup_context)
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_reference_in_use(reason: str) -> None:
-    logger.warning(f"SwishRNN: {reason}; using the pure-PyTorch reference recurrence "
-                   "(ceil(T/k) sequential steps), which is much slower")
-
-
-def swish_recurrence(x1: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
-                     step_size: int = 1) -> torch.Tensor:
-    """The SwishRNN recurrence (Eq. 3) on ``x1`` ``(T, B, d')``; see the module docstring.
-
-    Runs the ``fairseq_ext::swish_recurrence`` op where it has a kernel, otherwise the reference
-    (a one-time warning names the implementation in use and why).
-    """
-    check_recurrence_inputs(x1, alpha, beta, step_size)
-    if NATIVE_OP_AVAILABLE and x1.device.type in NATIVE_OP_DEVICES:
-        return torch.ops.fairseq_ext.swish_recurrence(x1, alpha, beta, step_size)
-    _warn_reference_in_use(
-        "the fairseq_ext._C extension is not built (run `make install`)" if not NATIVE_OP_AVAILABLE
-        else f"the fairseq_ext::swish_recurrence op has no {x1.device.type} kernel yet")
-    return swish_recurrence_reference(x1, alpha, beta, step_size)
-
+from fairseq_ext.ops.swish_recurrence import swish_recurrence
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
 
