@@ -16,6 +16,7 @@ def build(arch, task, **overrides):
     return build_arch(arch, task, 64, **overrides)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch, millions", [
     ("3ml_self_base", 129), ("3ml_cross_base", 130), ("3ml_self_large", 362), ("3ml_cross_large", 364),
 ])

@@ -24,9 +24,11 @@ order fairseq's ``roberta`` does, so the stock ``masked_lm`` criterion, our
   predict the randomly replaced and unchanged tokens after the encoder").
 * **Prediction head** (App. D): dense -> activation -> LayerNorm -> vocabulary projection tied
   to the encoder's token embedding; its dense layer maps decoder dim -> encoder dim so the
-  tying still works. Only corrupted tokens go through it. One head per model: this is what
-  reproduces Table 3's parameter counts (3ML-cross-large 364M; a second, encoder-side
-  1024x1024 head would make it 365M).
+  tying still works. Only corrupted tokens go through it. One head per model, which gives
+  Table 3's parameter counts (50,265-symbol dictionary, 512 positions): 3ml_self_base 128.4M
+  (Table 3: 129M), 3ml_cross_base 129.6M (130M), 3ml_self_large 362.0M (362M),
+  3ml_cross_large 364.1M (364M); a second, encoder-side 1024x1024 head would make the last
+  365.1M.
 
 After pre-training the decoder is dropped: ``scripts/export_encoder.py`` writes a plain
 fairseq RoBERTa checkpoint for fine-tuning.
@@ -44,6 +46,8 @@ from fairseq.models.roberta.model import (
     RobertaEncoder,
     RobertaLMHead,
     RobertaModel,
+)
+from fairseq.models.roberta.model import (
     base_architecture as roberta_base_architecture,
 )
 from fairseq.modules import (
