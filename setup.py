@@ -50,15 +50,20 @@ class OptionalBuildExtension(BuildExtension):
 # when torch is a CUDA build and a CUDA toolkit is found. Optional: if it cannot be compiled,
 # installation goes on and fairseq_ext.modules.swish_rnn logs that it runs the pure-PyTorch
 # reference instead.
-# The fp32 CPU kernels are compiled twice (swish_recurrence_cpu_vec.h): portable, and for
-# AVX2+FMA (chosen at run time when the CPU has both, so the build runs on any x86-64).
+# The fp32 CPU kernels (swish_recurrence_cpu_vec.h) are compiled portable and, on x86-64, for
+# AVX2+FMA and for AVX-512; the widest the CPU runs is chosen at run time, so the build runs
+# on any x86-64.
 CPU_SOURCES = ["fairseq_ext/csrc/swish_recurrence.cpp",
                "fairseq_ext/csrc/swish_recurrence_cpu_default.cpp",
-               "fairseq_ext/csrc/swish_recurrence_cpu_avx2.cpp"]
+               "fairseq_ext/csrc/swish_recurrence_cpu_avx2.cpp",
+               "fairseq_ext/csrc/swish_recurrence_cpu_avx512.cpp"]
 SOURCE_FLAGS = {}
 if platform.machine().lower() in ("x86_64", "amd64"):
     SOURCE_FLAGS["swish_recurrence_cpu_avx2.cpp"] = [
         "-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
+    SOURCE_FLAGS["swish_recurrence_cpu_avx512.cpp"] = [
+        "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
+        "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"]
 CUDA_SOURCES = ["fairseq_ext/csrc/swish_recurrence_cuda.cpp",
                 "fairseq_ext/csrc/swish_recurrence_kernels.cu"]
 COMPILE_ARGS = {"cxx": ["-O3", "-fopenmp"], "nvcc": ["-O3", "--use_fast_math"]}

@@ -2,6 +2,11 @@
 (vectorized fp32, exact fp64) against the pure-PyTorch reference, gradcheck, opcheck (contiguous
 and transposed inputs), torch.compile (aot_eager and inductor), the fallback, and the CUDA
 kernels (skipped without a GPU and a CUDA build)."""
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -194,3 +199,41 @@ def test_cuda_layer_matches_cpu_layer_with_padding():
     expected = layer(x, padding)
     got = layer.cuda()(x.cuda(), padding.cuda())
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
+KERNEL_CHECK = """
+import json, sys, torch
+from fairseq_ext import _C
+from fairseq_ext.ops.swish_recurrence import swish_recurrence_reference
+torch.manual_seed(0)
+errors = []
+for k in (1, 2, 4):
+    # 37 channels x 3: row segments that are not multiples of 8 or 16 lanes (the tails)
+    x1 = torch.randn(29, 3, 37, requires_grad=True)
+    alpha = (torch.rand(37) + 0.5).requires_grad_()
+    beta = torch.randn(37, requires_grad=True)
+    grad = torch.randn(29, 3, 37)
+    ours = torch.autograd.grad(torch.ops.fairseq_ext.swish_recurrence(x1, alpha, beta, k),
+                               (x1, alpha, beta), grad)
+    ref_out = swish_recurrence_reference(x1, alpha, beta, k)
+    theirs = torch.autograd.grad(ref_out, (x1, alpha, beta), grad)
+    out = torch.ops.fairseq_ext.swish_recurrence(x1, alpha, beta, k)
+    errors.append(max([(out - ref_out).abs().max().item()]
+                      + [((a - b).abs().max() / b.abs().max()).item() for a, b in zip(ours, theirs)]))
+print(json.dumps({"kernels": _C.cpu_kernels(), "error": max(errors)}))
+"""
+
+
+@native
+@pytest.mark.parametrize("cap, expected", [("", None), ("avx2", "AVX2"), ("portable", "portable")])
+def test_every_cpu_kernel_build_matches_the_reference(cap, expected):
+    """The widest kernels this CPU runs, and the capped AVX2 and portable builds
+    (FAIRSEQ_EXT_CPU_KERNELS), each against the reference, forward and gradients."""
+    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True,
+                          env=dict(os.environ, FAIRSEQ_EXT_CPU_KERNELS=cap), check=True)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if expected == "AVX2" and result["kernels"] == "portable":
+        pytest.skip("this CPU has no AVX2+FMA")
+    if expected is not None:
+        assert result["kernels"] == expected
+    assert result["error"] < 1e-5, result

@@ -30,6 +30,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -98,16 +100,24 @@ void backward_kernel_f64(const double* grad_c, const double* x1, const double* c
 
 // --- fp32: the vectorized kernels of swish_recurrence_cpu_vec.h ------------------------------
 
-// The AVX2+FMA kernels when this CPU has both (x86-64), else the portable ones.
-const SwishRecurrenceCpuKernels& cpu_kernels() {
+// The widest kernels this CPU runs: AVX-512, else AVX2+FMA (x86-64), else the portable ones.
+// FAIRSEQ_EXT_CPU_KERNELS=avx2|portable caps the choice (for benchmarks and tests).
+const SwishRecurrenceCpuKernels& choose_cpu_kernels() {
 #if defined(__GNUC__) && defined(__x86_64__)
-  static const SwishRecurrenceCpuKernels& chosen =
-      (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? cpu_avx2::kernels
-                                                                        : cpu_default::kernels;
-  return chosen;
-#else
-  return cpu_default::kernels;
+  const char* cap = std::getenv("FAIRSEQ_EXT_CPU_KERNELS");
+  const std::string limit = cap ? cap : "";
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx512 && limit.empty()) return cpu_avx512::kernels;
+  if (avx2 && limit != "portable") return cpu_avx2::kernels;
 #endif
+  return cpu_default::kernels;
+}
+
+const SwishRecurrenceCpuKernels& cpu_kernels() {
+  static const SwishRecurrenceCpuKernels& chosen = choose_cpu_kernels();
+  return chosen;
 }
 
 // alpha/beta of the columns [begin, begin + width): column b * D + d takes entry d.

@@ -17,6 +17,9 @@ struct SwishRecurrenceCpuKernels {
                          int64_t begin, int64_t width, int64_t k);
 };
 
+namespace cpu_avx512 {
+extern const SwishRecurrenceCpuKernels kernels;  // needs AVX-512 F, BW, VL and DQ
+}
 namespace cpu_avx2 {
 extern const SwishRecurrenceCpuKernels kernels;  // needs AVX2 and FMA
 }
