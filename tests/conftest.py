@@ -152,3 +152,17 @@ def hydra_trained(tiny_data_bin, tmp_path_factory):
     """(checkpoint dir, completed process) of the demo YAML run through `fairseq-hydra-train`."""
     save_dir = tmp_path_factory.mktemp("ckpt_hydra")
     return save_dir, train_with_hydra_recipe(tiny_data_bin, save_dir)
+
+
+@pytest.fixture
+def build_uninitialised(monkeypatch):
+    """``build`` without BERT's weight initialisation (a CPU-side normal_ over every weight,
+    seconds at large size), for tests that only count parameters."""
+    import fairseq.models.roberta.model as roberta_model
+    from bert_models import build
+
+    import fairseq_ext.models.bert_rab as bert_rab
+
+    for module in (roberta_model, bert_rab):
+        monkeypatch.setattr(module, "init_bert_params", lambda _: None)
+    return lambda arch, **kwargs: build(arch, **kwargs)[0]
