@@ -1,0 +1,39 @@
+"""Running the recipes in tests: their dry-run command, and the hydra twin of a demo run."""
+import os
+import shlex
+import subprocess
+
+from conftest import REPO_ROOT, fairseq_cli, run_cli
+
+
+def dry_run(recipe, *args, **env):
+    """The fairseq-train command a recipe prints with DRY_RUN=1, on one GPU, in a clean
+    environment (none of the caller's ARCH, BATCH_SIZE, ...): (argv, {flag: value or True})."""
+    clean = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
+             "DRY_RUN": "1", "DATA": "DATA", "NUM_GPUS": "1", "NNODES": "1", **env}
+    proc = subprocess.run(["bash", str(recipe), *args], capture_output=True, text=True,
+                          env=clean, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("+ "), proc.stdout
+    argv = shlex.split(lines[0][2:])
+    assert argv[0].endswith("fairseq-train") and argv[1] == env.get("DATA", "DATA")
+    flags, i = {}, 2
+    while i < len(argv):
+        assert argv[i].startswith("--"), argv[i:]
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            flags[argv[i]], i = argv[i + 1], i + 2
+        else:
+            flags[argv[i]], i = True, i + 1
+    return argv, flags
+
+
+def hydra_demo(config_dir, data, save_dir, overrides=()):
+    """fairseq-hydra-train on a demo YAML (json log, no progress bar) with `overrides`."""
+    return run_cli(
+        [fairseq_cli("fairseq-hydra-train"), "--config-dir", REPO_ROOT / "recipes/config" /
+         config_dir, "--config-name", "demo", f"task.data={data}",
+         f"checkpoint.save_dir={save_dir}", "common.log_format=json",
+         "common.no_progress_bar=true", *overrides],
+        cwd=REPO_ROOT,
+    )
