@@ -130,12 +130,19 @@ void forward_f32(const float* x1, const float* alpha, const float* beta, float* 
                  int64_t B, int64_t D, int64_t k) {
   const int64_t columns = B * D;
   const SwishRecurrenceCpuKernels& kernels = cpu_kernels();
-  at::parallel_for(0, columns, kColumnBlock, [&](int64_t begin, int64_t end) {
-    const int64_t width = end - begin;
-    std::vector<float> state(static_cast<size_t>(k * width), 0.0f), a(width), b(width);
-    column_parameters(alpha, D, begin, width, a.data());
-    column_parameters(beta, D, begin, width, b.data());
-    kernels.forward_block(x1, a.data(), b.data(), c, state.data(), T, columns, begin, width, k);
+  at::parallel_for(0, columns, kColumnBlock, [&](int64_t chunk_begin, int64_t chunk_end) {
+    // a thread's chunk, walked in blocks of kColumnBlock columns so that a block's state and
+    // parameters stay in L1 while it walks the time axis
+    std::vector<float> state(static_cast<size_t>(k * kColumnBlock)), a(kColumnBlock),
+        b(kColumnBlock);
+    for (int64_t begin = chunk_begin; begin < chunk_end; begin += kColumnBlock) {
+      const int64_t width = std::min(kColumnBlock, chunk_end - begin);
+      std::fill(state.begin(), state.end(), 0.0f);
+      column_parameters(alpha, D, begin, width, a.data());
+      column_parameters(beta, D, begin, width, b.data());
+      kernels.forward_block(x1, a.data(), b.data(), c, state.data(), T, columns, begin, width,
+                            k);
+    }
   });
 }
 
@@ -144,15 +151,20 @@ void backward_f32(const float* grad_c, const float* x1, const float* c, const fl
                   float* grad_beta_columns, int64_t T, int64_t B, int64_t D, int64_t k) {
   const int64_t columns = B * D;
   const SwishRecurrenceCpuKernels& kernels = cpu_kernels();
-  at::parallel_for(0, columns, kColumnBlock, [&](int64_t begin, int64_t end) {
-    const int64_t width = end - begin;
-    std::vector<float> carry(static_cast<size_t>(k * width), 0.0f), a(width), b(width);
-    column_parameters(alpha, D, begin, width, a.data());
-    column_parameters(beta, D, begin, width, b.data());
-    std::fill(grad_alpha_columns + begin, grad_alpha_columns + end, 0.0f);
-    std::fill(grad_beta_columns + begin, grad_beta_columns + end, 0.0f);
-    kernels.backward_block(grad_c, x1, c, a.data(), b.data(), grad_x1, grad_alpha_columns + begin,
-                           grad_beta_columns + begin, carry.data(), T, columns, begin, width, k);
+  at::parallel_for(0, columns, kColumnBlock, [&](int64_t chunk_begin, int64_t chunk_end) {
+    std::vector<float> carry(static_cast<size_t>(k * kColumnBlock)), a(kColumnBlock),
+        b(kColumnBlock);
+    for (int64_t begin = chunk_begin; begin < chunk_end; begin += kColumnBlock) {
+      const int64_t width = std::min(kColumnBlock, chunk_end - begin);
+      std::fill(carry.begin(), carry.end(), 0.0f);
+      column_parameters(alpha, D, begin, width, a.data());
+      column_parameters(beta, D, begin, width, b.data());
+      std::fill(grad_alpha_columns + begin, grad_alpha_columns + begin + width, 0.0f);
+      std::fill(grad_beta_columns + begin, grad_beta_columns + begin + width, 0.0f);
+      kernels.backward_block(grad_c, x1, c, a.data(), b.data(), grad_x1,
+                             grad_alpha_columns + begin, grad_beta_columns + begin,
+                             carry.data(), T, columns, begin, width, k);
+    }
   });
 }
 
