@@ -1,5 +1,5 @@
-"""fairseq-ext: a fairseq ``--user-dir`` plugin (3ML, generalized bidirectionality, SwishRNN,
-FLOP-counting criteria).
+"""fairseq-ext: a fairseq ``--user-dir`` plugin (3ML, SwishRNN-BERT, FLOP-counting criteria;
+generalized bidirectionality is not built yet: README, "Status").
 
 Install with ``make install`` (creates ``.venv``), or by hand::
 
@@ -79,7 +79,8 @@ else:
 setup(
     name="fairseq-ext",
     version="0.1.0",
-    description="fairseq plugin: 3ML, generalized bidirectionality, SwishRNN, FLOP counting",
+    description="fairseq plugin: 3ML (Mask More and Mask Later), SwishRNN-BERT and "
+                "FLOP-counting criteria",
     python_requires=">=3.11",
     packages=find_packages(include=["fairseq_ext", "fairseq_ext.*"]),
     # Dependencies are pinned in requirements*.txt and installed by `make install`; fairseq must

@@ -215,6 +215,17 @@ def test_default_baseline_is_roberta_with_the_encoder_of_a(capsys):
     assert out.strip().splitlines()[-1] == f"speedup: {expected_b / a:.2f}"
 
 
+def test_budget_arch_is_the_baseline_without_vs(capsys):
+    """--budget-of B:N without --vs compares A with B itself, not with A's default baseline
+    (for swishrnn_bert that default is bert_rab)."""
+    _, out, _ = calculator(capsys, "--arch", "swishrnn_bert_base", "--budget-of",
+                           "bert_orig_base:1000")
+    assert "B: bert_orig_base (roberta)" in out and "bert_rab" not in out
+    _, out, _ = calculator(capsys, "--arch", "swishrnn_bert_base", "--vs", "bert_rab_base",
+                           "--budget-of", "bert_orig_base:1000")
+    assert "B: bert_rab_base (bert_rab)" in out  # --vs wins
+
+
 def test_cli_reads_vocab_size_from_a_data_bin(capsys, tiny_data_bin, tmp_path):
     words = len((tiny_data_bin / "dict.txt").read_text().splitlines())
     vocab = words + 4 + 1  # <s> <pad> </s> <unk>, and the <mask> the masked_lm task adds

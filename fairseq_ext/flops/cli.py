@@ -46,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", default=None,
                         help="a data-bin: take V from its dict.txt (+ 4 specials + <mask>)")
     parser.add_argument("--vs", default=None,
-                        help="baseline arch B (default: fairseq's roberta with A's encoder; "
-                             "for swishrnn_bert, bert_rab of A's size with a 4d FFN)")
+                        help="baseline arch B (default: the --budget-of arch if given, else "
+                             "fairseq's roberta with A's encoder; for swishrnn_bert, bert_rab "
+                             "of A's size with a 4d FFN)")
     parser.add_argument("--vs-mask-prob", type=float, default=0.15, help="masking rate of B")
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per update")
     parser.add_argument("--max-update", type=int, default=None, help="number of updates")
@@ -107,8 +108,10 @@ def run(args) -> int:
     vocab = vocab_size_of(args)
     length = args.tokens_per_sample
     spec_a = spec_for_arch(args.arch, **overrides)
-    if args.vs:
-        arch_b, spec_b = args.vs, spec_for_arch(args.vs)
+    # B: --vs, else the arch whose budget --budget-of names, else the family's default baseline
+    baseline_arch = args.vs or (budget[0] if budget else None)
+    if baseline_arch:
+        arch_b, spec_b, baseline_overrides = baseline_arch, spec_for_arch(baseline_arch), {}
     else:
         arch_b, spec_b, baseline_overrides = flops_family(spec_a.family).default_baseline(spec_a)
     models = [("A", args.arch, spec_a, args.mask_prob), ("B", arch_b, spec_b, args.vs_mask_prob)]
@@ -138,8 +141,6 @@ def run(args) -> int:
         for label, arch, spec, mask_prob in models:
             if label == "A":
                 build_arch, build_overrides = args.arch, overrides
-            elif args.vs:
-                build_arch, build_overrides = args.vs, {}
             else:
                 build_arch, build_overrides = arch_b, baseline_overrides
             measured, analytic = measure_training_flops(
