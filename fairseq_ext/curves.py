@@ -22,7 +22,9 @@ The command line is ``scripts/plot_curves.py``::
         runs/demo/<ts>/3ml-self-40pct/train.log --labels roberta,3ml-self --out curves.png
 
 Labels default to the name of each log's parent directory; a run directory may be given in
-place of its ``train.log``. The PNG has two panels: valid loss vs PFLOPs and vs wall time.
+place of its ``train.log``. Every recipe (shell and YAML) logs its JSON records to
+``$SAVE_DIR/train.log`` (``--log-format json --log-file``), so ``plot_curves.py SAVE_DIR`` plots
+any run. The PNG has two panels: valid loss vs PFLOPs and vs wall time.
 """
 import argparse
 import bisect
@@ -129,9 +131,9 @@ def curve_of(run: RunLog) -> List[CurvePoint]:
             raise CurveError(
                 f"{run.path}: its training records have no total_pflops: train with "
                 f"--criterion masked_lm_flops (and --log-format json)")
-        raise CurveError(f"{run.path}: no fairseq training records found: train with "
-                         f"--log-format json (stdout) or --log-file, and "
-                         f"--criterion masked_lm_flops")
+        raise CurveError(f"no JSON training records in {run.path}: train with "
+                         f"`--log-format json --log-file {run.path}` (the recipes do this by "
+                         f"default: $SAVE_DIR/train.log) and --criterion masked_lm_flops")
     if not run.valid:
         raise CurveError(f"{run.path}: no validation records (valid_loss): the run logged no "
                          f"validation (was --disable-validation set, or did it stop before "

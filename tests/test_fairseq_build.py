@@ -1,18 +1,22 @@
-"""The fairseq build we install batches every example and runs every sample-break mode.
+"""The fairseq build we install batches every example, runs every sample-break mode and writes
+each record to ``--log-file`` once.
 
-Two defects of the Python-3.11 fairseq 0.12.3 builds on the registry (``ve-fairseq``,
-``fairseq-fixed``) are checked here; ``make install`` installs ``ve-fairseq`` with
-``patches/ve-fairseq-0.12.3.patch`` applied (README, "Install"):
+Three defects of the Python-3.11 fairseq 0.12.3 builds on the registry (``ve-fairseq``,
+``fairseq-fixed``; the third is in fairseq's own code) are checked here; ``make install``
+installs ``ve-fairseq`` with ``patches/ve-fairseq-0.12.3.patch`` applied (README, "Install"):
 
 1. ``data_utils.batch_by_size`` dropped the last batch whenever it held fewer items than
    ``--required-batch-size-multiple``, so ``fairseq-validate`` scored a subset of the validation
    set and training skipped sequences every epoch. fairseq v0.12.2 keeps that batch.
 2. numpy 2 removed ``np.compat``, which ``TokenBlockDataset`` used in the ``eos`` break mode.
+3. ``progress_bar`` added a ``--log-file`` handler per epoch, so epoch N wrote each record N
+   times and held N files open.
 
 The first group guards the install itself, in-process: fairseq's compiled batching and
 token-block helpers against pure-Python computations written here from the documented
-semantics. The second group runs the user's commands: ``fairseq-validate`` must log a ``bsz``
-equal to the validation set's size, and ``fairseq-train --sample-break-mode eos`` must train.
+semantics, and the progress bars of three epochs sharing one log file. The second group runs
+the user's commands: ``fairseq-validate`` must log a ``bsz`` equal to the validation set's
+size, and ``fairseq-train --sample-break-mode eos`` must train.
 """
 import numpy as np
 import pytest
@@ -153,6 +157,34 @@ def test_token_blocks_match_reference(break_mode):
     got = [(int(blocks[i][0]), int(blocks[i][-1]) + 1) for i in range(len(blocks))]
     assert got == reference_blocks(sizes, break_mode, 40)
     assert blocks.sizes.tolist() == [end - start for start, end in got]
+
+
+def test_log_file_gets_each_record_once_across_epochs(tmp_path):
+    """fairseq-train makes one progress bar per epoch, each given ``--log-file``; every record
+    of epoch N used to be written N times (one file handler per epoch, all kept open)."""
+    import logging
+
+    from fairseq.logging import progress_bar
+
+    log_file = tmp_path / "train.log"
+    bar_logger = progress_bar.logger
+    handlers, level = list(bar_logger.handlers), bar_logger.level
+    bar_logger.setLevel(logging.INFO)
+    try:
+        for epoch in (1, 2, 3):
+            bar = progress_bar.progress_bar(iter(()), log_format="json", log_file=str(log_file),
+                                            epoch=epoch, prefix=f"epoch {epoch:03d}")
+            bar.print({"num_updates": epoch}, tag="train")
+        added = [h for h in bar_logger.handlers if h not in handlers]
+        assert len(added) == 1
+    finally:
+        for handler in bar_logger.handlers[:]:
+            if handler not in handlers:
+                handler.close()
+                bar_logger.removeHandler(handler)
+        bar_logger.setLevel(level)
+    records = json_log_records(log_file.read_text(), key="train_num_updates")
+    assert [int(r["epoch"]) for r in records] == [1, 2, 3]
 
 
 # --- the user's commands: fairseq-validate scores every example once; eos mode trains --------

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT, run_cli
+from conftest import REPO_ROOT, TINY_SHELL_ENV, json_log_records, run_cli
 from fairseq_ext import curves as plot_curves
 from fairseq_ext.curves import CurvePoint, TrainPoint, ValidPoint
 
@@ -196,7 +196,8 @@ def test_error_log_without_any_records(tmp_path, capsys):
     log.parent.mkdir()
     log.write_text("2026-11-22 15:19:53 | INFO | fairseq_cli.train | begin training\n")
     code, err = run_main(capsys, log, "--out", tmp_path / "c.png")
-    assert code == 2 and "no fairseq training records" in err and "--log-format json" in err
+    assert code == 2 and f"no JSON training records in {log}" in err
+    assert f"`--log-format json --log-file {log}`" in err and "$SAVE_DIR/train.log" in err
 
 
 def test_error_no_valid_points(tmp_path, capsys):
@@ -217,3 +218,27 @@ def test_error_valid_points_only_before_training_records(tmp_path, capsys):
 def test_error_label_count(two_runs, tmp_path, capsys):
     code, err = run_main(capsys, *two_runs, "--labels", "only-one", "--out", tmp_path / "c.png")
     assert code == 2 and "1 labels for 2 logs" in err
+
+
+def test_plots_a_recipe_run_from_its_save_dir(tiny_data_bin, tmp_path, capsys):
+    """A shell recipe run (the RoBERTa demo at tiny size, about two epochs) leaves its JSON
+    records in SAVE_DIR/train.log, each once, after what the file already held; the plot reads
+    them from SAVE_DIR."""
+    save_dir = tmp_path / "roberta-tiny"
+    save_dir.mkdir()
+    (save_dir / "train.log").write_text("an earlier run's log line\n")
+    env = dict(TINY_SHELL_ENV, DATA=str(tiny_data_bin), SAVE_DIR=str(save_dir),
+               BATCH_SIZE="32", MAX_SENTENCES="32", TOTAL_UPDATES="32", LOG_INTERVAL="5",
+               OMP_NUM_THREADS="1")
+    run_cli([REPO_ROOT / "recipes/roberta/demo.sh", "--no-progress-bar"], env=env)
+
+    text = (save_dir / "train.log").read_text()
+    assert text.startswith("an earlier run's log line\n")  # appended to, not overwritten
+    valid_updates = [int(r["valid_num_updates"])
+                     for r in json_log_records(text, key="valid_num_updates")]
+    assert len(valid_updates) >= 3 and valid_updates[-1] == 32  # epochs 1, 2 and the last update
+    assert valid_updates == sorted(set(valid_updates))  # every validation logged once
+    out = tmp_path / "curves.png"
+    assert plot_curves.main([str(save_dir), "--out", str(out)]) == 0
+    check_png(out)
+    assert f"roberta-tiny: {len(valid_updates)} valid points" in capsys.readouterr().out

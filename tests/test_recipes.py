@@ -91,10 +91,11 @@ FLAG_TO_YAML = {
     "--no-epoch-checkpoints": "checkpoint.no_epoch_checkpoints", "--cpu": "common.cpu",
     "--rab-num-buckets": "model.rab_num_buckets", "--rab-max-distance": "model.rab_max_distance",
     "--swishrnn-step-sizes": "model.swishrnn_step_sizes",
+    "--log-format": "common.log_format", "--log-file": "common.log_file",
 }
 # YAML keys with no flag of their own: the data (a required override), and what differs by
-# form only (the plugin path, hydra's own settings, the log format).
-YAML_ONLY = ("hydra.", "task.data", "common.user_dir", "common.log_format")
+# form only (the plugin path, hydra's own settings).
+YAML_ONLY = ("hydra.", "task.data", "common.user_dir")
 
 
 # `NAME="${NAME:-default}"` or `export NAME=...`; the default may name other variables (`${ARCH}`).
@@ -180,8 +181,9 @@ def test_shell_and_yaml_have_the_same_hyperparameters(shell, yaml):
     assert int(defaults["BATCH_SIZE"]) == cfg.dataset.batch_size * cfg.optimization.update_freq[0]
 
 
-def yaml_values(cfg):
-    """{dotted key: value} of the YAML's values (list items as key.0; `???` as such)."""
+def yaml_values(cfg, resolve=False):
+    """{dotted key: value} of the YAML's values (list items as key.0; `???` as such), with its
+    interpolations (`${checkpoint.save_dir}/train.log`) resolved if `resolve`."""
     def walk(value, key):
         if isinstance(value, dict):
             for k, v in value.items():
@@ -191,7 +193,7 @@ def yaml_values(cfg):
                 yield from walk(v, f"{key}.{j}")
         else:
             yield key, value
-    return dict(walk(OmegaConf.to_container(cfg, resolve=False), ""))
+    return dict(walk(OmegaConf.to_container(cfg, resolve=resolve), ""))
 
 
 def yaml_leaves(cfg):
@@ -203,7 +205,7 @@ def assert_command_is_the_yaml(flags, cfg, flag_to_yaml, required=(), name="the 
     """Each flag of a printed command has its value in the YAML (under one key or several), and
     the YAML sets nothing else but YAML_ONLY keys; `required` keys are `???` in the YAML (the
     overrides a user must give, e.g. the checkpoint to restore)."""
-    values = yaml_values(cfg)
+    values = yaml_values(cfg, resolve=True)
     flags = dict(flags)
     flags.pop("--user-dir")
     unknown = set(flags) - set(flag_to_yaml)
@@ -290,6 +292,34 @@ def test_every_hyperparameter_is_an_environment_variable(recipe):
             assert flags[yaml_to_flag[key]] == value, (var, key)
     assert flags["--update-freq"] == "8" and flags["--cpu"] is True
     assert argv[-2:] == ["--extra", "appended"]
+
+
+def fairseq_train_args(argv):
+    """The arguments fairseq-train would run with, parsed by its own parser."""
+    from fairseq import options
+
+    return options.parse_args_and_arch(options.get_training_parser(), input_args=argv[1:])
+
+
+@pytest.mark.parametrize("recipe", ["roberta/demo.sh", "swishrnn/finetune_glue.sh"])
+def test_recipes_log_json_to_save_dir_unless_the_user_says_otherwise(recipe, tmp_path):
+    """By default a recipe's JSON records go to SAVE_DIR/train.log (what plot_curves.py reads);
+    a --log-format / --log-file given after the recipe is what fairseq-train takes, and
+    LOG_FILE= (empty) leaves the records on stdout only."""
+    pretrained = tmp_path / "checkpoint_last.pt"
+    pretrained.touch()
+    env = {"TASK": "RTE", "PRETRAINED": str(pretrained), "SAVE_DIR": str(tmp_path / "run")}
+    args = fairseq_train_args(dry_run(REPO_ROOT / "recipes" / recipe, **env)[0])
+    assert (args.log_format, args.log_file) == ("json", str(tmp_path / "run/train.log"))
+    assert not (tmp_path / "run").exists()  # DRY_RUN=1 makes no folder
+
+    argv, _ = dry_run(REPO_ROOT / "recipes" / recipe, "--log-format", "simple",
+                      "--log-file", str(tmp_path / "mine.log"), **env)
+    args = fairseq_train_args(argv)
+    assert (args.log_format, args.log_file) == ("simple", str(tmp_path / "mine.log"))
+
+    argv, flags = dry_run(REPO_ROOT / "recipes" / recipe, LOG_FILE="", **env)
+    assert "--log-file" not in flags and flags["--log-format"] == "json"
 
 
 def test_update_freq_of_a_recipe_follows_the_gpus():

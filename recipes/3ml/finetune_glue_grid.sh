@@ -48,7 +48,7 @@ for seed in ${SEEDS}; do
         dir="${SAVE_ROOT}/lr${lr}_bs${batch_size}_ep${epochs}_seed${seed}"
         if [[ "${DRY_RUN}" == 1 ]]; then
           LR="${lr}" BATCH_SIZE="${batch_size}" EPOCHS="${epochs}" SEED="${seed}" SAVE_DIR="${dir}" \
-            DRY_RUN=1 "${RECIPE}" --log-format json "$@"
+            DRY_RUN=1 LOG_FILE="" "${RECIPE}" --log-format json "$@"
           continue
         fi
         LR="${lr}" BATCH_SIZE="${batch_size}" EPOCHS="${epochs}" SEED="${seed}" SAVE_DIR="${dir}" \

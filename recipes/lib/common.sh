@@ -56,10 +56,27 @@ run_printed() {
   "$@"
 }
 
+# add_log_flags ARRAY: append to the array named ARRAY the logging flags every training recipe
+# passes: --log-format json, and --log-file LOG_FILE (default SAVE_DIR/train.log; LOG_FILE= (empty)
+# logs to stdout only), so that every run leaves its JSON records where scripts/plot_curves.py
+# reads them (`scripts/plot_curves.py SAVE_DIR`). fairseq appends to the file: a resumed run, or
+# a second run into the same SAVE_DIR, adds to the log and never truncates it. A --log-format or
+# --log-file among the recipe's extra arguments wins (fairseq takes the last one). The log's
+# folder is created unless DRY_RUN=1 (fairseq opens the file before it makes SAVE_DIR).
+add_log_flags() {
+  local -n flags="$1"
+  local log_file="${LOG_FILE-${SAVE_DIR}/train.log}"
+  flags+=(--log-format json)
+  if [[ -n "${log_file}" ]]; then
+    flags+=(--log-file "${log_file}")
+    if [[ "${DRY_RUN:-0}" != 1 ]]; then mkdir -p "$(dirname "${log_file}")"; fi
+  fi
+}
+
 # run_mlm_pretraining [EXTRA_ARGS...]: the fairseq-train command shared by every masked-LM
 # pre-training recipe (fairseq's masked_lm task), built from the variables the recipe set to its
 # paper's defaults; printed, then run, with EXTRA_ARGS appended. WARMUP_UPDATES may be empty:
-# then it is WARMUP_PROPORTION of TOTAL_UPDATES.
+# then it is WARMUP_PROPORTION of TOTAL_UPDATES. JSON records go to LOG_FILE (add_log_flags).
 run_mlm_pretraining() {
   if [[ -z "${WARMUP_UPDATES:-}" ]]; then
     WARMUP_UPDATES="$(warmup_updates "${TOTAL_UPDATES}" "${WARMUP_PROPORTION:?set WARMUP_UPDATES or WARMUP_PROPORTION}")"
@@ -86,6 +103,7 @@ run_mlm_pretraining() {
     --save-dir "${SAVE_DIR}" --save-interval-updates "${SAVE_INTERVAL_UPDATES}"
     --keep-interval-updates 1 --no-epoch-checkpoints
   )
+  add_log_flags cmd
   if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
   if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
   run_printed "${cmd[@]}" "$@"
@@ -142,8 +160,8 @@ die() { echo "error: $*" >&2; exit 2; }
 # the variables the recipe set (TASK DATA PRETRAINED NUM_CLASSES SHORTEN_METHOD CRITERION
 # MAX_POSITIONS DROPOUT ATTENTION_DROPOUT OPTIMIZER ADAM_BETAS ADAM_EPS WEIGHT_DECAY CLIP_NORM
 # BATCH_SIZE MAX_SENTENCES VALID_SUBSET BEST_METRIC SEED NUM_WORKERS LOG_INTERVAL SAVE_DIR CPU
-# PRECISION), with the recipe's own model, schedule and checkpointing flags from the array
-# named RECIPE_FLAGS; printed, then run (DRY_RUN=1: printed only). MNLI validates on valid
+# PRECISION LOG_FILE), with the recipe's own model, schedule and checkpointing flags from the
+# array named RECIPE_FLAGS; printed, then run (DRY_RUN=1: printed only). MNLI validates on valid
 # (matched) and valid1 (mismatched) when DATA has both.
 run_sentence_prediction() {
   local -n recipe_flags="$1"; shift
@@ -172,6 +190,7 @@ run_sentence_prediction() {
     --save-dir "${SAVE_DIR}"
   )
   add_sentence_prediction_metric_flags cmd "${TASK}" "${BEST_METRIC}"
+  add_log_flags cmd
   if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
   if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
   run_printed "${cmd[@]}" "$@"
@@ -190,7 +209,8 @@ best_score() {
 }
 
 # run_grid_point DIR RESULTS KEY RECIPE [ARGS...]: one run of a fine-tuning grid. Runs RECIPE
-# (its settings in the environment) with --log-format json and ARGS, logging to DIR/train.log,
+# (its settings in the environment) with --log-format json and ARGS, logging its stdout (the
+# command line, then the JSON records) to DIR/train.log in place of fairseq's --log-file,
 # then appends one row "KEY<TAB>SUBSET<TAB>SCORE" to RESULTS per validation subset of the run
 # (MNLI: valid, the matched, and valid1, the mismatched dev set) and marks DIR/DONE. A point
 # whose DONE marker exists is skipped, so an interrupted grid resumes.
@@ -199,7 +219,7 @@ run_grid_point() {
   shift 4
   if [[ -f "${dir}/DONE" ]]; then echo "done already: ${dir}"; return 0; fi
   mkdir -p "${dir}"
-  "${recipe}" --log-format json "$@" 2>&1 | tee "${dir}/train.log"
+  LOG_FILE="" "${recipe}" --log-format json "$@" 2>&1 | tee "${dir}/train.log"
   subsets="$(sed -n '1s/.*--valid-subset \([^ ]*\).*/\1/p' "${dir}/train.log")"
   for subset in ${subsets//,/ }; do
     score="$(best_score "${dir}/train.log" "${subset}")"

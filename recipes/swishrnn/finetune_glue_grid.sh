@@ -40,7 +40,7 @@ for seed in ${SEEDS}; do
     runs=$(( runs + 1 ))
     dir="${SAVE_ROOT}/lr${lr}_seed${seed}"
     if [[ "${DRY_RUN}" == 1 ]]; then
-      LR="${lr}" SEED="${seed}" SAVE_DIR="${dir}" DRY_RUN=1 "${RECIPE}" --log-format json "$@"
+      LR="${lr}" SEED="${seed}" SAVE_DIR="${dir}" DRY_RUN=1 LOG_FILE="" "${RECIPE}" --log-format json "$@"
       continue
     fi
     LR="${lr}" SEED="${seed}" SAVE_DIR="${dir}" \
