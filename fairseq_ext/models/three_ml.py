@@ -246,12 +246,17 @@ class ThreeMLCrossDecoder(ThreeMLDecoderBase):
         self.layers = nn.ModuleList(
             [TransformerDecoderLayer(layer_args) for _ in range(args.decoder_layers)]
         )
+        self.memory_positions = safe_getattr(args, "cross_memory_positions", "none")
         self.apply(init_bert_params)
 
-    def forward(self, memory, encoder_padding_mask, is_mask, positions, predict):
+    def forward(self, memory, encoder_padding_mask, is_mask, positions, predict,
+                memory_positions=None):
         """Decoder features ``(n, C_d)`` of the predicted [MASK] positions (row-major), given
         the projected encoder output ``memory`` ``(L_e, B, C_d)``, and the padded number of
         queries the decoder ran on."""
+        if self.memory_positions == "decoder":
+            memory = memory + embed_learned_positions(self.embed_positions,
+                                                      memory_positions).transpose(0, 1)
         query_index, query_valid = pack_selected(is_mask)
         query_positions = positions.gather(1, query_index).masked_fill(~query_valid, self.padding_idx)
         x = self.mask_embedding + embed_learned_positions(self.embed_positions, query_positions)
@@ -285,6 +290,9 @@ class ThreeMLModel(RobertaModel):
                             help="3ML decoder FFN inner dim (Table 4: 4x the decoder dim)")
         parser.add_argument("--decoder-attention-heads", type=int, metavar="N",
                             help="3ML decoder heads (Table 4: head size 64)")
+        parser.add_argument("--cross-memory-positions", choices=("decoder", "none"),
+                            help="3ML-cross: add the decoder's position embedding of each kept "
+                                 "token to the encoder output its cross-attention reads")
         parser.add_argument("--normalization", choices=NORMALIZATIONS,
                             help="pre-LN or post-LN for encoder and decoder (Table 4: pre-ln "
                                  "for large and 3ML-cross, post-ln for 3ML-self base); sets "
@@ -313,8 +321,10 @@ class ThreeMLModel(RobertaModel):
         return self.masked_lm_logits(src_tokens, masked_tokens)
 
     def masked_lm_logits(self, src_tokens, masked_tokens=None):
-        """Logits ``(N, V)`` for the corrupted positions ``masked_tokens`` in row-major order
-        (as ``roberta`` returns them), and extras for metrics and FLOP counting."""
+        """Logits for the positions ``masked_tokens``, shaped as fairseq's ``roberta`` returns
+        them: ``(N, V)`` in row-major order for a mask (one that broadcasts to the batch
+        included), ``(B, T, V)`` for ``None`` (every position, zero logits at padding); and
+        extras for metrics and FLOP counting."""
         pad = self.encoder.sentence_encoder.padding_idx
         predict, expand_to = self._positions_to_predict(src_tokens, masked_tokens, pad)
         is_mask = src_tokens.eq(self.mask_idx)
@@ -332,6 +342,8 @@ class ThreeMLModel(RobertaModel):
             full = logits.new_zeros(int(expand_to.sum()), logits.size(-1))
             full[predict[expand_to]] = logits
             logits = full
+        if masked_tokens is None:  # RoBERTa's (B, T, V), e.g. for the hub's fill_mask
+            logits = logits.view(*src_tokens.shape, logits.size(-1))
         extra = {
             "inner_states": None,
             "encoder_lengths": kept_valid.sum(dim=1),  # kept tokens per sequence
@@ -345,8 +357,10 @@ class ThreeMLModel(RobertaModel):
         """[MASK]s from the decoder, replaced/unchanged tokens from the projected encoder
         output, through the same head (§2.2)."""
         memory = self.mask_decoder.project(encoder_out)
+        pad = self.mask_decoder.padding_idx
+        kept_positions = positions.gather(1, kept_index).masked_fill(~kept_valid, pad)
         mask_features, decoder_length = self.mask_decoder(memory, encoder_padding, is_mask,
-                                                          positions, predict)
+                                                          positions, predict, kept_positions)
         encoder_predict = kept_valid & predict.gather(1, kept_index)
         other_features = memory.transpose(0, 1)[encoder_predict]
         from_decoder = is_mask[predict]  # (N,): which predicted positions are [MASK]s
@@ -417,6 +431,7 @@ def three_ml_architecture(args, size: EncoderSize = ENCODER_SIZES["base"],
                                               4 * args.decoder_embed_dim)
     args.decoder_attention_heads = safe_getattr(
         args, "decoder_attention_heads", max(1, args.decoder_embed_dim // 64))
+    args.cross_memory_positions = safe_getattr(args, "cross_memory_positions", "none")
     args.normalization = safe_getattr(args, "normalization", normalization)
     args.encoder_normalize_before = args.normalization == "pre-ln"
     args.layernorm_embedding = args.normalization == "post-ln"
