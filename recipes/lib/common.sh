@@ -48,6 +48,14 @@ warmup_updates() {
   awk -v t="${total}" -v p="${proportion}" 'BEGIN { printf "%d\n", t * p + 0.5 }'
 }
 
+# require_data_bin DIR: stop (exit 2) before fairseq starts unless DIR is a fairseq data-bin
+# (fairseq-train would fail deep in a traceback ending in dict.txt). Not checked with DRY_RUN=1.
+require_data_bin() {
+  if [[ "${DRY_RUN:-0}" == 1 || -f "$1/dict.txt" ]]; then return 0; fi
+  die "DATA=$1 has no dict.txt: run scripts/prepare_corpus.sh (or make demo) first, or point" \
+      "DATA at a fairseq data-bin"
+}
+
 # run_printed CMD...: print the command (shell-quoted, one line) and run it; with DRY_RUN=1
 # only print it (to check what a recipe would run, e.g. in tests/test_recipes.py).
 run_printed() {
@@ -78,6 +86,7 @@ add_log_flags() {
 # paper's defaults; printed, then run, with EXTRA_ARGS appended. WARMUP_UPDATES may be empty:
 # then it is WARMUP_PROPORTION of TOTAL_UPDATES. JSON records go to LOG_FILE (add_log_flags).
 run_mlm_pretraining() {
+  require_data_bin "${DATA}"
   if [[ -z "${WARMUP_UPDATES:-}" ]]; then
     WARMUP_UPDATES="$(warmup_updates "${TOTAL_UPDATES}" "${WARMUP_PROPORTION:?set WARMUP_UPDATES or WARMUP_PROPORTION}")"
   fi
