@@ -28,12 +28,13 @@ def dry_run(recipe, *args, **env):
     return argv, flags
 
 
-def hydra_demo(config_dir, data, save_dir, overrides=()):
-    """fairseq-hydra-train on a demo YAML (json log, no progress bar) with `overrides`."""
+def hydra_demo(config_dir, data, save_dir, overrides=(), cwd=REPO_ROOT):
+    """fairseq-hydra-train on a demo YAML (json log, no progress bar) with `overrides`, run in
+    `cwd`."""
     return run_cli(
         [fairseq_cli("fairseq-hydra-train"), "--config-dir", REPO_ROOT / "recipes/config" /
          config_dir, "--config-name", "demo", f"task.data={data}",
          f"checkpoint.save_dir={save_dir}", "common.log_format=json",
          "common.no_progress_bar=true", *overrides],
-        cwd=REPO_ROOT,
+        cwd=cwd,
     )

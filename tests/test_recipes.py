@@ -7,10 +7,21 @@ import re
 import subprocess
 
 import pytest
+import torch
 from omegaconf import OmegaConf
-from recipe_checks import dry_run
+from recipe_checks import dry_run, hydra_demo
 
-from conftest import REPO_ROOT, json_log_records, run_cli, train_with_hydra_recipe
+from conftest import (
+    REPO_ROOT,
+    TINY_HYDRA_OVERRIDES,
+    USER_DIR,
+    json_log_records,
+    run_cli,
+    train_with_hydra_recipe,
+)
+from fairseq_ext.hydra_config import register_resolvers
+
+register_resolvers()  # the YAMLs' ${fairseq_ext.user_dir:}, which fairseq-hydra-train registers
 
 SHELL_RECIPES = sorted(p for p in (REPO_ROOT / "recipes").rglob("*.sh") if p.parent.name != "lib")
 YAML_RECIPES = sorted((REPO_ROOT / "recipes/config").rglob("*.yaml"))
@@ -219,7 +230,9 @@ def assert_command_is_the_yaml(flags, cfg, flag_to_yaml, required=(), name="the 
                 assert values.get(key) == "???", (flag, key)
             else:
                 assert same_value(value, values.get(key)), (flag, value, key)
-    extra = {k for k in values if k not in covered and not k.startswith(YAML_ONLY)}
+    # a null key sets nothing: the arch's default applies, as when its flag is not passed
+    extra = {k for k, v in values.items()
+             if k not in covered and v is not None and not k.startswith(YAML_ONLY)}
     assert not extra, f"{name} sets {extra}, which the shell recipe does not pass"
 
 
@@ -444,3 +457,94 @@ def test_grid_scores_mnli_matched_and_mismatched(grid, env, expected, tmp_path):
         env={"PATH": os.environ["PATH"], "TASK": "mnli", "FINETUNE_RECIPE": str(fake),
              "SAVE_ROOT": str(tmp_path / "grid"), **env})
     assert again.stdout.count("done already") == 6 and again.returncode == 0
+
+
+# --- hydra: plain model overrides, any working directory -----------------------------------
+
+# fairseq's size flags: every YAML lists them, so that model.encoder_layers=N works as written.
+SIZE_KEYS = {"encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
+             "encoder_attention_heads"}
+# The YAMLs whose model is a pre-training arch; 3ml/finetune_glue.yaml fine-tunes an export,
+# whose sizes scripts/export_encoder.py --print-finetune-args gives.
+MODEL_YAMLS = [p for p in YAML_RECIPES if p.relative_to(REPO_ROOT / "recipes/config").as_posix()
+               != "3ml/finetune_glue.yaml"]
+
+
+def flags_of(model_class):
+    """The dests of the flags a fairseq model declares in add_args."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    model_class.add_args(parser)
+    return set(vars(parser.parse_args([])))
+
+
+def plugin_model_keys(arch):
+    """The model keys fairseq_ext adds for `arch` to those of fairseq's RoBERTa."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    from fairseq.models.roberta import RobertaModel
+
+    return flags_of(ARCH_MODEL_REGISTRY[arch]) - flags_of(RobertaModel)
+
+
+def test_plugin_model_keys_are_the_flags_our_models_add():
+    assert plugin_model_keys("3ml_cross_base") == {
+        "decoder_layers", "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_attention_heads",
+        "cross_memory_positions", "normalization"}
+    assert plugin_model_keys("roberta_base") == set()
+
+
+@pytest.mark.parametrize("config", MODEL_YAMLS, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_yaml_lists_every_model_key(config):
+    """Our models take argparse flags (add_args), so fairseq's hydra schema for `model` has only
+    the keys the YAML has, and `model.KEY=VALUE` on any other key fails (`Key 'decoder_layers'
+    is not in struct`). Each YAML lists the sizes and every flag our model adds; null ones take
+    the arch's default (fairseq's safe_getattr treats None as unset)."""
+    model = OmegaConf.load(config).model
+    missing = (SIZE_KEYS | plugin_model_keys(model._name)) - set(model)
+    assert not missing, f"add {sorted(missing)} (null: the arch's default) to {config}'s model"
+
+
+def layer_indices(state, prefix):
+    return {int(k[len(prefix):].split(".")[0]) for k in state if k.startswith(prefix)}
+
+
+TINY_HYDRA = [o for o in TINY_HYDRA_OVERRIDES if not o.startswith("model._name=")] + [
+    "optimization.max_update=2", "lr_scheduler.total_num_update=2",
+    "lr_scheduler.warmup_updates=1", "dataset.num_workers=0"]
+
+
+@pytest.mark.parametrize("paper", ["3ml", "swishrnn"])
+def test_hydra_yaml_takes_plain_model_overrides_from_any_directory(paper, tiny_data_bin,
+                                                                   tmp_path):
+    """`model.decoder_layers=3` as fairseq users write it (no `+`), run from a directory outside
+    the repository with nothing set: the built model has the overridden sizes, and the
+    checkpoint names the installed plugin as its user dir."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    save_dir = tmp_path / "checkpoints"
+    if paper == "3ml":
+        overrides = ["model._name=3ml_self_tiny", "model.encoder_layers=1",
+                     "model.decoder_layers=3", "model.decoder_embed_dim=16",
+                     "model.decoder_attention_heads=2"]
+    else:
+        overrides = ["model._name=swishrnn_bert_tiny", "model.encoder_layers=3",
+                     "model.rab_shared_across_layers=true"]
+    hydra_demo(paper, tiny_data_bin, save_dir, [*TINY_HYDRA, *overrides], cwd=outside)
+
+    checkpoint = torch.load(save_dir / "checkpoint_last.pt", weights_only=False)
+    cfg, state = checkpoint["cfg"], checkpoint["model"]
+    assert cfg["common"]["user_dir"] == str(USER_DIR)
+    encoder_layers = layer_indices(state, "encoder.sentence_encoder.layers.")
+    if paper == "3ml":
+        assert (cfg["model"]["encoder_layers"], cfg["model"]["decoder_layers"]) == (1, 3)
+        assert encoder_layers == {0} and layer_indices(state, "mask_decoder.layers.") == {0, 1, 2}
+        # the decoder FFN follows the overridden dim (4 x 16): the null keys took the arch's rule
+        assert state["mask_decoder.layers.0.fc1.weight"].shape == (64, 16)
+        assert cfg["model"]["normalization"] == "post-ln"
+    else:
+        assert cfg["model"]["rab_shared_across_layers"] is True
+        assert encoder_layers == {0, 1, 2}
+        tables = [v for k, v in state.items() if k.endswith("position_bias.relative_attention_bias.weight")]
+        assert len(tables) == 3 and all(torch.equal(t, tables[0]) for t in tables)
+    assert not list(outside.iterdir())  # nothing written where it ran

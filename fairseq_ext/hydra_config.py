@@ -1,0 +1,43 @@
+"""What the hydra YAMLs (``recipes/config/**.yaml``) need from the plugin before fairseq reads them.
+
+``common.user_dir`` must be a path, and a relative one (``fairseq_ext``) only resolves from the
+repository root. Every YAML therefore says ``user_dir: ${fairseq_ext.user_dir:}``, an OmegaConf
+resolver that gives the folder of the installed ``fairseq_ext`` (the checkout itself for
+``make install``'s editable install), so ``fairseq-hydra-train`` runs from any directory with
+nothing to set. The resolver is registered by the hydra callback each YAML lists::
+
+    hydra:
+      callbacks:
+        fairseq_ext:
+          _target_: fairseq_ext.hydra_config.RegisterResolvers
+
+Hydra builds its callbacks after it composes the config and before the job runs;
+fairseq-hydra-train resolves the config in the job, so the resolver is there when it is needed.
+Building the callback imports the installed ``fairseq_ext``, so ``common.user_dir`` cannot name
+another copy of it (fairseq refuses a second package of the same name): install that one.
+"""
+from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
+
+USER_DIR_RESOLVER = "fairseq_ext.user_dir"
+
+
+def installed_user_dir() -> str:
+    """The folder of the ``fairseq_ext`` package this process imports: what fairseq's
+    ``--user-dir`` must name so that it imports this very package (not a second copy)."""
+    import fairseq_ext
+
+    return fairseq_ext.__path__[0]
+
+
+def register_resolvers() -> None:
+    """Register ``${fairseq_ext.user_dir:}`` (once; later calls do nothing)."""
+    if not OmegaConf.has_resolver(USER_DIR_RESOLVER):
+        OmegaConf.register_new_resolver(USER_DIR_RESOLVER, installed_user_dir)
+
+
+class RegisterResolvers(Callback):
+    """Hydra callback that registers the plugin's resolvers when hydra builds it."""
+
+    def __init__(self) -> None:
+        register_resolvers()
