@@ -21,8 +21,10 @@ import math
 import torch
 import torch.nn.functional as F
 from fairseq import metrics, utils
-from fairseq.criterions import register_criterion
+from fairseq.criterions import CRITERION_REGISTRY, register_criterion
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
+
+from fairseq_ext.models.validation import warn_if_validate_ignores_criterion
 
 CATEGORIES = ("mask", "replaced", "unchanged")
 
@@ -35,6 +37,11 @@ def corruption_categories(inputs: torch.Tensor, targets: torch.Tensor, mask_idx:
     return {"mask": is_mask, "replaced": ~is_mask & ~is_unchanged, "unchanged": is_unchanged}
 
 
+def registered_name(criterion_class) -> str:
+    """The ``--criterion`` name ``criterion_class`` is registered under."""
+    return next(name for name, cls in CRITERION_REGISTRY.items() if cls is criterion_class)
+
+
 @register_criterion("masked_lm_categories", dataclass=MaskedLmConfig)
 class MaskedLmCategoriesLoss(MaskedLmLoss):
     """fairseq's masked LM loss with per-category loss/ppl for [MASK], replaced, unchanged."""
@@ -45,6 +52,8 @@ class MaskedLmCategoriesLoss(MaskedLmLoss):
         if self.mask_idx == task.source_dictionary.unk():
             raise ValueError("--criterion masked_lm_categories needs a <mask> symbol in the "
                              "dictionary; use --task masked_lm (which adds it)")
+        # fairseq-validate builds the checkpoint's criterion (this one) whatever --criterion says
+        warn_if_validate_ignores_criterion(registered_name(type(self)))
 
     def forward(self, model, sample, reduce=True):
         losses, logging_output, sample_size, extra = self.token_losses(model, sample)

@@ -4,13 +4,18 @@ Every family of fairseq-ext names its architectures ``<family>_<size>`` over the
 ``base`` and ``large`` are BERT's/RoBERTa's (the sizes of the 3ML paper's Tables 3-4 and of Lei
 et al.'s Table 3); ``small``, ``mini`` and ``tiny`` are ours, for CPU runs (``mini`` is the
 ``make demo`` size) and tests. An
-architecture only sets defaults where a flag is unset, so the command line and hydra win.
+architecture only sets defaults where a flag is unset, so the command line and hydra win; before
+that it checks the run it is built in (:func:`~fairseq_ext.models.validation.check_run_config`:
+the criterion and the masking settings), so a mistake stops ``fairseq-train`` with a clear error
+while its flags are read.
 """
 import dataclasses
 from typing import Callable, Dict
 
 from fairseq.models import register_model_architecture
 from fairseq.utils import safe_getattr
+
+from fairseq_ext.models.validation import check_run_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +51,12 @@ def set_encoder_size(args, size: EncoderSize) -> None:
 def register_sized_architecture(model: str, arch: str, set_defaults: Callable, size: str,
                                 description: str = "") -> Callable:
     """Register ``arch`` of fairseq model ``model``: ``set_defaults(args, ENCODER_SIZES[size])``
-    fills what the flags left unset. Returns the registered function."""
+    fills what the flags left unset, after :func:`check_run_config`. Returns the registered
+    function."""
     encoder = ENCODER_SIZES[size]
 
     def architecture(args):
+        check_run_config(args, arch)
         set_defaults(args, encoder)
 
     architecture.__name__ = f"{arch}_architecture"

@@ -1,0 +1,216 @@
+"""Checks of the run a fairseq-ext architecture is built in, made when fairseq reads the config.
+
+Every architecture fairseq-ext registers (:func:`~fairseq_ext.models.sizes.register_sized_architecture`:
+``3ml_*``, ``roberta_{small,mini,tiny,large_prenorm}``, ``bert_orig_*``, ``bert_rab*``,
+``swishrnn_bert*``) calls :func:`check_run_config` before it fills its defaults. fairseq runs an
+arch's function when ``fairseq-train`` parses its flags and again when it builds the model, both
+before any data is read, so a mistake stops the run with a message that names the flag to change:
+
+* ``--task masked_lm`` with fairseq's ``cross_entropy`` criterion, the one ``fairseq-train`` uses
+  when ``--criterion`` is forgotten: it divides the masked-LM loss by *every* token instead of
+  the predicted ones, so loss and ppl look several times too good (``ppl 3.8`` at
+  initialisation instead of the vocabulary size). Always wrong for a masked LM, so an error,
+  not a warning. (fairseq's own archs, e.g. ``roberta_base``, are left alone.)
+* masking settings fairseq's ``MaskTokensDataset`` would reject with a bare ``AssertionError``
+  (:func:`check_masking`, shared with 3ML's ``validate_three_ml_config``).
+
+What the arch function sees of the run: under ``fairseq-train`` the model config is the whole
+``argparse.Namespace`` of the command line (``task``, ``criterion``, ``mask_prob`` ...); under
+``fairseq-hydra-train`` (and when a hydra checkpoint is loaded) it is the ``model`` node of the
+run's ``DictConfig``, whose parent holds ``task`` and ``criterion`` (:func:`run_config_of`).
+
+``fairseq-validate`` builds the criterion from the checkpoint's saved config and silently
+ignores ``--criterion``; that flag reaches no plugin code, so
+:func:`fairseq_validate_arguments` reads it off ``sys.argv`` (the one place fairseq-ext reads
+the command line) and :func:`warn_if_validate_ignores_criterion` says so, naming the saved
+criterion where it is known (from our criteria's constructors, when the checkpoint's criterion
+is ours, and from a hydra checkpoint's config; a ``fairseq-train`` checkpoint's Namespace has
+had its ``criterion`` overwritten by the flag by then), and how to score with the flag's
+criterion after all: ``--model-overrides "{'criterion': {'_name': X}}"`` replaces the saved
+criterion's name (:func:`criterion_override`; between criteria with the same config fields, as
+``masked_lm``, ``masked_lm_categories`` and ``masked_lm_flops``). Under ``fairseq-validate`` the
+criterion check above is a warning: the saved criterion cannot be changed there.
+"""
+import argparse
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
+
+from fairseq.utils import safe_getattr
+from omegaconf import OmegaConf
+
+logger = logging.getLogger(__name__)
+
+#: fairseq's masked-LM task, the one fairseq-ext's models are pre-trained with.
+MASKED_LM_TASK = "masked_lm"
+#: Criteria that normalise a masked-LM loss by every token rather than the predicted ones.
+ALL_TOKEN_CRITERIA = frozenset({"cross_entropy"})
+#: Criteria with the same masked-LM loss (fairseq's, and ours with more metrics).
+MASKED_LM_CRITERIA = ("masked_lm_categories", "masked_lm_flops", "masked_lm")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """What an arch function can see of its run: the task's and criterion's names and the
+    config holding the task's fields (``mask_prob`` ...); ``None`` where it cannot see them
+    (e.g. a model built outside fairseq's CLIs)."""
+
+    task: Optional[str] = None
+    criterion: Optional[str] = None
+    task_cfg: Any = None
+
+
+def _name(node) -> Optional[str]:
+    """The registered name of a task/criterion config: a string, or its ``_name``."""
+    if node is None or isinstance(node, str):
+        return node
+    if isinstance(node, dict):  # fairseq-validate --model-overrides "{'criterion': {...}}"
+        return node.get("_name")
+    return safe_getattr(node, "_name", None)
+
+
+def run_config_of(model_cfg) -> RunConfig:
+    """The :class:`RunConfig` around a model config: a ``fairseq-train`` Namespace carries every
+    flag itself; a hydra ``model`` node's parent is the whole run config."""
+    if isinstance(model_cfg, argparse.Namespace):
+        return RunConfig(_name(getattr(model_cfg, "task", None)),
+                         _name(getattr(model_cfg, "criterion", None)), model_cfg)
+    if OmegaConf.is_config(model_cfg):
+        root = model_cfg._get_parent()
+        if root is not None and OmegaConf.is_dict(root) and "task" in root:
+            task = root.get("task")
+            return RunConfig(_name(task), _name(root.get("criterion")), task)
+    return RunConfig()
+
+
+def check_masking(task_cfg) -> None:
+    """Raise ``ValueError`` naming the flag when the masking settings of ``task_cfg`` (fairseq's
+    ``masked_lm`` task config, or a Namespace with its fields) are out of range: ``--mask-prob``
+    outside (0, 1), ``--leave-unmasked-prob`` + ``--random-token-prob`` above 1,
+    ``--mask-multiple-length`` below 1, ``--mask-stdev`` negative. Fields that are absent are
+    not checked."""
+    mask_prob = safe_getattr(task_cfg, "mask_prob", None)
+    if mask_prob is not None and not 0.0 < mask_prob < 1.0:
+        raise ValueError(f"--mask-prob must be in (0, 1); got {mask_prob}")
+    leave = safe_getattr(task_cfg, "leave_unmasked_prob", 0.0) or 0.0
+    rand = safe_getattr(task_cfg, "random_token_prob", 0.0) or 0.0
+    if not (0.0 <= leave <= 1.0 and 0.0 <= rand <= 1.0 and leave + rand <= 1.0):
+        raise ValueError(
+            "--leave-unmasked-prob and --random-token-prob must be in [0, 1] and sum to at most "
+            f"1 (the rest of the corrupted tokens become <mask>); got {leave} + {rand}"
+        )
+    span = safe_getattr(task_cfg, "mask_multiple_length", None)
+    if span is not None and span < 1:
+        raise ValueError(f"--mask-multiple-length must be at least 1; got {span}")
+    stdev = safe_getattr(task_cfg, "mask_stdev", None)
+    if stdev is not None and stdev < 0:
+        raise ValueError(f"--mask-stdev must be at least 0; got {stdev}")
+
+
+def check_criterion(arch: str, task: Optional[str], criterion: Optional[str]) -> None:
+    """Refuse a criterion that normalises a masked-LM loss by every token."""
+    if task == MASKED_LM_TASK and criterion in ALL_TOKEN_CRITERIA:
+        raise ValueError(
+            f"--arch {arch} with --task {task} and --criterion {criterion} (fairseq-train's "
+            f"default when --criterion is not given): {criterion} divides the masked-LM loss "
+            "by every token instead of the predicted ones, so loss and ppl come out several "
+            "times too low. Add --criterion masked_lm_categories (the masked-LM loss with "
+            "per-category loss/ppl; masked_lm_flops also logs training FLOPs, fairseq's "
+            "masked_lm is the plain loss); in a hydra config, criterion: masked_lm_categories"
+        )
+
+
+def check_run_config(model_cfg, arch: str) -> None:
+    """The checks of this module for the run ``model_cfg`` belongs to (see the module doc):
+    masking settings, and the criterion; under ``fairseq-validate``, which scores with the
+    checkpoint's criterion, warnings instead (:func:`check_validate_criterion`)."""
+    run = run_config_of(model_cfg)
+    if run.task == MASKED_LM_TASK:
+        check_masking(run.task_cfg)
+    arguments = fairseq_validate_arguments()
+    if arguments is not None:
+        saved = run.criterion
+        if (isinstance(model_cfg, argparse.Namespace) and criterion_flag(arguments) is not None
+                and not isinstance(model_cfg.criterion, dict)):
+            # fairseq-validate copies its flags into a fairseq-train checkpoint's Namespace: its
+            # `criterion` is now --criterion's value (unless --model-overrides set the criterion)
+            saved = None
+        check_validate_criterion(run.task, saved)
+        return
+    check_criterion(arch, run.task, run.criterion)
+
+
+# --- fairseq-validate --criterion ---------------------------------------------------------------
+
+def fairseq_validate_arguments(argv: Optional[Sequence[str]] = None) -> Optional[List[str]]:
+    """The arguments of the running ``fairseq-validate`` (``python -m fairseq_cli.validate``
+    included), or ``None`` in any other program. Reads ``sys.argv`` unless given ``argv``: the
+    one place fairseq-ext reads the command line, because fairseq-validate hands ``--criterion``
+    to no plugin code."""
+    argv = sys.argv if argv is None else argv
+    if not argv:
+        return None
+    program = Path(argv[0])
+    if program.name == "fairseq-validate" or (program.name == "validate.py"
+                                               and program.parent.name == "fairseq_cli"):
+        return list(argv[1:])
+    return None
+
+
+def criterion_flag(arguments: Sequence[str]) -> Optional[str]:
+    """The value of the last ``--criterion X`` / ``--criterion=X`` in ``arguments``."""
+    value = None
+    for i, word in enumerate(arguments):
+        if word == "--criterion" and i + 1 < len(arguments):
+            value = arguments[i + 1]
+        elif word.startswith("--criterion="):
+            value = word.split("=", 1)[1]
+    return value
+
+
+def criterion_override(name: str) -> str:
+    """The fairseq-validate flag that replaces the checkpoint's criterion with ``name``."""
+    return f"--model-overrides \"{{'criterion': {{'_name': '{name}'}}}}\""
+
+
+_warned = set()
+
+
+def check_validate_criterion(task: Optional[str], saved: Optional[str]) -> None:
+    """Under ``fairseq-validate``: warn about an ignored ``--criterion``, and about a checkpoint
+    whose criterion (``saved``, ``None`` if not known) scores a masked LM over every token."""
+    warn_if_validate_ignores_criterion(saved)
+    if task == MASKED_LM_TASK and saved in ALL_TOKEN_CRITERIA and ("all-tokens", saved) not in _warned:
+        _warned.add(("all-tokens", saved))
+        logger.warning(
+            "this checkpoint was trained with --criterion %s, which divides the masked-LM loss "
+            "by every token: the loss and ppl fairseq-validate prints are far too low, and it "
+            "cannot score it with another criterion. Train with --criterion "
+            "masked_lm_categories", saved)
+
+
+def warn_if_validate_ignores_criterion(saved: Optional[str]) -> None:
+    """Under ``fairseq-validate --criterion X``: warn that X is ignored for ``saved``, the
+    checkpoint's criterion (``None``: not known here), and say how to score with X where
+    fairseq-validate can (between criteria with the same config fields). Once per
+    (X, saved)."""
+    arguments = fairseq_validate_arguments()
+    flag = criterion_flag(arguments) if arguments is not None else None
+    if flag is None or flag == saved or (flag, saved) in _warned:
+        return
+    _warned.add((flag, saved))
+    if saved is None:
+        logger.warning(
+            "fairseq-validate ignores --criterion %s: it scores with the criterion saved in the "
+            "checkpoint (the 'criterion' of the config it logs). To score with %s, add %s (works "
+            "between %s)", flag, flag, criterion_override(flag), ", ".join(MASKED_LM_CRITERIA))
+        return
+    if {flag, saved} <= set(MASKED_LM_CRITERIA):
+        how = (f"; the loss is the same, only the extra metrics differ. To score with {flag}, "
+               f"add {criterion_override(flag)}")
+    else:
+        how = f"; fairseq-validate cannot score it with {flag}"
+    logger.warning("fairseq-validate ignores --criterion %s: it scores with the criterion saved "
+                   "in the checkpoint, %s%s", flag, saved, how)
