@@ -333,6 +333,10 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: the demo runs the recipes of a fairseq-ext checkout; "
                          f"{REPO_ROOT} has none (run `make demo` in a clone)")
 
+    if args.data is not None and not (args.data / "dict.txt").is_file():
+        raise SystemExit(f"error: --data {args.data} has no dict.txt: point --data at a fairseq "
+                         "data-bin, or leave --data out to prepare the embedded corpus "
+                         "(scripts/prepare_corpus.sh)")
     clock = StageClock()
     data = args.data
     if data is None:

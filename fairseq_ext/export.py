@@ -95,27 +95,21 @@ def load_checkpoint(path: Path) -> dict:
     """fairseq's ``load_checkpoint_to_cpu``, with one-line errors."""
     if not path.is_file():
         raise ExportError(f"{path}: no such file")
-    from fairseq import checkpoint_utils
+    from fairseq_ext.checkpoint_loading import (
+        CheckpointLoadError,
+        checkpoint_error_advice,
+        load_checkpoint_to_cpu,
+    )
 
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
-    except Exception as e:  # not a torch file, truncated, refused global, ...
-        raise ExportError(f"{path}: cannot read it as a fairseq checkpoint ({load_error(e)})")
+        state = load_checkpoint_to_cpu(path)
+    except CheckpointLoadError as e:  # not a torch file, truncated, refused global, ...
+        raise ExportError(f"{path}: cannot read it as a fairseq checkpoint: it "
+                          f"{checkpoint_error_advice(path, e.__cause__)}")
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict) \
             or state.get("cfg") is None:
         raise ExportError(f"{path}: not a fairseq checkpoint (no 'model' and 'cfg')")
     return state
-
-
-def load_error(e: Exception) -> str:
-    """One line saying why ``torch.load`` failed (torch's weights-only errors put the reason
-    after a long preamble)."""
-    text = str(e)
-    marker = "WeightsUnpickler error:"
-    if marker in text:
-        text = text.split(marker, 1)[1]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def plain(model_cfg):
@@ -192,7 +186,10 @@ def encoder_fields(model_cfg, weights: dict, path: Path) -> dict:
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
     args = as_namespace(model_cfg)
-    ARCH_CONFIG_REGISTRY[model_name(model_cfg)](args)  # fills what the checkpoint left out
+    try:
+        ARCH_CONFIG_REGISTRY[model_name(model_cfg)](args)  # fills what the checkpoint left out
+    except ValueError as e:  # the arch's checks of its training run (models/validation.py)
+        raise ExportError(f"{path}: {e}")
     fields = {k: getattr(args, k) for k in STRUCTURE_FIELDS}
 
     embed = weights[ENCODER + "embed_tokens.weight"]

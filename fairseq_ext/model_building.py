@@ -3,6 +3,7 @@ it: the arch's defaults fill what the flags left unset, then the model's ``build
 with a task; and synthetic masked-LM batches for it. Used by the FLOPs calculator
 (``--measure``), the benchmarks and the tests."""
 import argparse
+import difflib
 
 import torch
 from fairseq.data import Dictionary
@@ -25,9 +26,22 @@ class MaskedLmTaskStub:
                                       random_token_prob=random_token_prob)
 
 
+def unknown_arch_message(arch: str) -> str:
+    """Why ``arch`` cannot be built, with the registered names closest to it (fairseq-ext's
+    archs are registered: this runs with the plugin imported)."""
+    import fairseq_ext  # noqa: F401  (registers our architectures)
+
+    close = difflib.get_close_matches(arch, ARCH_MODEL_REGISTRY, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return (f"unknown arch '{arch}': registered neither by fairseq nor by fairseq-ext{hint} "
+            "(README, 'Using the plugin', lists fairseq-ext's archs)")
+
+
 def build_arch(arch: str, task, seq_len: int = 512, **overrides):
     """The model of ``fairseq-train --arch ARCH --tokens-per-sample SEQ_LEN`` with ``overrides``
     as further flags (``None`` values are left to the arch)."""
+    if arch not in ARCH_CONFIG_REGISTRY:
+        raise ValueError(unknown_arch_message(arch))
     args = argparse.Namespace(arch=arch, max_positions=seq_len, tokens_per_sample=seq_len,
                               **{k: v for k, v in overrides.items() if v is not None})
     ARCH_CONFIG_REGISTRY[arch](args)

@@ -251,7 +251,9 @@ def spec_for_arch(arch: str, **overrides) -> ModelSpec:
     import fairseq_ext  # noqa: F401  (registers our architectures)
 
     if arch not in ARCH_CONFIG_REGISTRY:
-        raise NoFlopsFormula(f"unknown arch '{arch}': not registered with fairseq")
+        from fairseq_ext.model_building import unknown_arch_message
+
+        raise NoFlopsFormula(unknown_arch_message(arch))
     args = argparse.Namespace(arch=arch, **{k: v for k, v in overrides.items() if v is not None})
     ARCH_CONFIG_REGISTRY[arch](args)
     return spec_from_args(args)

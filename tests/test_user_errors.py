@@ -1,0 +1,249 @@
+"""A new user's first hour (issue 11): the mistakes fairseq reports badly or not at all, each
+run as the user runs it, and the message that now says what to change."""
+import argparse
+import sys
+
+import pytest
+import torch
+from fairseq.models import ARCH_CONFIG_REGISTRY
+
+import fairseq_ext  # noqa: F401  (registers our archs)
+from conftest import (
+    REPO_ROOT,
+    TINY_HYDRA_OVERRIDES,
+    USER_DIR,
+    fairseq_cli,
+    json_log_records,
+    run_cli,
+)
+from fairseq_ext import demo
+from fairseq_ext.checkpoint_loading import (
+    CheckpointLoadError,
+    allow_fairseq_checkpoint_globals,
+    checkpoint_error_message,
+    load_checkpoint_to_cpu,
+)
+from fairseq_ext.flops import cli as flops_cli
+from fairseq_ext.models import validation
+
+#: One arch of each family fairseq-ext registers.
+OUR_ARCHS = ("roberta_tiny", "roberta_large_prenorm", "bert_orig_tiny", "bert_rab_tiny",
+             "swishrnn_bert_tiny", "3ml_self_tiny", "3ml_cross_tiny")
+TRAIN_TINY = ["--tokens-per-sample", "64", "--batch-size", "8", "--max-update", "2",
+              "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--num-workers", "0",
+              "--no-progress-bar"]
+
+
+def fairseq_train_args(**flags):
+    """The Namespace fields an arch function sees under ``fairseq-train``."""
+    return argparse.Namespace(**{"task": "masked_lm", "criterion": "masked_lm_categories",
+                                 "mask_prob": 0.15, "leave_unmasked_prob": 0.1,
+                                 "random_token_prob": 0.1, **flags})
+
+
+# --- 1. a forgotten --criterion ------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", OUR_ARCHS)
+def test_our_archs_refuse_cross_entropy_on_masked_lm(arch):
+    with pytest.raises(ValueError, match="--criterion masked_lm_categories"):
+        ARCH_CONFIG_REGISTRY[arch](fairseq_train_args(criterion="cross_entropy"))
+    ARCH_CONFIG_REGISTRY[arch](fairseq_train_args())  # our criterion: accepted
+    ARCH_CONFIG_REGISTRY[arch](fairseq_train_args(task="sentence_prediction",
+                                                  criterion="cross_entropy"))
+    # fairseq's own archs are not ours to police
+    ARCH_CONFIG_REGISTRY["roberta_base"](fairseq_train_args(criterion="cross_entropy"))
+
+
+@pytest.mark.parametrize("arch", ["roberta_tiny", "3ml_self_tiny"])
+def test_fairseq_train_without_criterion_stops_before_training(arch, tiny_data_bin, tmp_path):
+    """The user's command, --criterion forgotten: fairseq-train would log ppl 3.8 at init."""
+    proc = run_cli([fairseq_cli("fairseq-train"), tiny_data_bin, "--user-dir", USER_DIR,
+                    "--task", "masked_lm", "--arch", arch, "--save-dir", tmp_path / "ckpt",
+                    *TRAIN_TINY], check=False)
+    assert proc.returncode != 0
+    assert "--criterion masked_lm_categories" in proc.stderr
+    assert "--criterion cross_entropy (fairseq-train's default" in proc.stderr
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_hydra_config_with_cross_entropy_stops(tiny_data_bin, tmp_path):
+    """Under fairseq-hydra-train the arch sees the criterion through its config's parent."""
+    config = (REPO_ROOT / "recipes/config/roberta/demo.yaml").read_text()
+    config = "\n".join("criterion: cross_entropy" if line.startswith("criterion:") else line
+                       for line in config.splitlines())
+    (tmp_path / "ce.yaml").write_text(config)
+    proc = run_cli([fairseq_cli("fairseq-hydra-train"), "--config-dir", tmp_path,
+                    "--config-name", "ce", f"task.data={tiny_data_bin}",
+                    f"checkpoint.save_dir={tmp_path / 'ckpt'}", *TINY_HYDRA_OVERRIDES],
+                   cwd=REPO_ROOT, check=False)
+    assert proc.returncode != 0
+    assert "criterion: masked_lm_categories" in proc.stdout + proc.stderr
+    assert not (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
+
+
+def validate_cmd(data, checkpoint, *flags):
+    return [fairseq_cli("fairseq-validate"), data, "--user-dir", USER_DIR, "--task", "masked_lm",
+            "--path", checkpoint, "--batch-size", "8", "--cpu", "--log-format", "json", *flags]
+
+
+def test_validate_says_criterion_is_ignored_and_the_hint_works(shell_trained, tiny_data_bin):
+    """The demo recipe trains with masked_lm_flops; fairseq-validate --criterion masked_lm
+    scores with masked_lm_flops anyway (per-category metrics and all)."""
+    checkpoint = shell_trained[0] / "checkpoint_last.pt"
+    proc = run_cli(validate_cmd(tiny_data_bin, checkpoint, "--criterion", "masked_lm"))
+    output = proc.stdout + proc.stderr
+    assert ("fairseq-validate ignores --criterion masked_lm: it scores with the criterion saved "
+            "in the checkpoint, masked_lm_flops") in output
+    (record,) = json_log_records(output, key="valid_loss")
+    assert "valid_loss_mask" in record  # masked_lm_flops did the scoring
+    override = validation.criterion_override("masked_lm")
+    assert override in output
+    # the hint, as printed: scores with fairseq's masked_lm, the same loss, no per-category ones
+    proc = run_cli(validate_cmd(tiny_data_bin, checkpoint, "--criterion", "masked_lm",
+                                "--model-overrides", "{'criterion': {'_name': 'masked_lm'}}"))
+    output = proc.stdout + proc.stderr
+    assert "ignores --criterion" not in output
+    (overridden,) = json_log_records(output, key="valid_loss")
+    assert "valid_loss_mask" not in overridden
+    assert overridden["valid_loss"] == record["valid_loss"]
+
+
+def test_validate_names_the_saved_criterion_of_a_hydra_checkpoint(hydra_trained, tiny_data_bin):
+    proc = run_cli(validate_cmd(tiny_data_bin, hydra_trained[0] / "checkpoint_last.pt",
+                                "--criterion", "masked_lm_categories"))
+    output = proc.stdout + proc.stderr
+    assert output.count("fairseq-validate ignores --criterion masked_lm_categories: it scores "
+                        "with the criterion saved in the checkpoint, masked_lm_flops") == 1
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["/venv/bin/fairseq-validate", "data", "--criterion", "masked_lm"], "masked_lm"),
+    (["/venv/bin/fairseq-validate", "data", "--criterion=masked_lm_flops"], "masked_lm_flops"),
+    (["/venv/lib/python3.11/site-packages/fairseq_cli/validate.py", "--criterion", "x"], "x"),
+    (["/venv/bin/fairseq-validate", "data", "--path", "c.pt"], None),
+    (["/venv/bin/fairseq-train", "data", "--criterion", "masked_lm"], None),
+    (["/work/validate.py", "--criterion", "masked_lm"], None),
+    ([], None),
+])
+def test_the_criterion_of_a_fairseq_validate_command_line(argv, expected):
+    arguments = validation.fairseq_validate_arguments(argv)
+    assert (validation.criterion_flag(arguments) if arguments is not None else None) == expected
+
+
+# --- 2. errors that point at the fix -------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", OUR_ARCHS)
+@pytest.mark.parametrize("flags, message", [
+    ({"mask_prob": 1.5}, r"--mask-prob must be in \(0, 1\); got 1.5"),
+    ({"mask_prob": 0.0}, r"--mask-prob must be in \(0, 1\); got 0.0"),
+    ({"leave_unmasked_prob": 0.6, "random_token_prob": 0.6}, "--leave-unmasked-prob and"),
+    ({"mask_multiple_length": 0}, "--mask-multiple-length must be at least 1"),
+])
+def test_our_archs_check_masking_when_the_config_is_read(arch, flags, message):
+    with pytest.raises(ValueError, match=message):
+        ARCH_CONFIG_REGISTRY[arch](fairseq_train_args(**flags))
+
+
+def test_fairseq_train_mask_prob_above_one_on_roberta_tiny(tiny_data_bin, tmp_path):
+    """fairseq's MaskTokensDataset would stop with a bare AssertionError."""
+    proc = run_cli([fairseq_cli("fairseq-train"), tiny_data_bin, "--user-dir", USER_DIR,
+                    "--task", "masked_lm", "--criterion", "masked_lm_categories",
+                    "--arch", "roberta_tiny", "--mask-prob", "1.5",
+                    "--save-dir", tmp_path / "ckpt", *TRAIN_TINY], check=False)
+    assert proc.returncode != 0
+    assert "ValueError: --mask-prob must be in (0, 1); got 1.5" in proc.stderr
+    assert "AssertionError" not in proc.stderr
+
+
+@pytest.fixture
+def saved_checkpoint(tmp_path):
+    """A checkpoint shaped as fairseq-train writes it (a Namespace model config)."""
+    path = tmp_path / "checkpoint_last.pt"
+    torch.save({"cfg": {"model": argparse.Namespace(arch="roberta_tiny", _name="roberta_tiny")},
+                "model": {"w": torch.arange(100000.0)}, "optimizer_history": [],
+                "extra_state": {}}, path)
+    return path
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.99])
+def test_truncated_checkpoint_is_named_with_its_size(saved_checkpoint, keep):
+    data = saved_checkpoint.read_bytes()
+    truncated = saved_checkpoint.with_name("truncated.pt")
+    truncated.write_bytes(data[:int(len(data) * keep)])
+    with pytest.raises(CheckpointLoadError) as error:
+        load_checkpoint_to_cpu(truncated)
+    assert str(error.value).startswith(
+        f"checkpoint {truncated} is truncated or corrupt ({truncated.stat().st_size} bytes; ")
+    assert str(error.value).endswith("re-copy it or use an earlier checkpoint")
+
+
+def test_a_file_that_is_not_a_zip_gives_the_same_advice(tmp_path):
+    """torch's own error here is ``KeyError: 101``."""
+    path = tmp_path / "checkpoint_last.pt"
+    path.write_text("hello world")
+    with pytest.raises(CheckpointLoadError, match=r"truncated or corrupt \(11 bytes; KeyError: 101\)"):
+        load_checkpoint_to_cpu(path)
+
+
+def test_checkpoint_without_the_allow_list_names_user_dir(saved_checkpoint):
+    allowed = torch.serialization.get_safe_globals()
+    torch.serialization.clear_safe_globals()
+    try:
+        with pytest.raises(Exception) as error:  # what fairseq-validate without --user-dir hits
+            torch.load(saved_checkpoint, weights_only=True)
+    finally:
+        torch.serialization.add_safe_globals(allowed)
+        allow_fairseq_checkpoint_globals()
+    message = checkpoint_error_message(saved_checkpoint, error.value)
+    assert "add `--user-dir fairseq_ext`" in message and "import fairseq_ext" in message
+
+
+@pytest.mark.slow
+def test_export_of_a_truncated_checkpoint(saved_checkpoint, tmp_path):
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(saved_checkpoint.read_bytes()[:50000])
+    proc = run_cli([sys.executable, REPO_ROOT / "scripts/export_encoder.py", truncated,
+                    tmp_path / "out.pt"], check=False)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()[-1:]
+    assert line.startswith("export_encoder.py: error: ")
+    assert "is truncated or corrupt (50000 bytes; " in line and "re-copy it" in line
+
+
+def test_flops_calculator_suggests_the_arch_meant(capsys):
+    assert flops_cli.main(["--arch", "3ml_self_bse"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown arch '3ml_self_bse'" in err and "did you mean 3ml_self_base" in err
+
+
+def test_demo_data_without_dict(tmp_path):
+    with pytest.raises(SystemExit, match=f"--data {tmp_path} has no dict.txt: point --data at a "
+                                         "fairseq data-bin"):
+        demo.main(["--data", str(tmp_path), "--runs-dir", str(tmp_path / "runs")])
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("recipe", ["recipes/roberta/demo.sh", "recipes/3ml/demo.sh",
+                                    "recipes/swishrnn/demo.sh"])
+def test_recipe_with_a_wrong_data_path_stops_before_fairseq(recipe, tmp_path):
+    """DRY_RUN off; a stand-in fairseq-train records whether it was started."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    started = tmp_path / "fairseq-train-started"
+    (fake_bin / "fairseq-train").write_text(f"#!/bin/sh\ntouch {started}\n")
+    (fake_bin / "fairseq-train").chmod(0o755)
+    data = tmp_path / "not-a-data-bin"
+    data.mkdir()
+    proc = run_cli([REPO_ROOT / recipe], check=False, env={
+        "DATA": str(data), "SAVE_DIR": str(tmp_path / "ckpt"), "FAIRSEQ_BIN": str(fake_bin),
+        "DRY_RUN": "0", "NUM_GPUS": "1"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"error: DATA={data} has no dict.txt: run scripts/prepare_corpus.sh (or make demo) first, "
+        "or point DATA at a fairseq data-bin")
+    assert not started.exists() and not (tmp_path / "ckpt").exists()
+    # the same recipe starts fairseq-train once DATA is a data-bin
+    (data / "dict.txt").write_text("the 1\n")
+    run_cli([REPO_ROOT / recipe], env={"DATA": str(data), "SAVE_DIR": str(tmp_path / "ckpt"),
+                                       "FAIRSEQ_BIN": str(fake_bin), "NUM_GPUS": "1"})
+    assert started.exists()
