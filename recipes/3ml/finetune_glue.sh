@@ -14,7 +14,7 @@
 # grid of every task. Adam (0.9, 0.98) eps 1e-6, dropout 0.1, no clipping are fairseq's RoBERTa
 # GLUE settings.
 #
-# DATA: a data-bin laid out as sentence_prediction expects (fairseq's preprocess_GLUE_tasks.sh):
+# DATA: a data-bin laid out as sentence_prediction expects (scripts/prepare_glue.sh makes it):
 # input0/ [input1/] with the pre-training dictionary, label/ (classification) or
 # label/{train,valid}.label (STS-B). The number of training examples (for the warmup and
 # total updates of the polynomial_decay schedule) is read from input0/train.idx.
@@ -37,7 +37,7 @@ case "${TASK}" in
   *) task_classes=2 task_metric=accuracy ;;
 esac
 
-DATA="${DATA:?set DATA to the data-bin of the task (input0/, [input1/,] label/), e.g. glue/RTE-bin}"
+DATA="${DATA:?set DATA to the data-bin of the task (input0/, [input1/,] label/), e.g. glue/RTE-bin of scripts/prepare_glue.sh}"
 PRETRAINED="${PRETRAINED:?set PRETRAINED to an exported 3ML encoder (scripts/export_encoder.py IN.pt OUT.pt)}"
 LR="${LR:-5e-05}"
 BATCH_SIZE="${BATCH_SIZE:-32}"            # effective batch, in sequences

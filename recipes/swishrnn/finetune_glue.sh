@@ -26,7 +26,7 @@
 # (--rab-shared-across-layers, --no-token-positional-embeddings) must be given here too.
 # MAX_POSITIONS: the pre-training TOKENS_PER_SAMPLE (512).
 #
-# DATA: a data-bin laid out as sentence_prediction expects (fairseq's preprocess_GLUE_tasks.sh):
+# DATA: a data-bin laid out as sentence_prediction expects (scripts/prepare_glue.sh makes it):
 # input0/ [input1/] with the pre-training dictionary, label/ (classification) or
 # label/{train,valid}.label (STS-B). BoolQ: input0 the question, input1 the passage. MultiRC has
 # no fairseq preprocessing: it is taken as binary classification of (paragraph + question,
@@ -56,7 +56,7 @@ case "${TASK}" in
   STS-B) task_updates=30000 task_classes=1 task_metric=pearson_and_spearman ;;
 esac
 
-DATA="${DATA:?set DATA to the data-bin of the task (input0/, [input1/,] label/), e.g. glue/RTE-bin}"
+DATA="${DATA:?set DATA to the data-bin of the task (input0/, [input1/,] label/), e.g. glue/RTE-bin of scripts/prepare_glue.sh}"
 PRETRAINED="${PRETRAINED:?set PRETRAINED to a checkpoint of recipes/swishrnn/pretrain.sh}"
 ARCH="${ARCH:-swishrnn_bert_base}"        # the pre-training arch
 MAX_POSITIONS="${MAX_POSITIONS:-512}"     # the pre-training TOKENS_PER_SAMPLE
