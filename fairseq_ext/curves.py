@@ -71,8 +71,13 @@ class RunLog:
     train_records_without_flops: int = 0
 
 
-def read_log(path: Path) -> RunLog:
-    """Training and validation points of one log, in file order."""
+#: What ``--metric`` can plot: fairseq's valid loss, or one category of corrupted tokens as
+#: logged by ``masked_lm_categories`` / ``masked_lm_flops``.
+METRICS = ("loss", "loss_mask", "loss_replaced", "loss_unchanged")
+
+
+def read_log(path: Path, metric: str = "loss") -> RunLog:
+    """Training and validation points (``valid_<metric>``) of one log, in file order."""
     path = Path(path)
     if path.is_dir():
         path = path / "train.log"
@@ -85,8 +90,12 @@ def read_log(path: Path) -> RunLog:
             if record is None:
                 continue
             if "valid_loss" in record and "valid_num_updates" in record:
+                if f"valid_{metric}" not in record:
+                    raise CurveError(f"{path}: validation records have no valid_{metric}: "
+                                     f"train with --criterion masked_lm_categories or "
+                                     f"masked_lm_flops for the per-category losses")
                 run.valid.append(ValidPoint(int(float(record["valid_num_updates"])),
-                                            float(record["valid_loss"])))
+                                            float(record[f"valid_{metric}"])))
             elif "num_updates" in record:  # train_inner
                 if "total_pflops" in record and "wall" in record:
                     run.train.append(TrainPoint(int(float(record["num_updates"])),
@@ -154,7 +163,7 @@ def wall_unit(max_seconds: float):
     return 1.0, "seconds"
 
 
-def plot(curves, labels, out: Path) -> None:
+def plot(curves, labels, out: Path, metric: str = "loss") -> None:
     # Importing fairseq's tasks (text_to_speech) sets the root logger to DEBUG, which would let
     # matplotlib print its setup and every font it considers; our plots log nothing below a
     # warning.
@@ -173,10 +182,11 @@ def plot(curves, labels, out: Path) -> None:
         by_wall.plot([p.wall / divisor for p in curve], [p.valid_loss for p in curve],
                      color=lines[0].get_color(), **style)
     by_flops.set_xlabel("cumulative training compute (PFLOPs)")
-    by_flops.set_ylabel("valid loss (bits)")
-    by_flops.set_title("valid loss vs training FLOPs")
+    name = "valid loss" if metric == "loss" else f"valid {metric}"
+    by_flops.set_ylabel(f"{name} (bits)")
+    by_flops.set_title(f"{name} vs training FLOPs")
     by_wall.set_xlabel(f"wall time ({unit})")
-    by_wall.set_title("valid loss vs wall time")
+    by_wall.set_title(f"{name} vs wall time")
     for ax in (by_flops, by_wall):
         ax.grid(True, alpha=0.3)
         ax.legend()
@@ -200,6 +210,9 @@ def main(argv=None) -> int:
                         help="comma-separated legend labels, one per log (default: the name "
                              "of each log's parent directory)")
     parser.add_argument("--out", type=Path, default=Path("curves.png"), help="PNG to write")
+    parser.add_argument("--metric", choices=METRICS, default="loss",
+                        help="the validation loss to plot: overall, or of [MASK], replaced or "
+                             "unchanged tokens only (default: loss)")
     args = parser.parse_args(argv)
     try:
         if args.labels is not None:
@@ -208,14 +221,14 @@ def main(argv=None) -> int:
                 raise CurveError(f"--labels has {len(labels)} labels for {len(args.logs)} logs")
         else:
             labels = [default_label(path) for path in args.logs]
-        curves = [curve_of(read_log(path)) for path in args.logs]
-        plot(curves, labels, args.out)
+        curves = [curve_of(read_log(path, args.metric)) for path in args.logs]
+        plot(curves, labels, args.out, args.metric)
     except CurveError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for label, curve in zip(labels, curves):
         last = curve[-1]
-        print(f"{label}: {len(curve)} valid points; last: valid loss {last.valid_loss:g} at "
+        print(f"{label}: {len(curve)} valid points; last: valid {args.metric} {last.valid_loss:g} at "
               f"update {last.updates}, {last.pflops:.4g} PFLOPs, {last.wall:g} s")
     print(f"wrote {args.out}")
     return 0

@@ -242,3 +242,19 @@ def test_plots_a_recipe_run_from_its_save_dir(tiny_data_bin, tmp_path, capsys):
     assert plot_curves.main([str(save_dir), "--out", str(out)]) == 0
     check_png(out)
     assert f"roberta-tiny: {len(valid_updates)} valid points" in capsys.readouterr().out
+
+
+def test_metric_reads_one_category_of_corrupted_tokens(tmp_path, capsys):
+    """--metric loss_mask plots valid_loss_mask (masked_lm_categories' [MASK] loss), not the
+    overall loss; a log without it says which criterion logs it."""
+    records = [train_inner(10, 0.001, 0.0001, 5.0), {**valid(10, 9.0), "valid_loss_mask": "9.5"},
+               train_inner(20, 0.002, 0.0001, 10.0), {**valid(20, 8.0), "valid_loss_mask": "9.25"}]
+    log = write_stdout_log(tmp_path / "cats" / "train.log",
+                           [stdout_line("valid" if "valid_loss" in r else "train_inner", r)
+                            for r in records])
+    assert [p.valid_loss for p in plot_curves.curve_of(plot_curves.read_log(log, "loss_mask"))] == [9.5, 9.25]
+    assert [p.valid_loss for p in plot_curves.curve_of(plot_curves.read_log(log))] == [9.0, 8.0]
+    assert plot_curves.main([str(log), "--metric", "loss_mask", "--out", str(tmp_path / "m.png")]) == 0
+    assert "last: valid loss_mask 9.25 at update 20" in capsys.readouterr().out
+    assert plot_curves.main([str(log), "--metric", "loss_unchanged", "--out", str(tmp_path / "u.png")]) == 2
+    assert "no valid_loss_unchanged" in capsys.readouterr().err
