@@ -1,0 +1,509 @@
+"""Every command of the README's ```bash blocks, run on the demo's outputs (issue 11).
+
+The commands are read out of README.md (``\\`` continuations joined, ``# comments`` dropped) and
+run in README order, each with ``bash -c`` in a temporary directory laid out like the repository
+root (``fairseq_ext``, ``recipes`` and ``scripts`` are links to this checkout), with the virtual
+environment's ``bin`` first on ``PATH`` as after ``make install``. The corpus is prepared first,
+as ``make demo`` does, by the README's own ``scripts/prepare_corpus.sh`` scaled to a small
+English-like corpus the test writes (nothing is downloaded), so later commands find what earlier
+ones wrote: the data-bin, the demo recipes' checkpoints, the export.
+
+:data:`COMMANDS` says how each README command runs: as written, scaled down (a few updates, the
+small corpus), under ``DRY_RUN=1`` where it cannot run on a CPU (its printed fairseq command is
+checked for the README's values), or skipped with the reason. Each run checks the command's
+effect, not only its exit status. A README command without an entry, or an entry that matches no
+README command, fails :func:`test_every_readme_command_has_an_entry_and_every_entry_a_command`
+(a fast test), so neither the README nor the table can drift.
+"""
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pytest
+import torch
+
+import fairseq_ext  # noqa: F401  (fairseq checkpoints load with torch's weights-only unpickler)
+from conftest import BIN_DIR, REPO_ROOT, WORDS, json_log_records
+from fairseq_ext import demo
+
+README = REPO_ROOT / "README.md"
+DATA = "data-bin/python-docs-spm8000"
+#: The test's stand-in for the embedded corpus (the Python docs, a Debian package download).
+CORPUS = "corpus/python-docs.txt"
+#: ``scripts/demo.py --updates``: the baseline's updates (a run with one update has no timed
+#: interval, so the smallest run must get two; 4 gives RoBERTa-40% 2 at equal FLOPs).
+DEMO_UPDATES = 4
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+AS_WRITTEN, SCALED, DRY_RUN, SKIPPED = "as written", "scaled", "DRY_RUN=1", "skipped"
+
+
+# --- the README's commands ---------------------------------------------------------------------
+
+def readme_commands(text: str) -> List[str]:
+    """The commands of the ```bash blocks of a markdown text, in order: ``\\`` continuations
+    joined, trailing ``# comments`` and comment-only or blank lines dropped."""
+    commands = []
+    for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.M | re.S):
+        pending = ""
+        for line in block.splitlines():
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            line = re.sub(r"(^|\s)#.*$", "", pending + line).strip()
+            pending = ""
+            if line:
+                commands.append(line)
+        assert not pending, f"a ```bash block of the README ends in a continuation: {block!r}"
+    return commands
+
+
+def normalized(command: str) -> str:
+    """The table's key of a command: its words joined by single spaces."""
+    return " ".join(command.split())
+
+
+# --- running them ------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Work:
+    """The temporary repository-like directory the commands run in, and what their checks noted
+    for later ones."""
+
+    root: Path
+    notes: Dict[str, object] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    command: str  # what ran
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run_shell(command: str, work: Work, timeout: int = 900) -> Run:
+    env = dict(os.environ, PATH=f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
+               OMP_NUM_THREADS="1")
+    for name in ("DRY_RUN", "NUM_GPUS", "DATA", "SAVE_DIR", "LOG_FILE"):  # the README's alone
+        env.pop(name, None)
+    proc = subprocess.run(["bash", "-c", command], cwd=work.root, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    return Run(command, proc.returncode, proc.stdout, proc.stderr)
+
+
+Scale = Callable[[str, Work], str]
+Check = Callable[[Work, Optional[Run]], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """How one README command is run (``how``), the command that runs (``scale`` of the README
+    command; None: as written) and what must hold afterwards (``check``; for a skipped command, a
+    check of the stated ``reason``)."""
+
+    how: str
+    check: Check
+    scale: Optional[Scale] = None
+    reason: str = ""
+
+
+def append(*words: str) -> Scale:
+    """Words appended to the command (fairseq's argparse takes the last of a repeated flag)."""
+    return lambda command, work: f"{command} {' '.join(words)}"
+
+
+def with_env(command: str, **env: object) -> str:
+    """``command`` with ``NAME=value`` assignments inserted right before its first word that is
+    not an assignment (after the README's own, so they win)."""
+    match = re.match(r"((?:[A-Za-z_]\w*=\S*\s+)*)(.*)", command, flags=re.S)
+    assignments, rest = match.groups()
+    assert "$(" not in assignments, f"cannot insert assignments safely into {command!r}"
+    return assignments + " ".join(f"{name}={shlex.quote(str(value))}" for name, value in env.items()) \
+        + " " + rest
+
+
+def dry_run(**env: object) -> Scale:
+    return lambda command, work: f"DRY_RUN=1 {with_env(command, **env)}"
+
+
+def printed_commands(output: str) -> List[List[str]]:
+    """The fairseq commands a recipe printed (``+ fairseq-train ...``)."""
+    return [shlex.split(line[2:]) for line in output.splitlines() if line.startswith("+ ")]
+
+
+def flag_values(command: List[str]) -> Dict[str, object]:
+    """``--flag value`` pairs of a command line, the last one winning (a bare flag maps to True)."""
+    values, i = {}, 0
+    while i < len(command):
+        if command[i].startswith("--"):
+            has_value = i + 1 < len(command) and not command[i + 1].startswith("--")
+            values[command[i]] = command[i + 1] if has_value else True
+            i += 2 if has_value else 1
+        else:
+            i += 1
+    return values
+
+
+def load_checkpoint(path: Path) -> dict:
+    return torch.load(path, map_location="cpu")  # weights-only, with the plugin's allow-list
+
+
+def updates_of(checkpoint: Path) -> int:
+    """The updates a checkpoint was trained for (0 when there is none)."""
+    if not checkpoint.exists():
+        return 0
+    return int(load_checkpoint(checkpoint)["optimizer_history"][-1]["num_updates"])
+
+
+# --- scaling and checks of the training commands -----------------------------------------------
+
+def two_more_updates(save_dir: str, overrides: Callable[[str, int], str], json_log: bool = True,
+                     reason: str = "2 updates") -> Entry:
+    """A training command scaled to 2 updates past the ``checkpoint_last.pt`` already in its
+    ``save_dir`` (a later README command resumes an earlier one's run, as it would for a user);
+    the check: the checkpoint got there, validated (a finite ``val_loss``), and with
+    ``json_log`` (the recipes and YAMLs) the run's JSON log ``save_dir/train.log`` holds that
+    validation."""
+    last = Path(save_dir) / "checkpoint_last.pt"
+
+    def scale(command: str, work: Work) -> str:
+        target = updates_of(work.root / last) + 2
+        work.notes[save_dir] = target
+        return overrides(command, target)
+
+    def check(work: Work, run: Run) -> None:
+        target = work.notes[save_dir]
+        state = load_checkpoint(work.root / last)
+        assert state["optimizer_history"][-1]["num_updates"] == target
+        assert math.isfinite(state["extra_state"]["val_loss"])
+        log = work.root / save_dir / "train.log"
+        if json_log:
+            valid = json_log_records(log.read_text(), key="valid_num_updates")
+            assert valid and int(valid[-1]["valid_num_updates"]) == target, log
+
+    return Entry(SCALED, check, scale, reason)
+
+
+def train_cli_overrides(command: str, target: int) -> str:
+    return f"{command} --max-update {target} --cpu"
+
+
+def hydra_overrides(command: str, target: int) -> str:
+    return f"{command} optimization.max_update={target}"
+
+
+def recipe_overrides(command: str, target: int) -> str:
+    return with_env(command, TOTAL_UPDATES=target, WARMUP_UPDATES=1)
+
+
+# --- the other checks ----------------------------------------------------------------------------
+
+def makefile_rule(target: str) -> List[str]:
+    """The recipe lines of a Makefile target."""
+    match = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)+)", (REPO_ROOT / "Makefile").read_text(),
+                      flags=re.M)
+    assert match, f"the Makefile has no {target} rule"
+    return [line.strip() for line in match.group(1).splitlines()]
+
+
+def scale_demo(command: str, work: Work) -> str:
+    # What `make demo` runs (`$(PY) scripts/demo.py`), at a few updates on the data-bin prepared
+    # first. Absolute paths: the driver runs the recipes from the checkout it belongs to.
+    runs_dir = work.root / "runs" / "demo" / "20260101-000000"
+    work.notes["demo_runs"] = runs_dir
+    return (f"python scripts/demo.py --updates {DEMO_UPDATES} --data {work.root / DATA} "
+            f"--runs-dir {runs_dir}")
+
+
+def check_demo(work: Work, run: Run) -> None:
+    assert makefile_rule("demo") == ["$(PY) scripts/demo.py"]
+    runs_dir = work.notes["demo_runs"]
+    rows = json.loads((runs_dir / "summary.json").read_text())
+    assert [row["name"] for row in rows] == [r.name for r in demo.DEMO_RUNS]
+    assert rows[0]["updates"] == DEMO_UPDATES
+    for row in rows:
+        assert math.isfinite(row["valid_loss"]) and row["updates"] >= 1
+        run_dir = runs_dir / row["name"].replace("%", "pct")
+        assert updates_of(run_dir / "checkpoints" / "checkpoint_last.pt") == row["updates"]
+    assert (runs_dir / "curves.png").read_bytes()[:8] == PNG_MAGIC
+    assert "ppl [MASK]" in run.stdout
+
+
+def check_make_test(work: Work, run: None) -> None:
+    # `make test` is lint + the whole suite, this test included: running it here would recurse.
+    assert makefile_rule("test") == ["$(PY) -m pytest -q tests $(PYTEST_ARGS)"]
+
+
+def check_validate(work: Work, run: Run) -> None:
+    match = re.search(r"valid on 'valid' subset \| loss (\S+) \| loss_mask (\S+)", run.output)
+    assert match, "fairseq-validate logged no valid loss"
+    # the checkpoint's criterion (masked_lm_flops: per-category losses too), a finite loss
+    assert all(math.isfinite(float(value)) and float(value) > 0 for value in match.groups())
+
+
+def scale_prepare_corpus(command: str, work: Work) -> str:
+    # The bare command builds the embedded default (Debian's python3.11-doc, downloaded); the same
+    # defaults on the small corpus, into the data-bin the bare command writes.
+    return f"{command} --input {CORPUS} --destdir {DATA}"
+
+
+def dict_digest(work: Work) -> str:
+    return hashlib.sha256((work.root / DATA / "dict.txt").read_bytes()).hexdigest()
+
+
+def check_prepare_corpus(work: Work, run: Run) -> None:
+    # the data-bin prepared before the first command is complete and is reused, not rebuilt
+    for step in ("clean", "tokenizer", "encode", "dict", "preprocess"):
+        assert f"skip: {step} (done)" in run.stdout
+    assert dict_digest(work) == work.notes["dict"]
+    assert f"summary: {DATA}" in run.stdout
+
+
+def check_my_docs(work: Work, run: Run) -> None:
+    destdir = work.root / "data-bin/mine"
+    manifest = json.loads((destdir / "manifest.json").read_text())
+    assert manifest["complete"] is True
+    assert sum(manifest["summary"]["documents"].values()) == len(list((work.root / "my_docs").iterdir()))
+    for name in ("dict.txt", "spm.model", *(f"{split}.{ext}" for split in ("train", "valid", "test")
+                                              for ext in ("bin", "idx"))):
+        assert (destdir / name).is_file(), name
+
+
+def check_pretrain_dry_run(work: Work, run: Run) -> None:
+    [command] = printed_commands(run.stdout)
+    assert Path(command[0]).name == "fairseq-train" and command[1] == DATA
+    flags = flag_values(command)
+    assert flags["--arch"] == "roberta_base"
+    # BATCH_SIZE=2048 sequences = 16 per GPU x NUM_GPUS=8 x update_freq 16
+    assert (flags["--batch-size"], flags["--update-freq"]) == ("16", "16")
+    assert flags["--max-update"] == "500000" and flags["--tokens-per-sample"] == "512"
+    assert not (work.root / "checkpoints/roberta").exists()  # printed, not run
+
+
+def check_equal_budget_dry_run(work: Work, run: Run) -> None:
+    [command] = printed_commands(run.stdout)
+    assert Path(command[0]).name == "fairseq-train" and command[1] == DATA
+    flags = flag_values(command)
+    assert flags["--arch"] == "3ml_self_base" and flags["--mask-prob"] == "0.4"
+    # the updates that buy roberta_base's 125K updates (python -m fairseq_ext.flops)
+    assert flags["--max-update"] == flags["--total-num-update"] == "152441"
+
+
+def check_export(work: Work, run: Run) -> None:
+    export = torch.load(work.root / "exports/3ml.pt", weights_only=True)  # plain dicts only
+    source = load_checkpoint(work.root / "checkpoints/3ml_demo/checkpoint_last.pt")["model"]
+    assert export["cfg"]["model"]["_name"] == "roberta"
+    assert not [key for key in export["model"] if key.startswith("mask_decoder")]
+    encoder = [key for key in source if key.startswith("encoder.sentence_encoder.")]
+    assert encoder and all(torch.equal(export["model"][key], source[key]) for key in encoder)
+
+
+def check_finetune_args(work: Work, run: Run) -> None:
+    flags = run.stdout.split()
+    assert flags[0] == "--arch" and flags[-2:] == ["--max-positions", "128"], run.stdout
+    work.notes["finetune_args"] = flags
+
+
+def assert_export_flags(command: List[str], work: Work) -> None:
+    """The fine-tuning command rebuilds the export's encoder: the model flags and
+    ``--max-positions`` that ``--print-finetune-args`` printed."""
+    *model, max_positions_flag, max_positions = work.notes["finetune_args"]
+    assert any(command[i:i + len(model)] == model for i in range(len(command))), model
+    assert flag_values(command)[max_positions_flag] == max_positions
+
+
+#: RTE's training examples (the GLUE download): the dry runs have no data-bin to count them in.
+RTE_TRAIN_EXAMPLES = 2490
+GLUE_DRY_RUN_REASON = (
+    "glue/RTE-bin is made by scripts/prepare_glue.sh from GLUE files the user downloads; no README "
+    "command makes it yet (scripts/prepare_glue.sh is being written), so the recipe prints its "
+    f"command, counting RTE's {RTE_TRAIN_EXAMPLES} training examples (TRAIN_EXAMPLES)")
+
+
+def check_finetune_dry_run(work: Work, run: Run) -> None:
+    [command] = printed_commands(run.stdout)
+    assert Path(command[0]).name == "fairseq-train" and command[1] == "glue/RTE-bin"
+    flags = flag_values(command)
+    assert flags["--restore-file"] == "exports/3ml.pt"
+    assert flags["--lr"] == "3e-05" and flags["--max-epoch"] == "10"
+    assert (flags["--batch-size"], flags["--update-freq"]) == ("16", "1")
+    total = 10 * math.ceil(RTE_TRAIN_EXAMPLES / 16)  # EPOCHS x updates per epoch
+    assert flags["--total-num-update"] == str(total)
+    assert flags["--warmup-updates"] == str(round(0.06 * total))
+    assert flags["--num-classes"] == "2" and flags["--best-checkpoint-metric"] == "accuracy"
+    assert_export_flags(command, work)
+
+
+def check_grid_dry_run(work: Work, run: Run) -> None:
+    commands = printed_commands(run.stdout)
+    assert len(commands) == 1 and "1 points" in run.stdout
+    flags = flag_values(commands[0])
+    assert commands[0][1] == "glue/RTE-bin" and flags["--restore-file"] == "exports/3ml.pt"
+    assert (flags["--lr"], flags["--batch-size"], flags["--max-epoch"], flags["--seed"]) == (
+        "3e-05", "16", "10", "1")
+    assert flags["--save-dir"] == "checkpoints/3ml_glue/RTE/lr3e-05_bs16_ep10_seed1"
+    assert_export_flags(commands[0], work)
+
+
+def check_flops(work: Work, run: Run) -> None:
+    updates = re.search(r"^updates: (\d+)$", run.stdout, flags=re.M)
+    speedup = re.search(r"^speedup: (\S+)$", run.stdout, flags=re.M)
+    assert updates and speedup, run.stdout
+    # the figures the README prints under the command
+    claimed = re.search(r"# \.\.\. updates: (\d+) / speedup: (\S+)", README.read_text())
+    assert claimed and (updates.group(1), speedup.group(1)) == claimed.groups()
+
+
+def check_plot(work: Work, run: Run) -> None:
+    assert (work.root / "curves.png").read_bytes()[:8] == PNG_MAGIC
+    for label in ("roberta_demo", "3ml_demo"):
+        match = re.search(rf"^{label}: (\d+) valid points", run.stdout, flags=re.M)
+        assert match and int(match.group(1)) >= 1, run.stdout
+    assert "wrote curves.png" in run.stdout
+
+
+#: How each README command runs. Keys are the commands with single spaces.
+COMMANDS: Dict[str, Entry] = {
+    "make demo": Entry(
+        SCALED, check_demo, scale_demo,
+        "`make demo` runs `$(PY) scripts/demo.py`; here at --updates 4 on the prepared data-bin "
+        "(tests/test_demo.py checks the driver's table in detail)"),
+    "make test": Entry(
+        SKIPPED, check_make_test,
+        reason="runs the whole suite, this test included (it would recurse)"),
+    "fairseq-train data-bin/python-docs-spm8000 --user-dir fairseq_ext --task masked_lm "
+    "--criterion masked_lm_flops --arch roberta_small --tokens-per-sample 128 --max-positions 128 "
+    "--batch-size 16 --optimizer fused_adamw --lr 5e-4 --max-update 1000 "
+    "--save-dir checkpoints/roberta_small":
+        two_more_updates("checkpoints/roberta_small", train_cli_overrides, json_log=False,
+                         reason="2 updates, --cpu"),
+    "fairseq-hydra-train --config-dir recipes/config/roberta --config-name demo "
+    "task.data=data-bin/python-docs-spm8000":
+        two_more_updates("checkpoints/roberta_demo", hydra_overrides),
+    "fairseq-validate data-bin/python-docs-spm8000 --user-dir fairseq_ext --task masked_lm "
+    "--path checkpoints/roberta_demo/checkpoint_last.pt --batch-size 16 "
+    "--skip-invalid-size-inputs-valid-test":
+        Entry(AS_WRITTEN, check_validate),
+    "scripts/prepare_corpus.sh": Entry(
+        SCALED, check_prepare_corpus, scale_prepare_corpus,
+        "the default input is a Debian package download; the small corpus instead"),
+    "scripts/prepare_corpus.sh --input my_docs/ --vocab-size 32000 --destdir data-bin/mine":
+        Entry(AS_WRITTEN, check_my_docs, reason="my_docs/ is a directory of 40 small documents"),
+    "DATA=data-bin/python-docs-spm8000 recipes/roberta/demo.sh":
+        two_more_updates("checkpoints/roberta_demo", recipe_overrides),
+    "DATA=data-bin/python-docs-spm8000 ARCH=roberta_base BATCH_SIZE=2048 NUM_GPUS=8 "
+    "recipes/roberta/pretrain.sh":
+        Entry(DRY_RUN, check_pretrain_dry_run, dry_run(),
+              "roberta_base for 500K updates on 8 GPUs"),
+    "DATA=data-bin/python-docs-spm8000 recipes/3ml/demo.sh":
+        two_more_updates("checkpoints/3ml_demo", recipe_overrides),
+    "DATA=data-bin/python-docs-spm8000 TOTAL_UPDATES=$(python -m fairseq_ext.flops --arch 3ml_self_base "
+    "--mask-prob 0.4 --budget-of roberta_base:125000 | awk '/^updates:/ {print $2}') "
+    "recipes/3ml/pretrain_longer.sh":
+        Entry(DRY_RUN, check_equal_budget_dry_run,
+              lambda command, work: f"DRY_RUN=1 {command}", "3ml_self_base for 152K updates"),
+    "python scripts/export_encoder.py checkpoints/3ml_demo/checkpoint_last.pt exports/3ml.pt":
+        Entry(AS_WRITTEN, check_export),
+    "python scripts/export_encoder.py --print-finetune-args exports/3ml.pt":
+        Entry(AS_WRITTEN, check_finetune_args),
+    "TASK=RTE DATA=glue/RTE-bin PRETRAINED=exports/3ml.pt LR=3e-05 BATCH_SIZE=16 EPOCHS=10 "
+    "recipes/3ml/finetune_glue.sh":
+        Entry(DRY_RUN, check_finetune_dry_run, dry_run(TRAIN_EXAMPLES=RTE_TRAIN_EXAMPLES),
+              GLUE_DRY_RUN_REASON),
+    "TASK=RTE DATA=glue/RTE-bin PRETRAINED=exports/3ml.pt recipes/3ml/finetune_glue_grid.sh":
+        Entry(DRY_RUN, check_grid_dry_run,
+              dry_run(TRAIN_EXAMPLES=RTE_TRAIN_EXAMPLES, SEEDS=1, LRS="3e-05", BATCH_SIZES=16,
+                      EPOCHS_LIST=10),
+              GLUE_DRY_RUN_REASON + "; one point of the grid (each point reads the export's "
+              "flags, seconds each; tests/test_three_ml_export.py checks the whole grid)"),
+    "python -m fairseq_ext.flops --arch 3ml_self_base --tokens-per-sample 512 --mask-prob 0.4 "
+    "--budget-of roberta_base:125000":
+        Entry(AS_WRITTEN, check_flops),
+    "python scripts/plot_curves.py checkpoints/roberta_demo checkpoints/3ml_demo --out curves.png":
+        Entry(AS_WRITTEN, check_plot),
+}
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+def test_readme_command_extraction():
+    text = ("```\nnot bash\n```\n```bash\na --x 1 \\\n    --y 2   # comment\n\n# only a comment\n"
+            "b 'c' && d\n```\n```python\nprint()\n```\n```bash\ne\n```\n")
+    assert readme_commands(text) == ["a --x 1      --y 2", "b 'c' && d", "e"]
+    assert with_env("A=1 B=2 recipes/x.sh --flag", C=3) == "A=1 B=2 C=3 recipes/x.sh --flag"
+    assert with_env("recipes/x.sh", C="a b") == "C='a b' recipes/x.sh"
+
+
+def test_every_readme_command_has_an_entry_and_every_entry_a_command():
+    commands = {normalized(command) for command in readme_commands(README.read_text())}
+    missing = sorted(commands - set(COMMANDS))
+    assert not missing, f"README commands with no entry in COMMANDS (say how they are run): {missing}"
+    stale = sorted(set(COMMANDS) - commands)
+    assert not stale, f"COMMANDS entries that match no README command: {stale}"
+    for key, entry in COMMANDS.items():
+        assert entry.how in (AS_WRITTEN, SCALED, DRY_RUN, SKIPPED), key
+        assert (entry.scale is None) == (entry.how in (AS_WRITTEN, SKIPPED)), key
+        assert entry.reason or entry.how == AS_WRITTEN, f"say why {key!r} is {entry.how}"
+
+
+def write_corpus(path: Path, documents: int, seed: int) -> None:
+    """English-like documents (capitalised sentences over a small vocabulary), a blank line
+    between them."""
+    rng = random.Random(seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for _ in range(documents):
+            for _ in range(rng.randint(2, 6)):
+                sentence = " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 20)))
+                f.write(sentence[0].upper() + sentence[1:] + ".\n")
+            f.write("\n")
+
+
+def prepare_work(root: Path) -> Work:
+    """The repository-like directory: links to the checkout's code, the small corpus, the user's
+    ``my_docs/``, and the data-bin prepared as ``make demo`` does before its first command."""
+    for name in ("fairseq_ext", "recipes", "scripts"):
+        (root / name).symlink_to(REPO_ROOT / name)
+    write_corpus(root / CORPUS, 400, seed=0)
+    for number in range(40):
+        write_corpus(root / "my_docs" / f"doc{number:02d}.txt", 2, seed=100 + number)
+    work = Work(root)
+    prepare = scale_prepare_corpus("scripts/prepare_corpus.sh", work)
+    run = run_shell(prepare, work)
+    assert run.returncode == 0, f"{prepare}\n{run.output[-6000:]}"
+    work.notes["dict"] = dict_digest(work)
+    return work
+
+
+@pytest.mark.slow
+def test_readme_commands_run_on_the_demo_outputs(tmp_path):
+    work = prepare_work(tmp_path)
+    commands = readme_commands(README.read_text())
+    missing = [command for command in commands if normalized(command) not in COMMANDS]
+    assert not missing, f"README commands with no entry in COMMANDS: {missing}"
+    for command in commands:
+        entry = COMMANDS[normalized(command)]
+        if entry.how == SKIPPED:
+            entry.check(work, None)
+            continue
+        to_run = entry.scale(command, work) if entry.scale else command
+        run = run_shell(to_run, work)
+        context = (f"README command ({entry.how}): {command}\nran: {to_run}\n"
+                   f"--- stdout ---\n{run.stdout[-5000:]}\n--- stderr ---\n{run.stderr[-5000:]}")
+        assert run.returncode == 0, context
+        try:
+            entry.check(work, run)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{context}") from error
