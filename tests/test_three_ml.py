@@ -89,8 +89,11 @@ def per_row_reference(model, src, predict):
             q = dec.mask_embedding + dec.embed_positions.weight[positions[is_mask]]
             q = dec.layernorm_embedding(q) if dec.layernorm_embedding is not None else q
             q = q[:, None]
+            keys = memory
+            if dec.memory_positions == "decoder":  # --cross-memory-positions decoder
+                keys = memory + dec.embed_positions.weight[positions[keep]]
             for layer in dec.layers:
-                q, _, _ = layer(q, encoder_out=memory[:, None], encoder_padding_mask=None)
+                q, _, _ = layer(q, encoder_out=keys[:, None], encoder_padding_mask=None)
             q = (dec.layer_norm(q) if dec.layer_norm is not None else q)[:, 0]
             features = torch.zeros(length, memory.size(-1))
             features[is_mask] = q
@@ -100,10 +103,13 @@ def per_row_reference(model, src, predict):
     return torch.cat(rows)
 
 
-@pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
-def test_batched_forward_equals_per_row_reference(arch):
+@pytest.mark.parametrize("arch, overrides", [
+    ("3ml_self_tiny", {}), ("3ml_cross_tiny", {}),
+    ("3ml_cross_tiny", {"cross_memory_positions": "decoder"}),
+])
+def test_batched_forward_equals_per_row_reference(arch, overrides):
     task = MaskedLmTaskStub(60)
-    model = build(arch, task).eval()
+    model = build(arch, task, **overrides).eval()
     d = task.source_dictionary
     g = torch.Generator().manual_seed(0)
     lengths = [30, 17, 25, 9]

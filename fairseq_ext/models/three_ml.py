@@ -67,6 +67,7 @@ from fairseq_ext.models.sizes import (
     register_sized_architecture,
     set_encoder_size,
 )
+from fairseq_ext.models.validation import check_masking
 from fairseq_ext.modules.positioned_encoder import (
     PositionedTransformerEncoder,
     embed_learned_positions,
@@ -92,17 +93,7 @@ def validate_three_ml_config(args, task) -> int:
             "3ML needs a <mask> symbol in the dictionary; train with --task masked_lm (which "
             "adds it) or add '<mask>' to the dictionary"
         )
-    task_cfg = getattr(task, "cfg", None)
-    mask_prob = safe_getattr(task_cfg, "mask_prob", None)
-    if mask_prob is not None and not 0.0 < mask_prob < 1.0:
-        raise ValueError(f"--mask-prob must be in (0, 1); got {mask_prob}")
-    leave = safe_getattr(task_cfg, "leave_unmasked_prob", 0.0) or 0.0
-    rand = safe_getattr(task_cfg, "random_token_prob", 0.0) or 0.0
-    if not (0.0 <= leave <= 1.0 and 0.0 <= rand <= 1.0 and leave + rand <= 1.0):
-        raise ValueError(
-            "--leave-unmasked-prob and --random-token-prob must be in [0, 1] and sum to at most "
-            f"1 (the rest of the corrupted tokens become <mask>); got {leave} + {rand}"
-        )
+    check_masking(getattr(task, "cfg", None))
     if args.normalization not in NORMALIZATIONS:
         raise ValueError(f"--normalization must be one of {NORMALIZATIONS}; got {args.normalization}")
     for side in ("encoder", "decoder"):
