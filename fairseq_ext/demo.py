@@ -69,10 +69,12 @@ def seconds_per_update(train_inner: List[dict]) -> float:
         previous = updates
     if len(intervals) > 1:
         intervals = intervals[1:]
+    # fairseq rounds ups to 2 decimals: a slow interval can log 0, which says nothing
+    intervals = [(n, ups) for n, ups in intervals if ups > 0]
     total_updates = sum(n for n, _ in intervals)
     if total_updates == 0:
         return math.nan
-    return sum(n / ups for n, ups in intervals if ups > 0) / total_updates
+    return sum(n / ups for n, ups in intervals) / total_updates
 
 
 def stream(cmd: List[str], env: dict, log_path: Path) -> Iterator[str]:
@@ -106,8 +108,9 @@ class Progress:
 
     def update(self, record: dict) -> None:
         done = int(record["num_updates"])
-        text = (f"{self.name:<14} update {done:>5}/{self.total}  loss {record['loss']:>6}  "
-                f"{1.0 / max(float(record['ups']), 1e-9):.2f} s/update")
+        ups = float(record["ups"])
+        pace = f"{1.0 / ups:.2f} s/update" if ups > 0 else "- s/update"
+        text = f"{self.name:<14} update {done:>5}/{self.total}  loss {record['loss']:>6}  {pace}"
         if self.interactive:
             filled = int(30 * done / max(self.total, 1))
             sys.stdout.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}")
@@ -260,7 +263,9 @@ def add_speedups(rows: List[dict]) -> None:
     and analytic (training FLOPs per update, Appendix D), side by side."""
     baseline = rows[0]
     for row in rows:
-        row["speedup"] = baseline["sec_per_update"] / row["sec_per_update"]
+        measured = (baseline["sec_per_update"], row["sec_per_update"])
+        row["speedup"] = (measured[0] / measured[1] if all(math.isfinite(t) and t > 0 for t in measured)
+                          else math.nan)
         if row.get("analytic_pflops_per_update") and baseline.get("analytic_pflops_per_update"):
             row["analytic_speedup"] = (baseline["analytic_pflops_per_update"]
                                        / row["analytic_pflops_per_update"])
@@ -268,7 +273,7 @@ def add_speedups(rows: List[dict]) -> None:
 
 def format_table(rows: List[dict]) -> str:
     """The summary table (losses in bits, as fairseq logs them); '-' where a run has no value."""
-    cells = [[fmt.format(row[key]) if row.get(key) is not None else "-"
+    cells = [[fmt.format(row[key]) if row.get(key) is not None and row[key] == row[key] else "-"
               for _, key, fmt in TABLE_COLUMNS] for row in rows]
     titles = [title for title, _, _ in TABLE_COLUMNS]
     widths = [max(len(t), *(len(r[i]) for r in cells)) for i, t in enumerate(titles)]
@@ -329,6 +334,9 @@ def main(argv=None) -> None:
                         help="where runs go (default: runs/demo/<timestamp>)")
     parser.add_argument("--only", nargs="*", default=None, help="names of DEMO_RUNS to run")
     args = parser.parse_args(argv)
+    # the recipes run from the repository root: paths the user gave are theirs, from here
+    args.data = args.data.resolve() if args.data is not None else None
+    args.runs_dir = args.runs_dir.resolve() if args.runs_dir is not None else None
     if not (REPO_ROOT / "recipes").is_dir():
         raise SystemExit(f"error: the demo runs the recipes of a fairseq-ext checkout; "
                          f"{REPO_ROOT} has none (run `make demo` in a clone)")

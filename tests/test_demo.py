@@ -17,6 +17,19 @@ def test_seconds_per_update_weights_intervals_and_skips_the_first():
     assert demo.seconds_per_update(records[:1]) == pytest.approx(0.5)
 
 
+def test_an_interval_logged_at_zero_ups_says_nothing_and_no_speedup_divides_by_zero():
+    """fairseq rounds ups to 2 decimals, so a one-update run can log ups 0: that interval is
+    left out, and a run with no usable interval gets no measured speedup ('-'), not a crash."""
+    records = [{"num_updates": "1", "ups": "0"}]
+    assert math.isnan(demo.seconds_per_update(records))
+    assert demo.seconds_per_update([{"num_updates": "10", "ups": "2.0"},
+                                    {"num_updates": "20", "ups": "0"},
+                                    {"num_updates": "30", "ups": "4.0"}]) == pytest.approx(0.25)
+    rows = [{"name": "base", "sec_per_update": 0.5}, {"name": "one", "sec_per_update": math.nan}]
+    demo.add_speedups(rows)
+    assert rows[0]["speedup"] == 1.0 and math.isnan(rows[1]["speedup"])
+
+
 def test_progress_total_comes_from_the_printed_command():
     progress = demo.Progress("x")
     progress.set_total_from_command("+ fairseq-train data --max-update 300 --lr 1")

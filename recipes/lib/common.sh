@@ -173,7 +173,7 @@ die() { echo "error: $*" >&2; exit 2; }
 # array named RECIPE_FLAGS; printed, then run (DRY_RUN=1: printed only). MNLI validates on valid
 # (matched) and valid1 (mismatched) when DATA has both.
 run_sentence_prediction() {
-  local -n recipe_flags="$1"; shift
+  local -n _sentence_prediction_flags="$1"; shift
   # fairseq-train silently trains from scratch when --restore-file does not exist.
   [[ -f "${PRETRAINED}" ]] || die "PRETRAINED=${PRETRAINED}: no such file"
   if [[ "${TASK}" == MNLI && "${VALID_SUBSET}" == valid && -f "${DATA}/input0/valid1.idx" ]]; then
@@ -188,7 +188,7 @@ run_sentence_prediction() {
     --task sentence_prediction --num-classes "${NUM_CLASSES}"
     --init-token 0 --separator-token 2 --shorten-method "${SHORTEN_METHOD}"
     --criterion "${CRITERION}"
-    "${recipe_flags[@]}" --max-positions "${MAX_POSITIONS}"
+    "${_sentence_prediction_flags[@]}" --max-positions "${MAX_POSITIONS}"
     --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
     --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
     --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
