@@ -376,6 +376,7 @@ def test_recipe_and_yaml_are_the_same_grid_point(tmp_path):
         "--best-checkpoint-metric": "checkpoint.best_checkpoint_metric",
         "--seed": "common.seed", "--num-workers": "dataset.num_workers",
         "--log-interval": "common.log_interval", "--save-dir": "checkpoint.save_dir",
+        "--log-file": "common.log_file",
     }
     for flag, key in same.items():
         shell, yaml = flags[flag], OmegaConf.select(cfg, key)
