@@ -366,6 +366,13 @@ def check_flops(work: Work, run: Run) -> None:
     assert claimed and (updates.group(1), speedup.group(1)) == claimed.groups()
 
 
+def check_table_3_speedup(work: Work, run: Run) -> None:
+    """3ML-self-large-40% against 24hBERT: the README's (and Table 3's) 1.34."""
+    speedup = re.search(r"^speedup: (\S+)$", run.stdout, flags=re.M)
+    assert speedup and speedup.group(1) == "1.34", run.stdout
+    assert "# ... speedup: 1.34" in README.read_text()
+
+
 def check_plot(work: Work, run: Run) -> None:
     assert (work.root / "curves.png").read_bytes()[:8] == PNG_MAGIC
     for label in ("roberta_demo", "3ml_demo"):
@@ -431,6 +438,9 @@ COMMANDS: Dict[str, Entry] = {
     "python -m fairseq_ext.flops --arch 3ml_self_base --tokens-per-sample 512 --mask-prob 0.4 "
     "--budget-of roberta_base:125000":
         Entry(AS_WRITTEN, check_flops),
+    "python -m fairseq_ext.flops --arch 3ml_self_large --mask-prob 0.4 --vs roberta_large_prenorm "
+    "--tokens-per-sample 128":
+        Entry(AS_WRITTEN, check_table_3_speedup),
     "python scripts/plot_curves.py checkpoints/roberta_demo checkpoints/3ml_demo --out curves.png":
         Entry(AS_WRITTEN, check_plot),
 }
