@@ -2,8 +2,28 @@
 import os
 import shlex
 import subprocess
+from typing import Dict, List
 
 from conftest import REPO_ROOT, fairseq_cli, run_cli
+
+
+def printed_commands(output: str) -> List[List[str]]:
+    """The commands a recipe printed (``+ fairseq-train ...``), as argv lists."""
+    return [shlex.split(line[2:]) for line in output.splitlines() if line.startswith("+ ")]
+
+
+def flag_values(command: List[str]) -> Dict[str, object]:
+    """``--flag value`` pairs of a command line, the last one winning (a bare flag maps to
+    True); words that are neither (the program, positional arguments) are skipped."""
+    values, i = {}, 0
+    while i < len(command):
+        if command[i].startswith("--"):
+            has_value = i + 1 < len(command) and not command[i + 1].startswith("--")
+            values[command[i]] = command[i + 1] if has_value else True
+            i += 2 if has_value else 1
+        else:
+            i += 1
+    return values
 
 
 def dry_run(recipe, *args, **env):
@@ -18,13 +38,8 @@ def dry_run(recipe, *args, **env):
     assert len(lines) == 1 and lines[0].startswith("+ "), proc.stdout
     argv = shlex.split(lines[0][2:])
     assert argv[0].endswith("fairseq-train") and argv[1] == env.get("DATA", "DATA")
-    flags, i = {}, 2
-    while i < len(argv):
-        assert argv[i].startswith("--"), argv[i:]
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            flags[argv[i]], i = argv[i + 1], i + 2
-        else:
-            flags[argv[i]], i = True, i + 1
+    assert all(a.startswith("--") for a in argv[2:3]), argv
+    flags = flag_values(argv[2:])
     return argv, flags
 
 

@@ -29,6 +29,7 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 import torch
+from recipe_checks import flag_values, printed_commands
 
 import fairseq_ext  # noqa: F401  (fairseq checkpoints load with torch's weights-only unpickler)
 from conftest import BIN_DIR, REPO_ROOT, WORDS, json_log_records
@@ -136,24 +137,6 @@ def with_env(command: str, **env: object) -> str:
 
 def dry_run(**env: object) -> Scale:
     return lambda command, work: f"DRY_RUN=1 {with_env(command, **env)}"
-
-
-def printed_commands(output: str) -> List[List[str]]:
-    """The fairseq commands a recipe printed (``+ fairseq-train ...``)."""
-    return [shlex.split(line[2:]) for line in output.splitlines() if line.startswith("+ ")]
-
-
-def flag_values(command: List[str]) -> Dict[str, object]:
-    """``--flag value`` pairs of a command line, the last one winning (a bare flag maps to True)."""
-    values, i = {}, 0
-    while i < len(command):
-        if command[i].startswith("--"):
-            has_value = i + 1 < len(command) and not command[i + 1].startswith("--")
-            values[command[i]] = command[i + 1] if has_value else True
-            i += 2 if has_value else 1
-        else:
-            i += 1
-    return values
 
 
 def load_checkpoint(path: Path) -> dict:

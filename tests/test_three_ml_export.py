@@ -19,6 +19,7 @@ from fairseq import checkpoint_utils, utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.models.roberta import RobertaModel
 from omegaconf import OmegaConf
+from recipe_checks import flag_values
 
 import fairseq_ext  # noqa: F401  (3ML archs; argparse.Namespace allowed by torch.load)
 from conftest import (
@@ -334,19 +335,6 @@ def test_finetune_recipe_trains_the_export(exported, classification_bin, tmp_pat
 def dry_run(script, **env):
     proc = run_cli([script], env={"DRY_RUN": "1", "NUM_GPUS": "1", **env})
     return [shlex.split(line[2:]) for line in proc.stdout.splitlines() if line.startswith("+ ")]
-
-
-def flag_values(command):
-    """--flag value pairs of a command line (a flag without a value maps to True)."""
-    values, i = {}, 0
-    while i < len(command):
-        if command[i].startswith("--"):
-            has_value = i + 1 < len(command) and not command[i + 1].startswith("--")
-            values[command[i]] = command[i + 1] if has_value else True
-            i += 2 if has_value else 1
-        else:
-            i += 1
-    return values
 
 
 def test_recipe_and_yaml_are_the_same_grid_point(tmp_path):
