@@ -3,11 +3,5 @@
 # Runs `python -m fairseq_ext.corpus.prepare_corpus "$@"` with the repo's .venv if there is one.
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [[ -x "${repo_root}/.venv/bin/python" ]]; then
-    python="${repo_root}/.venv/bin/python"
-else
-    python="python3"
-fi
-export PYTHONPATH="${repo_root}${PYTHONPATH:+:${PYTHONPATH}}"
-exec "${python}" -m fairseq_ext.corpus.prepare_corpus "$@"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/python_module.sh"
+exec_python_module fairseq_ext.corpus.prepare_corpus "$@"
