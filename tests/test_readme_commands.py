@@ -399,6 +399,9 @@ COMMANDS: Dict[str, Entry] = {
               "roberta_base for 500K updates on 8 GPUs"),
     "DATA=data-bin/python-docs-spm8000 recipes/3ml/demo.sh":
         two_more_updates("checkpoints/3ml_demo", recipe_overrides),
+    "DATA=data-bin/python-docs-spm8000 ARCH=swishrnn_bert_mini TOTAL_UPDATES=600 "
+    "SAVE_DIR=checkpoints/swishrnn_mini recipes/swishrnn/demo.sh --validate-interval-updates 150":
+        two_more_updates("checkpoints/swishrnn_mini", recipe_overrides),
     "DATA=data-bin/python-docs-spm8000 TOTAL_UPDATES=$(python -m fairseq_ext.flops --arch 3ml_self_base "
     "--mask-prob 0.4 --budget-of roberta_base:125000 | awk '/^updates:/ {print $2}') "
     "recipes/3ml/pretrain_longer.sh":
