@@ -22,15 +22,18 @@ detect_num_gpus() {
   fi
 }
 
-# update_freq EFFECTIVE_BATCH PER_GPU_BATCH: gradient accumulation steps so that
-# PER_GPU_BATCH x GPUs x NNODES x update_freq == EFFECTIVE_BATCH, on 1 GPU or many nodes.
+# update_freq EFFECTIVE_BATCH PER_GPU_BATCH [EFFECTIVE_NAME PER_GPU_NAME]: gradient
+# accumulation steps so that PER_GPU_BATCH x GPUs x NNODES x update_freq == EFFECTIVE_BATCH, on
+# 1 GPU or many nodes (in sequences: BATCH_SIZE / MAX_SENTENCES, the default names; or in
+# tokens: BATCH_TOKENS / MAX_TOKENS).
 update_freq() {
-  local effective=$1 per_gpu=$2 gpus nodes replicas
+  local effective=$1 per_gpu=$2 effective_name=${3:-BATCH_SIZE} per_gpu_name=${4:-MAX_SENTENCES}
+  local gpus nodes replicas
   gpus=$(detect_num_gpus); nodes=${NNODES:-1}
   replicas=$(( per_gpu * gpus * nodes ))
   if (( effective % replicas != 0 )); then
-    echo "error: BATCH_SIZE=${effective} is not a multiple of MAX_SENTENCES=${per_gpu} x ${gpus} GPU(s) x NNODES=${nodes};" \
-         "change MAX_SENTENCES or BATCH_SIZE" >&2
+    echo "error: ${effective_name}=${effective} is not a multiple of ${per_gpu_name}=${per_gpu} x ${gpus} GPU(s) x NNODES=${nodes};" \
+         "change ${per_gpu_name} or ${effective_name}" >&2
     return 1
   fi
   echo $(( effective / replicas ))
@@ -107,6 +110,38 @@ run_mlm_pretraining() {
     --warmup-updates "${WARMUP_UPDATES}" --total-num-update "${TOTAL_UPDATES}"
     --max-update "${TOTAL_UPDATES}"
     --batch-size "${MAX_SENTENCES}" --update-freq "${update_freq_value}"
+    --seed "${SEED}" --num-workers "${NUM_WORKERS}"
+    --log-interval "${LOG_INTERVAL}" --skip-invalid-size-inputs-valid-test
+    --save-dir "${SAVE_DIR}" --save-interval-updates "${SAVE_INTERVAL_UPDATES}"
+    --keep-interval-updates 1 --no-epoch-checkpoints
+  )
+  add_log_flags cmd
+  if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
+  if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
+  run_printed "${cmd[@]}" "$@"
+}
+
+# generalized-bidirectionality pre-training (our bidirectional_lm task, model and criterion),
+# built from the variables recipes/bidirectional/pretrain.sh set; the batch is in tokens
+# (BATCH_TOKENS, MAX_TOKENS per GPU). Printed, then run, with EXTRA_ARGS appended.
+run_bidirectional_pretraining() {
+  require_data_bin "${DATA}"
+  local update_freq_value
+  update_freq_value="$(update_freq "${BATCH_TOKENS}" "${MAX_TOKENS}" BATCH_TOKENS MAX_TOKENS)"
+  local cmd=(
+    "$(fairseq_cmd fairseq-train)" "${DATA}"
+    --user-dir "${USER_DIR}"
+    --task bidirectional_lm --variant "${VARIANT}" --criterion "${CRITERION}"
+    --arch "${ARCH}" --max-target-positions "${TOKENS_PER_SAMPLE}"
+    --tokens-per-sample "${TOKENS_PER_SAMPLE}" --sample-break-mode "${SAMPLE_BREAK_MODE}"
+    --mask-prob "${MASK_PROB}" --plain-lm-prob "${PLAIN_LM_PROB}"
+    --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
+    --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
+    --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
+    --lr-scheduler polynomial_decay --power "${LR_POWER}" --lr "${PEAK_LR}"
+    --warmup-updates "${WARMUP_UPDATES}" --total-num-update "${TOTAL_UPDATES}"
+    --max-update "${TOTAL_UPDATES}"
+    --max-tokens "${MAX_TOKENS}" --update-freq "${update_freq_value}"
     --seed "${SEED}" --num-workers "${NUM_WORKERS}"
     --log-interval "${LOG_INTERVAL}" --skip-invalid-size-inputs-valid-test
     --save-dir "${SAVE_DIR}" --save-interval-updates "${SAVE_INTERVAL_UPDATES}"

@@ -1,0 +1,57 @@
+"""Generalized-bidirectionality recipes (Artetxe et al. 2022, §3.1 and Table 2): the commands
+they print with DRY_RUN=1."""
+import pytest
+from recipe_checks import dry_run
+
+from conftest import REPO_ROOT
+
+PRETRAIN = REPO_ROOT / "recipes/bidirectional/pretrain.sh"
+DEMO = REPO_ROOT / "recipes/bidirectional/demo.sh"
+
+#: Table 2: size -> (layers, dim, heads, batch in tokens, peak lr); "0.5M" tokens = 512 x 1024.
+TABLE_2 = {
+    "125m": (12, 768, 12, 512 * 1024, 6e-4),
+    "355m": (24, 1024, 16, 512 * 1024, 3e-4),
+    "1_3b": (24, 2048, 32, 1024 * 1024, 2e-4),
+    "2_7b": (32, 2560, 32, 1024 * 1024, 1.6e-4),
+    "6_7b": (32, 4096, 32, 2048 * 1024, 1.2e-4),
+}
+
+
+@pytest.mark.parametrize("size", sorted(TABLE_2))
+@pytest.mark.parametrize("gpus", ["1", "8"])
+def test_pretrain_follows_table_2_and_section_3_1(size, gpus):
+    _, _, _, batch_tokens, lr = TABLE_2[size]
+    _, flags = dry_run(PRETRAIN, VARIANT="msk_bi", SIZE=size, NUM_GPUS=gpus)
+    assert flags["--arch"] == f"bidir_lm_{size}"
+    assert flags["--task"] == "bidirectional_lm" and flags["--variant"] == "msk_bi"
+    assert flags["--criterion"] == "bidirectional_lm"
+    assert float(flags["--lr"]) == lr
+    # the batch in tokens: per-GPU tokens x GPUs x update_freq
+    assert int(flags["--max-tokens"]) * int(gpus) * int(flags["--update-freq"]) == batch_tokens
+    # 100B tokens, sequences of 1024 with whole documents (footnote 3), 375M warmup tokens
+    assert int(flags["--max-update"]) == int(flags["--total-num-update"]) == 10**11 // batch_tokens
+    assert int(flags["--warmup-updates"]) == round(375e6 / batch_tokens)
+    assert flags["--tokens-per-sample"] == "1024"
+    assert flags["--sample-break-mode"] == "complete"
+    assert flags["--mask-prob"] == "0.15" and flags["--plain-lm-prob"] == "0.1"
+    assert flags["--adam-betas"] == "(0.9,0.98)" and flags["--lr-scheduler"] == "polynomial_decay"
+
+
+def test_pretrain_refuses_an_unknown_size_and_an_uneven_batch():
+    import subprocess
+
+    env = {"PATH": "/usr/bin:/bin", "DRY_RUN": "1", "DATA": "D", "NUM_GPUS": "1"}
+    proc = subprocess.run(["bash", str(PRETRAIN)], env={**env, "SIZE": "7b"},
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "SIZE=7b" in proc.stderr
+    proc = subprocess.run(["bash", str(PRETRAIN)], env={**env, "MAX_TOKENS": "3000"},
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "BATCH_TOKENS=524288 is not a multiple of MAX_TOKENS=3000" in proc.stderr
+
+
+def test_demo_is_a_cpu_sized_pretrain():
+    _, flags = dry_run(DEMO)
+    assert flags["--arch"] == "bidir_lm_mini" and flags["--variant"] == "hyb_pre"
+    assert flags["--cpu"] is True and flags["--max-update"] == "300"
+    assert flags["--tokens-per-sample"] == "128" and flags["--update-freq"] == "1"
