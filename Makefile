@@ -6,6 +6,11 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The suite runs on this many pytest-xdist processes, one torch thread each (most tests drive
+# one single-threaded fairseq subprocess at a time, so 2 processes halve the wall time on CI's 2
+# cores); PYTEST_WORKERS=0 runs it in this process.
+PYTEST_WORKERS ?= 2
+PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS))
 
 .PHONY: install demo lint test test-fast clean-venv
 
@@ -35,12 +40,12 @@ lint: install
 
 # The full suite, as CI runs it (lint first).
 test: lint
-	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+	$(PYTEST) tests $(PYTEST_ARGS)
 
 # Everything but the tests marked slow (real fairseq-train runs, recipe runs, compiles): a few
 # minutes, for the edit-test loop.
 test-fast: lint
-	$(PY) -m pytest -q -m "not slow" tests $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" tests $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
