@@ -55,3 +55,30 @@ def test_demo_is_a_cpu_sized_pretrain():
     assert flags["--arch"] == "bidir_lm_mini" and flags["--variant"] == "hyb_pre"
     assert flags["--cpu"] is True and flags["--max-update"] == "300"
     assert flags["--tokens-per-sample"] == "128" and flags["--update-freq"] == "1"
+
+
+#: Each environment variable of pretrain.sh and the flag it sets.
+ENV_TO_FLAG = {
+    "VARIANT": "--variant", "ARCH": "--arch", "TOKENS_PER_SAMPLE": "--tokens-per-sample",
+    "SAMPLE_BREAK_MODE": "--sample-break-mode", "MASK_PROB": "--mask-prob",
+    "PLAIN_LM_PROB": "--plain-lm-prob", "MAX_TOKENS": "--max-tokens", "PEAK_LR": "--lr",
+    "TOTAL_UPDATES": "--max-update", "WARMUP_UPDATES": "--warmup-updates",
+    "LR_POWER": "--power", "ADAM_BETAS": "--adam-betas", "ADAM_EPS": "--adam-eps",
+    "WEIGHT_DECAY": "--weight-decay", "CLIP_NORM": "--clip-norm", "DROPOUT": "--dropout",
+    "ATTENTION_DROPOUT": "--attention-dropout", "CRITERION": "--criterion",
+    "OPTIMIZER": "--optimizer", "SEED": "--seed", "LOG_INTERVAL": "--log-interval",
+    "SAVE_INTERVAL_UPDATES": "--save-interval-updates", "NUM_WORKERS": "--num-workers",
+    "SAVE_DIR": "--save-dir",
+}
+
+
+@pytest.mark.parametrize("recipe", [PRETRAIN, DEMO], ids=["pretrain", "demo"])
+def test_every_hyperparameter_is_an_environment_variable(recipe):
+    env = {var: f"v{i}" for i, var in enumerate(ENV_TO_FLAG)}
+    env.update(MAX_TOKENS="1024", BATCH_TOKENS="8192", CPU="1")
+    argv, flags = dry_run(recipe, "--extra", "appended", **env)
+    for var, flag in ENV_TO_FLAG.items():
+        assert flags[flag] == env[var], (var, flag)
+    assert flags["--total-num-update"] == env["TOTAL_UPDATES"]
+    assert flags["--update-freq"] == "8" and flags["--cpu"] is True
+    assert argv[-2:] == ["--extra", "appended"]

@@ -25,9 +25,14 @@ register_resolvers()  # the YAMLs' ${fairseq_ext.user_dir:}, which fairseq-hydra
 
 SHELL_RECIPES = sorted(p for p in (REPO_ROOT / "recipes").rglob("*.sh") if p.parent.name != "lib")
 YAML_RECIPES = sorted((REPO_ROOT / "recipes/config").rglob("*.yaml"))
-# Pre-training recipes: all but the fine-tuning ones (named finetune*).
-PRETRAIN_SHELL = [p for p in SHELL_RECIPES if not p.name.startswith("finetune")]
-PRETRAIN_YAML = [p for p in YAML_RECIPES if not p.name.startswith("finetune")]
+# Masked-LM pre-training recipes: all but the fine-tuning ones (named finetune*) and the
+# generalized-bidirectionality ones (another task, batches in tokens; checked by
+# tests/test_bidirectional_recipes.py).
+MLM_PAPERS_EXCLUDED = {"bidirectional"}
+PRETRAIN_SHELL = [p for p in SHELL_RECIPES if not p.name.startswith("finetune")
+                  and p.parent.name not in MLM_PAPERS_EXCLUDED]
+PRETRAIN_YAML = [p for p in YAML_RECIPES if not p.name.startswith("finetune")
+                 and p.parent.name not in MLM_PAPERS_EXCLUDED]
 
 # Each shell recipe (relative to recipes/) and its hydra twin (relative to recipes/config/).
 PAIRS = [
