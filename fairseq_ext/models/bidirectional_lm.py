@@ -1,0 +1,380 @@
+"""Generalized bidirectionality (Artetxe et al., 2022, "On the Role of Bidirectionality in
+Language Model Pre-Training"): the ``bidirectional_lm`` model and its ``bidir_lm_*`` archs.
+
+One decoder-only Transformer serves every variant of Table 1 (NxtUni ... HybPre): the variants
+differ only in the data (which tokens are masked and moved to the end, which are predicted, the
+length ``n_bidir`` of each document's bidirectional prefix), which the ``bidirectional_lm``
+task prepares, and in the attention mask, which this model builds from the batch:
+
+* **Attention** (§2, §3.1 footnote 4, Figure 3): within a document, token ``i`` attends to
+  token ``j`` iff ``j <= i`` or ``j < n_bidir``; every token also attends to all tokens of the
+  earlier documents of its row (footnote 4) unless ``no_cross_document_attention``; never to
+  later documents or padding (:mod:`fairseq_ext.modules.bidirectional_attention_mask`). The
+  mask is built once per batch, shared by all layers, and applied by
+  ``scaled_dot_product_attention`` (:class:`~fairseq_ext.modules.sdpa_attention.MaskedSelfAttention`).
+* **Positions** (§2: masked tokens move "along with their positional embeddings"): learned
+  positional embeddings looked up at each token's index in its original document
+  (``src_positions``), fairseq's convention ``padding_idx + 1 + index``.
+* **Blocks**: fairseq's Transformer decoder layers without cross-attention, pre-LN with a final
+  LayerNorm, GELU, FFN ``4 d``, dropout 0.1 (fairseq's ``transformer_lm_gpt``, the architecture
+  of Artetxe et al., 2021, whose settings §3.1 follows); token embeddings scaled by
+  ``sqrt(d)`` and initialised ``N(0, d^-1/2)``, Xavier-uniform linear layers (fairseq's
+  ``transformer_lm`` initialisation); the output projection is tied to the token embedding.
+* **Sizes** (Table 2; :data:`~fairseq_ext.models.sizes.DECODER_LM_SIZES`): ``bidir_lm_125m``
+  (12 x 768, 12 heads), ``bidir_lm_355m`` (24 x 1024, 16), ``bidir_lm_1_3b`` (24 x 2048, 32),
+  ``bidir_lm_2_7b`` (32 x 2560, 32), ``bidir_lm_6_7b`` (32 x 4096, 32); ``bidir_lm_small``
+  (4 x 256), ``bidir_lm_mini`` (2 x 128, the CPU demo) and ``bidir_lm_tiny`` (2 x 64). With
+  fairseq's GPT-2 dictionary (50,265 symbols with ``<mask>``) and 1,024 positions they have
+  124.4M, 354.8M, 1.314B, 2.649B and 6.654B parameters (Table 2: 125M, 355M, 1.3B, 2.7B,
+  6.7B; GPT-3 rounds its 2.65B model to 2.7B too).
+
+Where the paper is silent we follow the brief's choices and say so: Artetxe et al. (2021)
+trained with *sinusoidal* positions (following Shortformer), while this model learns its
+positions (1,026 x d more parameters, 0.6% at 125M); pre-LN, the initialisation and the
+embedding scale are fairseq's ``transformer_lm`` defaults.
+
+The batch (the ``bidirectional_lm`` task's ``net_input``): ``src_tokens`` ``(B, T)``
+right-padded; ``src_positions`` each token's index in its original document; ``doc_ids`` which
+document of the row it belongs to (``-1`` at padding); ``bidir_lens`` ``n_bidir`` of its
+document. Without the last three the model is a plain causal LM over each row (positions
+``0 .. len - 1``), so fairseq's ``language_modeling`` task, ``fairseq-eval-lm`` and the
+sequence generator (incremental decoding through fairseq's own attention path) work unchanged.
+
+``no_cross_document_attention`` is not a flag of this model: it is read from the run's
+arguments (where the ``bidirectional_lm`` task's ``--no-cross-document-attention`` lands under
+``fairseq-train``), else from the task's config (``fairseq-hydra-train``), and stored in the
+model's args so a checkpoint keeps it.
+
+Classification (§3.2 "Fine-tuning"): :meth:`BidirectionalLanguageModel.register_classification_head`
+adds a RoBERTa-style head reading the features of each row's last token (the final ``</s>``),
+used by fairseq's ``sentence_prediction`` task and criterion.
+"""
+import logging
+
+import torch.nn as nn
+from fairseq import utils
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import FairseqLanguageModel, register_model
+from fairseq.models.transformer import Embedding, TransformerConfig, TransformerDecoder
+from fairseq.models.transformer_lm import base_lm_architecture
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+from fairseq.utils import safe_getattr
+from omegaconf import OmegaConf
+
+from fairseq_ext.models.sizes import (
+    DECODER_LM_SIZES,
+    DecoderSize,
+    register_sized_architecture,
+    set_encoder_size,
+)
+from fairseq_ext.models.validation import run_config_of
+from fairseq_ext.modules.bidirectional_attention_mask import (
+    additive_attention_mask,
+    causal_layout,
+    may_attend,
+)
+from fairseq_ext.modules.classification_heads import (
+    PositionClassificationHead,
+    last_token_positions,
+)
+from fairseq_ext.modules.positioned_encoder import embed_learned_positions
+from fairseq_ext.modules.sdpa_attention import MaskedSelfAttention
+
+logger = logging.getLogger(__name__)
+
+#: The batch fields that describe the packed documents (all or none of them).
+LAYOUT_FIELDS = ("src_positions", "doc_ids", "bidir_lens")
+#: Where fairseq-train puts the task's --no-cross-document-attention.
+NO_CROSS_DOCUMENT_ATTENTION = "no_cross_document_attention"
+DEFAULT_MAX_TARGET_POSITIONS = 1024
+
+
+def validate_bidirectional_lm_config(args) -> None:
+    """Clear errors, naming the flag, for sizes the model cannot take."""
+    dim, heads = args.decoder_embed_dim, args.decoder_attention_heads
+    if heads < 1 or dim % heads != 0:
+        raise ValueError(f"--decoder-embed-dim ({dim}) must be divisible by "
+                         f"--decoder-attention-heads ({heads})")
+    for flag in ("decoder_layers", "decoder_ffn_embed_dim", "max_target_positions"):
+        value = safe_getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be at least 1; got {value}")
+    if not safe_getattr(args, "decoder_learned_pos", True):
+        raise ValueError("bidirectional_lm needs learned positional embeddings (masked tokens "
+                         "keep the position of their original slot); drop "
+                         "--decoder-learned-pos false")
+    if safe_getattr(args, "adaptive_softmax_cutoff", None) or safe_getattr(args, "adaptive_input",
+                                                                           False):
+        raise ValueError("bidirectional_lm has no adaptive input/softmax; drop "
+                         "--adaptive-softmax-cutoff / --adaptive-input")
+
+
+def no_cross_document_attention(args, task=None) -> bool:
+    """``no_cross_document_attention`` of the run: the model's args (``fairseq-train`` puts the
+    task's flag there; a checkpoint keeps it), else the run's task config
+    (``fairseq-hydra-train``), else the task object's config; ``False`` (footnote 4: tokens
+    attend to earlier documents) when none sets it."""
+    value = safe_getattr(args, NO_CROSS_DOCUMENT_ATTENTION, None)
+    if value is None:
+        task_cfg = run_config_of(args).task_cfg
+        if task_cfg is not None and task_cfg is not args:
+            value = safe_getattr(task_cfg, NO_CROSS_DOCUMENT_ATTENTION, None)
+    if value is None and task is not None:
+        for cfg in (getattr(task, "cfg", None), getattr(task, "args", None)):
+            if cfg is not None and value is None:
+                value = safe_getattr(cfg, NO_CROSS_DOCUMENT_ATTENTION, None)
+    return bool(value)
+
+
+class BidirectionalDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer (built without cross-attention) whose self-attention takes the
+    per-example mask (:class:`MaskedSelfAttention`; same parameters and names)."""
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        return MaskedSelfAttention(
+            embed_dim, cfg.decoder.attention_heads, dropout=cfg.attention_dropout,
+            add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
+            q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size,
+        )
+
+
+class BidirectionalTransformerDecoder(TransformerDecoder):
+    """fairseq's ``TransformerDecoder`` (no encoder attention) on packed documents: explicit
+    positions and the generalized-bidirectionality mask (module doc)."""
+
+    def __init__(self, args, dictionary, embed_tokens, cross_document: bool = True):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=True)
+        self.cross_document = cross_document
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=True):
+        """As fairseq's, with our layer: activation checkpointing and FSDP wrapping honoured."""
+        cfg = TransformerConfig.from_namespace(cfg)
+        layer = BidirectionalDecoderLayer(cfg, no_encoder_attn=True)
+        checkpoint = cfg.checkpoint_activations
+        if checkpoint:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
+
+    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None,
+                features_only: bool = False, src_positions=None, doc_ids=None, bidir_lens=None,
+                masked_tokens=None, src_lengths=None, return_all_hiddens: bool = False, **kwargs):
+        """Logits ``(B, T, V)`` (features with ``features_only``), or ``(N, V)`` for the
+        positions ``masked_tokens`` (``(B, T)`` bool or broadcastable to it), row-major, as
+        RoBERTa's ``masked_tokens``; and ``{"attn", "inner_states"}``."""
+        x, extra = self.extract_features(prev_output_tokens, encoder_out=encoder_out,
+                                         incremental_state=incremental_state,
+                                         src_positions=src_positions, doc_ids=doc_ids,
+                                         bidir_lens=bidir_lens, **kwargs)
+        if masked_tokens is not None:
+            x = x[masked_tokens.expand(x.shape[:2])]
+        if not features_only:
+            x = self.output_layer(x)
+        return x, extra
+
+    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
+                         src_positions=None, doc_ids=None, bidir_lens=None, **kwargs):
+        """Features ``(B, T, C)`` after the final LayerNorm. Incremental decoding (causal, no
+        layout) is fairseq's own path."""
+        layout = {"src_positions": src_positions, "doc_ids": doc_ids, "bidir_lens": bidir_lens}
+        given = [name for name, value in layout.items() if value is not None]
+        if incremental_state is not None:
+            if given:
+                raise ValueError("incremental decoding is causal: it takes no "
+                                 f"{', '.join(given)}")
+            return super().extract_features(prev_output_tokens, encoder_out=None,
+                                            incremental_state=incremental_state, **kwargs)
+        if given and len(given) < len(layout):
+            missing = [name for name in layout if name not in given]
+            raise ValueError(f"bidirectional_lm needs all of {', '.join(LAYOUT_FIELDS)} or none "
+                             f"(a plain causal LM); got {', '.join(given)} without "
+                             f"{', '.join(missing)}")
+        tokens = prev_output_tokens
+        if not given:
+            src_positions, doc_ids, bidir_lens = causal_layout(tokens, self.padding_idx)
+        allowed = may_attend(doc_ids, bidir_lens, self.cross_document)
+        return self.extract_features_with_layout(tokens, src_positions, allowed)
+
+    def extract_features_with_layout(self, tokens, positions, allowed):
+        """The decoder on ``tokens`` ``(B, T)`` at 0-based ``positions``, each query attending
+        to the keys ``allowed`` ``(B, 1, T, T)`` bool."""
+        x = self.embed_scale * self.embed_tokens(tokens)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        padding = tokens.eq(self.padding_idx)
+        position_ids = (positions + self.padding_idx + 1).masked_fill(padding, self.padding_idx)
+        x = x + embed_learned_positions(self.embed_positions, position_ids)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        x = x.transpose(0, 1)  # (T, B, C)
+        attn_mask = additive_attention_mask(allowed, x.dtype)  # once for all layers
+        inner_states = [x]
+        for layer in self.layers:
+            x, _, _ = layer(x, None, None, None, self_attn_mask=attn_mask)
+            inner_states.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x, {"attn": [None], "inner_states": inner_states}
+
+
+@register_model("bidirectional_lm")
+class BidirectionalLanguageModel(FairseqLanguageModel):
+    """Generalized bidirectionality (Artetxe et al., 2022): a decoder-only LM whose attention
+    follows each batch's documents, bidirectional prefixes and moved masks (module doc)."""
+
+    def __init__(self, args, decoder: BidirectionalTransformerDecoder):
+        super().__init__(decoder)
+        self.args = args
+        self.classification_heads = nn.ModuleDict()
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--activation-fn", choices=utils.get_available_activation_fns(),
+                            help="FFN activation (default: gelu, as GPT-3)")
+        parser.add_argument("--dropout", type=float, metavar="D", help="dropout (default 0.1)")
+        parser.add_argument("--attention-dropout", type=float, metavar="D",
+                            help="dropout on attention probabilities (default 0.1)")
+        parser.add_argument("--activation-dropout", type=float, metavar="D",
+                            help="dropout after the FFN activation (default 0)")
+        parser.add_argument("--decoder-embed-dim", type=int, metavar="N",
+                            help="hidden dim d (Table 2)")
+        parser.add_argument("--decoder-ffn-embed-dim", type=int, metavar="N",
+                            help="FFN inner dim (default 4 d)")
+        parser.add_argument("--decoder-layers", type=int, metavar="N", help="layers l (Table 2)")
+        parser.add_argument("--decoder-attention-heads", type=int, metavar="N",
+                            help="attention heads h (Table 2)")
+        parser.add_argument("--max-target-positions", type=int, metavar="N",
+                            help="learned positions (default: --tokens-per-sample, else 1024); "
+                                 "every document must be shorter")
+        parser.add_argument("--no-scale-embedding", action="store_true",
+                            help="do not scale token embeddings by sqrt(d)")
+        parser.add_argument("--checkpoint-activations", action="store_true",
+                            help="recompute activations in the backward pass")
+        parser.add_argument("--pooler-activation-fn", choices=utils.get_available_activation_fns(),
+                            help="classification heads: activation (default tanh)")
+        parser.add_argument("--pooler-dropout", type=float, metavar="D",
+                            help="classification heads: dropout (default 0)")
+        parser.add_argument("--load-checkpoint-heads", action="store_true",
+                            help="(re-)register the checkpoint's classification heads")
+
+    @classmethod
+    def build_model(cls, args, task):
+        if OmegaConf.is_config(args):
+            OmegaConf.set_struct(args, False)
+        bidirectional_lm_architecture(args)  # fills what a checkpoint's args may lack
+        if safe_getattr(args, "max_target_positions", None) is None:
+            args.max_target_positions = safe_getattr(args, "tokens_per_sample",
+                                                     DEFAULT_MAX_TARGET_POSITIONS)
+        validate_bidirectional_lm_config(args)
+        no_cross = no_cross_document_attention(args, task)
+        setattr(args, NO_CROSS_DOCUMENT_ATTENTION, no_cross)
+        dictionary = task.source_dictionary
+        embed_tokens = Embedding(len(dictionary), args.decoder_embed_dim, dictionary.pad())
+        decoder = BidirectionalTransformerDecoder(args, dictionary, embed_tokens,
+                                                  cross_document=not no_cross)
+        if OmegaConf.is_config(args):
+            OmegaConf.set_struct(args, True)
+        return cls(args, decoder)
+
+    def forward(self, src_tokens, src_lengths=None, src_positions=None, doc_ids=None,
+                bidir_lens=None, features_only=False, classification_head_name=None,
+                masked_tokens=None, classification_positions=None, **kwargs):
+        """``(logits (B, T, V), extra)``; ``features_only``: features ``(B, T, C)``;
+        ``masked_tokens`` ``(B, T)`` bool: logits ``(N, V)`` of those positions only
+        (row-major); ``classification_head_name``: that head's ``(B, classes)`` on the features
+        at ``classification_positions`` ``(B,)`` (default: each row's last token, the final
+        ``</s>``). Without ``src_positions`` / ``doc_ids`` / ``bidir_lens``: a causal LM over
+        each row."""
+        if classification_head_name is not None:
+            features, extra = self.decoder(src_tokens, src_positions=src_positions,
+                                           doc_ids=doc_ids, bidir_lens=bidir_lens,
+                                           features_only=True, **kwargs)
+            if classification_positions is None:
+                classification_positions = last_token_positions(src_tokens,
+                                                                self.decoder.padding_idx)
+            head = self.classification_heads[classification_head_name]
+            return head(features, positions=classification_positions), extra
+        return self.decoder(src_tokens, src_positions=src_positions, doc_ids=doc_ids,
+                            bidir_lens=bidir_lens, features_only=features_only,
+                            masked_tokens=masked_tokens, **kwargs)
+
+    def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
+        """Add (or replace) a head ``name``: RoBERTa's dense -> activation -> projection on the
+        features of one position per row (§3.2: the final ``</s>``)."""
+        dim = self.args.decoder_embed_dim
+        if name in self.classification_heads:
+            previous = self.classification_heads[name]
+            if (num_classes != previous.out_proj.out_features
+                    or (inner_dim or dim) != previous.dense.out_features):
+                logger.warning("re-registering head %r with num_classes %s (prev: %s) and "
+                               "inner_dim %s (prev: %s)", name, num_classes,
+                               previous.out_proj.out_features, inner_dim,
+                               previous.dense.out_features)
+        self.classification_heads[name] = PositionClassificationHead(
+            input_dim=dim, inner_dim=inner_dim or dim, num_classes=num_classes,
+            activation_fn=safe_getattr(self.args, "pooler_activation_fn", "tanh"),
+            pooler_dropout=safe_getattr(self.args, "pooler_dropout", 0.0),
+        )
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Classification heads as RoBERTa handles them: a checkpoint's heads the model lacks
+        are dropped (or registered with ``--load-checkpoint-heads``), heads of other sizes are
+        dropped, and heads the checkpoint lacks keep their fresh weights (fine-tuning a
+        pre-trained checkpoint)."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = f"{name}." if name else ""
+        head_prefix = prefix + "classification_heads."
+        checkpoint_heads = {key[len(head_prefix):].split(".")[0]
+                            for key in state_dict if key.startswith(head_prefix)}
+        for head in checkpoint_heads:
+            num_classes = state_dict[f"{head_prefix}{head}.out_proj.weight"].size(0)
+            inner_dim = state_dict[f"{head_prefix}{head}.dense.weight"].size(0)
+            current = self.classification_heads[head] if head in self.classification_heads else None
+            if current is None and safe_getattr(self.args, "load_checkpoint_heads", False):
+                self.register_classification_head(head, num_classes, inner_dim)
+            elif current is None or (num_classes, inner_dim) != (current.out_proj.out_features,
+                                                                 current.dense.out_features):
+                logger.warning("deleting classification head %r from the checkpoint (%s in the "
+                               "current model)", head, "different" if current else "not")
+                for key in [k for k in state_dict if k.startswith(f"{head_prefix}{head}.")]:
+                    del state_dict[key]
+        for key, value in self.classification_heads.state_dict().items():
+            if head_prefix + key not in state_dict:
+                state_dict[head_prefix + key] = value
+
+
+# --- architectures (Table 2; small, mini and tiny for CPU runs and tests) -----------------------
+
+def bidirectional_lm_defaults(args, size: DecoderSize) -> None:
+    """``size``, then the GPT-3-style settings of Artetxe et al. (2021) as fairseq's
+    ``transformer_lm_gpt`` has them (GELU, dropout 0.1, attention dropout 0.1), learned
+    positions, tied input/output embeddings, classification-head defaults, and fairseq's
+    ``base_lm_architecture`` for the rest (pre-LN with a final LayerNorm). Only where unset."""
+    set_encoder_size(args, size)
+    args.activation_fn = safe_getattr(args, "activation_fn", "gelu")
+    args.dropout = safe_getattr(args, "dropout", 0.1)
+    args.attention_dropout = safe_getattr(args, "attention_dropout", 0.1)
+    args.decoder_learned_pos = safe_getattr(args, "decoder_learned_pos", True)
+    args.share_decoder_input_output_embed = safe_getattr(
+        args, "share_decoder_input_output_embed", True)
+    args.pooler_activation_fn = safe_getattr(args, "pooler_activation_fn", "tanh")
+    args.pooler_dropout = safe_getattr(args, "pooler_dropout", 0.0)
+    base_lm_architecture(args)
+
+
+def bidirectional_lm_architecture(args) -> None:
+    """``--arch bidirectional_lm``: the 125M model's defaults (Table 2)."""
+    bidirectional_lm_defaults(args, DECODER_LM_SIZES["125m"])
+
+
+register_sized_architecture("bidirectional_lm", "bidirectional_lm", bidirectional_lm_defaults,
+                            "125m", " (Table 2's 125M)", table=DECODER_LM_SIZES)
+for _size in DECODER_LM_SIZES:
+    register_sized_architecture("bidirectional_lm", f"bidir_lm_{_size}",
+                                bidirectional_lm_defaults, _size, table=DECODER_LM_SIZES)

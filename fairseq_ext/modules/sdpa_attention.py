@@ -1,0 +1,78 @@
+"""fairseq's multi-head self-attention run through ``scaled_dot_product_attention`` with a
+per-example attention mask.
+
+fairseq's :class:`~fairseq.modules.MultiheadAttention` takes one ``(T, T)`` mask for the whole
+batch. Masks that differ per row (the packed documents of generalized bidirectionality,
+:mod:`fairseq_ext.modules.bidirectional_attention_mask`) need a ``(B, 1, T, T)`` one.
+:class:`MaskedSelfAttention` keeps fairseq's parameters (``q_proj``, ``k_proj``, ``v_proj``,
+``out_proj``, their names and initialisation) and scaling, and, given a 4-D float ``attn_mask``
+(added to the logits, broadcast over heads), computes
+``softmax(Q K^T / sqrt(d_head) + mask) V`` with
+``torch.nn.functional.scaled_dot_product_attention`` (fused kernels on GPU), the pattern of
+:class:`~fairseq_ext.modules.relative_attention.RelativeBiasSelfAttention`.
+
+Anything else (no mask, fairseq's ``(T, T)`` mask, incremental decoding with its key/value
+cache) is fairseq's own ``MultiheadAttention.forward``, so fairseq's sequence generator works
+unchanged.
+"""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.modules import MultiheadAttention
+from torch import Tensor
+
+
+class MaskedSelfAttention(MultiheadAttention):
+    """fairseq's self-attention that also takes a per-example additive mask ``(B, 1 or H, T,
+    T)`` and then runs SDPA."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, **kwargs):
+        super().__init__(embed_dim, num_heads, dropout=dropout, self_attention=True, **kwargs)
+
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                key_padding_mask: Optional[Tensor] = None, incremental_state=None,
+                need_weights: bool = True, static_kv: bool = False,
+                attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+        """``query`` ``(T, B, C)``. With a 4-D float ``attn_mask`` and no incremental state:
+        SDPA (``need_weights`` / ``need_head_weights`` then compute the probabilities
+        explicitly: averaged over heads, or ``(H, B, Tq, Tk)``). Otherwise fairseq's forward."""
+        if attn_mask is None or attn_mask.dim() != 4 or incremental_state is not None:
+            return super().forward(query, key, value, key_padding_mask=key_padding_mask,
+                                   incremental_state=incremental_state, need_weights=need_weights,
+                                   static_kv=static_kv, attn_mask=attn_mask,
+                                   before_softmax=before_softmax,
+                                   need_head_weights=need_head_weights)
+        if static_kv or before_softmax:
+            raise ValueError("MaskedSelfAttention with a per-example mask is self-attention: "
+                             "static_kv and before_softmax are not supported")
+        if (key is not None and key is not query) or (value is not None and value is not query):
+            raise ValueError("MaskedSelfAttention is self-attention: pass the same tensor as "
+                             "query, key and value")
+        length, bsz, embed_dim = query.shape
+        if attn_mask.size(-1) != length or attn_mask.size(-2) != length:
+            raise ValueError(f"attn_mask must be (B, 1 or H, {length}, {length}); got "
+                             f"{tuple(attn_mask.shape)}")
+        heads, head_dim = self.num_heads, self.head_dim
+
+        def split_heads(x: Tensor) -> Tensor:  # (T, B, C) -> (B, H, T, d)
+            return x.view(length, bsz, heads, head_dim).permute(1, 2, 0, 3)
+
+        q, k, v = (split_heads(proj(query)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        bias = attn_mask.to(q.dtype)
+        if key_padding_mask is not None:
+            padding = key_padding_mask.view(bsz, 1, 1, length).to(torch.bool)
+            bias = bias.masked_fill(padding, float("-inf"))
+        dropout = self.dropout_module.p if (self.training or
+                                            self.dropout_module.apply_during_inference) else 0.0
+        weights = None
+        if need_weights or need_head_weights:
+            logits = torch.matmul(q, k.transpose(-1, -2)) * self.scaling + bias
+            probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
+            out = torch.matmul(F.dropout(probs, dropout, training=dropout > 0), v)
+            weights = probs.transpose(0, 1) if need_head_weights else probs.mean(dim=1)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
+        out = out.permute(2, 0, 1, 3).reshape(length, bsz, embed_dim)
+        return self.out_proj(out), weights
