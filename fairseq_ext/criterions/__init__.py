@@ -1,2 +1,6 @@
 """Criteria registered with fairseq's ``--criterion``."""
-from fairseq_ext.criterions import masked_lm_categories, masked_lm_flops  # noqa: F401
+from fairseq_ext.criterions import (  # noqa: F401
+    bidirectional_lm,
+    masked_lm_categories,
+    masked_lm_flops,
+)

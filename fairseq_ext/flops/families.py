@@ -18,6 +18,7 @@ from fairseq_ext.flops.formulas import (
     TRAINING_MULTIPLIER,
     check_mask_prob,
     cross_block_flops,
+    decoder_lm_forward_flops,
     prediction_head_flops,
     projection_flops,
     swishrnn_bert_block_flops,
@@ -226,6 +227,44 @@ class ThreeMLCrossFlops(ThreeMLFlops):
         enc_dim = spec.encoder.dim
         return (prediction_head_flops(mask_tokens, spec.decoder.dim, enc_dim, vocab_size)
                 + prediction_head_flops(other_predicted_tokens, enc_dim, enc_dim, vocab_size))
+
+
+@register_flops_family
+class BidirectionalLmFlops(FlopsFamily):
+    """Generalized bidirectionality (Artetxe et al., 2022): a decoder-only LM. ``N`` blocks on
+    the packed length ``L`` (self-attention counted on the full ``L x L`` map, which SDPA
+    computes whatever the mask lets through) and the tied output projection ``2 n D V`` on the
+    ``n`` predicted tokens only (the ``bidirectional_lm`` criterion computes logits only there);
+    no dense layer in the head. The one stack is the model's ``--decoder-*`` (held as the
+    spec's ``encoder``). Per token with every token predicted (NxtUni) this is the forward
+    count of Narayanan et al. (2021), blocks ``24 l h^2 + 4 s l h`` and head ``2 h V``; their
+    training count, ``96 B s l h^2 (1 + s / 6h + V / 16 l h)`` (4 x the blocks: activation
+    recomputation; 3 x the head), reproduces Table 2's "cost" column (Artetxe et al., 2022,
+    estimate it "following Artetxe et al. (2021)"); we count training as 3 x forward.
+
+    The calculator's ``--mask-prob`` is the share of predicted tokens here (``<mask>`` and
+    next-token targets go through the same head)."""
+
+    name = "bidirectional_lm"
+
+    def spec_from_args(self, args) -> ModelSpec:
+        return ModelSpec(self.name, Stack(args.decoder_layers, args.decoder_embed_dim,
+                                          args.decoder_ffn_embed_dim))
+
+    def forward_flops(self, spec, encoder_length, decoder_length, mask_tokens,
+                      other_predicted_tokens, vocab_size):
+        stack = spec.encoder
+        return decoder_lm_forward_flops(encoder_length, stack.dim, stack.ffn_dim, stack.layers,
+                                        vocab_size, mask_tokens + other_predicted_tokens)
+
+    def default_baseline(self, spec):
+        """The same model (``--arch bidirectional_lm`` with these sizes): set its predicted
+        share with ``--vs-mask-prob``."""
+        stack = spec.encoder
+        return "bidirectional_lm", spec, {
+            "decoder_layers": stack.layers, "decoder_embed_dim": stack.dim,
+            "decoder_ffn_embed_dim": stack.ffn_dim,
+            "decoder_attention_heads": max(1, stack.dim // 64)}
 
 
 # --- specs and whole-model FLOPs ----------------------------------------------------------------
