@@ -429,6 +429,13 @@ def test_run_checks_accept_the_bidirectional_task_and_criterion():
     check_run_config(args, "bidir_lm_tiny")
     ARCH_CONFIG_REGISTRY["bidir_lm_tiny"](args)
     assert args.decoder_layers == 2
+    # fairseq-train's default criterion divides by every token: refused, naming ours
+    args = argparse.Namespace(task="bidirectional_lm", criterion="cross_entropy")
+    with pytest.raises(ValueError, match="Add --criterion bidirectional_lm"):
+        ARCH_CONFIG_REGISTRY["bidir_lm_tiny"](args)
+    # a plain LM task with cross_entropy is fine for this model
+    ARCH_CONFIG_REGISTRY["bidir_lm_tiny"](argparse.Namespace(task="language_modeling",
+                                                            criterion="cross_entropy"))
 
 
 # --- 6. classification heads ------------------------------------------------------------------
@@ -580,3 +587,24 @@ def test_gradient_flows_only_through_the_predicted_logits():
         logits = model(**sample["net_input"], masked_tokens=predicted)[0]
         expected = F.cross_entropy(logits, sample["target"][predicted], reduction="sum")
     assert float(loss) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_hydra_model_node_reads_the_task_node():
+    """Under fairseq-hydra-train the model node holds only model fields: the flag comes from
+    the run's task node, the positions from the task's --tokens-per-sample."""
+    from fairseq.models import build_model
+    from omegaconf import OmegaConf
+
+    root = OmegaConf.create({
+        "task": {"_name": "bidirectional_lm", "no_cross_document_attention": True,
+                 "tokens_per_sample": 48},
+        "criterion": {"_name": "bidirectional_lm"},
+        "model": {"_name": "bidir_lm_tiny", "dropout": 0.0},
+    })
+    OmegaConf.set_struct(root, True)
+    task = MaskedLmTaskStub(VOCAB)
+    task.max_positions = lambda: 48
+    model = build_model(root.model, task)
+    assert model.decoder.cross_document is False
+    assert model.decoder.max_positions() == 48
+    assert model.args.decoder_embed_dim == 64

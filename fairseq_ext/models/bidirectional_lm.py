@@ -269,8 +269,11 @@ class BidirectionalLanguageModel(FairseqLanguageModel):
             OmegaConf.set_struct(args, False)
         bidirectional_lm_architecture(args)  # fills what a checkpoint's args may lack
         if safe_getattr(args, "max_target_positions", None) is None:
-            args.max_target_positions = safe_getattr(args, "tokens_per_sample",
-                                                     DEFAULT_MAX_TARGET_POSITIONS)
+            task_positions = task.max_positions() if hasattr(task, "max_positions") else None
+            args.max_target_positions = (safe_getattr(args, "tokens_per_sample", None)
+                                         or (task_positions if isinstance(task_positions, int)
+                                             else None)
+                                         or DEFAULT_MAX_TARGET_POSITIONS)
         validate_bidirectional_lm_config(args)
         no_cross = no_cross_document_attention(args, task)
         setattr(args, NO_CROSS_DOCUMENT_ATTENTION, no_cross)

@@ -10,7 +10,10 @@ before any data is read, so a mistake stops the run with a message that names th
   when ``--criterion`` is forgotten: it divides the masked-LM loss by *every* token instead of
   the predicted ones, so loss and ppl look several times too good (``ppl 3.8`` at
   initialisation instead of the vocabulary size). Always wrong for a masked LM, so an error,
-  not a warning. (fairseq's own archs, e.g. ``roberta_base``, are left alone.)
+  not a warning. (fairseq's own archs, e.g. ``roberta_base``, are left alone.) Likewise
+  ``--task bidirectional_lm`` with ``cross_entropy``: its batches count every token in
+  ``ntokens`` but predict only some (Artetxe et al., 2022, Table 1), so ``--criterion
+  bidirectional_lm`` is named.
 * masking settings fairseq's ``MaskTokensDataset`` would reject with a bare ``AssertionError``
   (:func:`check_masking`, shared with 3ML's ``validate_three_ml_config``).
 
@@ -47,6 +50,8 @@ logger = logging.getLogger(__name__)
 MASKED_LM_TASK = "masked_lm"
 #: Criteria that normalise a masked-LM loss by every token rather than the predicted ones.
 ALL_TOKEN_CRITERIA = frozenset({"cross_entropy"})
+#: Generalized bidirectionality's task and its criterion (loss over the predicted tokens).
+BIDIRECTIONAL_LM_TASK = "bidirectional_lm"
 #: Criteria with the same masked-LM loss (fairseq's, and ours with more metrics).
 MASKED_LM_CRITERIA = ("masked_lm_categories", "masked_lm_flops", "masked_lm")
 
@@ -110,7 +115,16 @@ def check_masking(task_cfg) -> None:
 
 
 def check_criterion(arch: str, task: Optional[str], criterion: Optional[str]) -> None:
-    """Refuse a criterion that normalises a masked-LM loss by every token."""
+    """Refuse a criterion that normalises a masked-LM (or generalized-bidirectionality) loss
+    by every token."""
+    if task == BIDIRECTIONAL_LM_TASK and criterion in ALL_TOKEN_CRITERIA:
+        raise ValueError(
+            f"--arch {arch} with --task {task} and --criterion {criterion} (fairseq-train's "
+            f"default when --criterion is not given): {criterion} divides the loss by every "
+            "token, while most variants predict only some of them. Add --criterion "
+            "bidirectional_lm (loss over the predicted tokens, loss_mask/loss_next, training "
+            "FLOPs); in a hydra config, criterion: bidirectional_lm"
+        )
     if task == MASKED_LM_TASK and criterion in ALL_TOKEN_CRITERIA:
         raise ValueError(
             f"--arch {arch} with --task {task} and --criterion {criterion} (fairseq-train's "

@@ -44,9 +44,10 @@ class MaskedSelfAttention(MultiheadAttention):
                                    static_kv=static_kv, attn_mask=attn_mask,
                                    before_softmax=before_softmax,
                                    need_head_weights=need_head_weights)
-        if static_kv or before_softmax:
-            raise ValueError("MaskedSelfAttention with a per-example mask is self-attention: "
-                             "static_kv and before_softmax are not supported")
+        if static_kv or before_softmax or self.bias_k is not None or self.add_zero_attn:
+            raise ValueError("MaskedSelfAttention with a per-example mask is plain "
+                             "self-attention: static_kv, before_softmax, add_bias_kv and "
+                             "add_zero_attn are not supported")
         if (key is not None and key is not query) or (value is not None and value is not query):
             raise ValueError("MaskedSelfAttention is self-attention: pass the same tensor as "
                              "query, key and value")
