@@ -18,8 +18,10 @@ task prepares, and in the attention mask, which this model builds from the batch
 * **Blocks**: fairseq's Transformer decoder layers without cross-attention, pre-LN with a final
   LayerNorm, GELU, FFN ``4 d``, dropout 0.1 (fairseq's ``transformer_lm_gpt``, the architecture
   of Artetxe et al., 2021, whose settings §3.1 follows); token embeddings scaled by
-  ``sqrt(d)`` and initialised ``N(0, d^-1/2)``, Xavier-uniform linear layers (fairseq's
-  ``transformer_lm`` initialisation); the output projection is tied to the token embedding.
+  ``sqrt(d)`` and initialised ``N(0, d^-1/2)``, attention projections Xavier-uniform, FFN
+  layers torch's default ``nn.Linear`` initialisation (all fairseq's ``transformer_lm``
+  initialisation, not BERT's ``N(0, 0.02)``); the output projection is tied to the token
+  embedding.
 * **Sizes** (Table 2; :data:`~fairseq_ext.models.sizes.DECODER_LM_SIZES`): ``bidir_lm_125m``
   (12 x 768, 12 heads), ``bidir_lm_355m`` (24 x 1024, 16), ``bidir_lm_1_3b`` (24 x 2048, 32),
   ``bidir_lm_2_7b`` (32 x 2560, 32), ``bidir_lm_6_7b`` (32 x 4096, 32); ``bidir_lm_small``
@@ -28,10 +30,11 @@ task prepares, and in the attention mask, which this model builds from the batch
   124.4M, 354.8M, 1.314B, 2.649B and 6.654B parameters (Table 2: 125M, 355M, 1.3B, 2.7B,
   6.7B; GPT-3 rounds its 2.65B model to 2.7B too).
 
-Where the paper is silent we follow the brief's choices and say so: Artetxe et al. (2021)
-trained with *sinusoidal* positions (following Shortformer), while this model learns its
-positions (1,026 x d more parameters, 0.6% at 125M); pre-LN, the initialisation and the
-embedding scale are fairseq's ``transformer_lm`` defaults.
+Choices where the paper is silent: Artetxe et al. (2021) trained with *sinusoidal* positions
+(following Shortformer; fairseq's ``transformer_lm_gpt`` default), while this model learns its
+positions (§2 moves masked tokens "along with their positional embeddings"; 1,026 x d more
+parameters, 0.6% at 125M); pre-LN, the initialisation and the embedding scale are fairseq's
+``transformer_lm`` defaults, as in the fairseq code both papers used.
 
 The batch (the ``bidirectional_lm`` task's ``net_input``): ``src_tokens`` ``(B, T)``
 right-padded; ``src_positions`` each token's index in its original document; ``doc_ids`` which
