@@ -398,6 +398,16 @@ def test_items_depend_on_seed_epoch_and_index_only():
     assert differing([other_seed[i] for i in indices]) >= 0.9 * len(indices)
 
 
+def test_every_item_has_its_own_random_stream():
+    """default_rng((seed, epoch, index)) instead of data_utils.numpy_seed, whose
+    hash((seed, epoch, index)) % 1e6 gives many items the same stream."""
+    dataset = build_dataset([[A, EOS]], "hyb_pre")
+    count = 20000
+    first_draws = {int(dataset.item_rng(index).integers(2**62)) for index in range(count)}
+    assert len(first_draws) == count
+    assert len({int(hash((1, 1, index)) % 1e6) for index in range(count)}) < 0.95 * count
+
+
 # --- 5. documents longer than a row --------------------------------------------------------------
 
 def test_split_lengths():
