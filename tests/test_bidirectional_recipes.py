@@ -82,3 +82,53 @@ def test_every_hyperparameter_is_an_environment_variable(recipe):
     assert flags["--total-num-update"] == env["TOTAL_UPDATES"]
     assert flags["--update-freq"] == "8" and flags["--cpu"] is True
     assert argv[-2:] == ["--extra", "appended"]
+
+
+#: fairseq-train flag of the shell recipes -> the hydra key of their YAML twins.
+FLAG_TO_YAML = {
+    "--task": "task._name", "--variant": "task.variant", "--criterion": "criterion",
+    "--arch": "model._name", "--max-target-positions": "model.max_target_positions",
+    "--tokens-per-sample": "task.tokens_per_sample",
+    "--sample-break-mode": "task.sample_break_mode", "--mask-prob": "task.mask_prob",
+    "--plain-lm-prob": "task.plain_lm_prob", "--dropout": "model.dropout",
+    "--attention-dropout": "model.attention_dropout", "--optimizer": "optimizer._name",
+    "--adam-betas": "optimizer.adam_betas", "--adam-eps": "optimizer.adam_eps",
+    "--weight-decay": "optimizer.weight_decay", "--clip-norm": "optimization.clip_norm",
+    "--lr-scheduler": "lr_scheduler._name", "--power": "lr_scheduler.power",
+    "--lr": "optimization.lr.0", "--warmup-updates": "lr_scheduler.warmup_updates",
+    "--total-num-update": "lr_scheduler.total_num_update",
+    "--max-update": "optimization.max_update", "--max-tokens": "dataset.max_tokens",
+    "--update-freq": "optimization.update_freq.0", "--seed": "common.seed",
+    "--num-workers": "dataset.num_workers", "--log-interval": "common.log_interval",
+    "--save-dir": "checkpoint.save_dir",
+    "--save-interval-updates": "checkpoint.save_interval_updates",
+    "--keep-interval-updates": "checkpoint.keep_interval_updates",
+    "--log-format": "common.log_format", "--log-file": "common.log_file",
+}
+
+
+@pytest.mark.parametrize("recipe, config", [(PRETRAIN, "pretrain_125m.yaml"), (DEMO, "demo.yaml")],
+                         ids=["pretrain_125m", "demo"])
+def test_yaml_twin_holds_the_shell_recipes_values(recipe, config):
+    from omegaconf import OmegaConf
+
+    from fairseq_ext.hydra_config import register_resolvers
+
+    register_resolvers()
+    cfg = OmegaConf.load(REPO_ROOT / "recipes/config/bidirectional" / config)
+    _, flags = dry_run(recipe)
+    for flag, key in FLAG_TO_YAML.items():
+        shell, yaml = flags[flag], OmegaConf.select(cfg, key)
+        try:
+            assert float(shell) == float(yaml), (flag, key)
+        except ValueError:
+            assert str(shell).replace(" ", "") == str(yaml).replace(" ", ""), (flag, key)
+    assert flags.get("--cpu", False) is bool(OmegaConf.select(cfg, "common.cpu"))
+    for switch, key in (("--no-epoch-checkpoints", "checkpoint.no_epoch_checkpoints"),
+                        ("--skip-invalid-size-inputs-valid-test",
+                         "dataset.skip_invalid_size_inputs_valid_test")):
+        assert flags[switch] is True and OmegaConf.select(cfg, key) is True
+    # every flag our model adds can be overridden as model.KEY=VALUE (null: the arch's default)
+    from test_recipes import plugin_model_keys
+
+    assert plugin_model_keys(cfg.model._name) <= set(cfg.model)
