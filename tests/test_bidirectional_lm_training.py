@@ -5,8 +5,8 @@ checkpoint continues exactly as an uninterrupted one."""
 import math
 
 import pytest
-from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, run_cli
 
+from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, run_cli
 from fairseq_ext.data.bidirectional_sampling import VARIANTS
 
 TINY = ["--arch", "bidir_lm_tiny", "--tokens-per-sample", "64", "--max-tokens", "512",
