@@ -28,12 +28,15 @@ def test_main_prints_both_throughputs_and_the_ratio(capsys, tmp_path):
                        "--vocab-size", "100", "--rounds", "1", "--warmup", "0", "--quiet",
                        "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    for name, arch in (("bidirectional_lm", "bidir_lm_tiny"), ("transformer_lm", "transformer_lm_gpt")):
+    for name, arch in (("bidirectional_lm", "bidir_lm_tiny"), ("transformer_lm", "transformer_lm_gpt"),
+                       ("bidirectional_lm_all_logits", "bidir_lm_tiny")):
         row = re.search(rf"^\| {name} \| {arch} \| [\d.]+ \([\d.]+-[\d.]+\) \| (\d+) \|$", printed,
                         re.M)
         assert row and int(row.group(1)) > 0, printed
     ratio = re.search(r"^ratio bidirectional_lm / transformer_lm: (\d+\.\d+)$", printed, re.M)
     assert ratio and float(ratio.group(1)) > 0, printed
+    assert re.search(r"^ratio bidirectional_lm_all_logits / transformer_lm .*: \d+\.\d+$", printed,
+                     re.M), printed
     record = json.loads(out.read_text())
     assert record["ratio"] == pytest.approx(
         record["results"]["bidirectional_lm"]["tokens_per_s"]
@@ -43,13 +46,25 @@ def test_main_prints_both_throughputs_and_the_ratio(capsys, tmp_path):
 def test_models_differ_only_in_mask_and_positions():
     task = MaskedLmTaskStub(100)
     models = bench.build_models("tiny", task, 64, seed=0)
-    ours, theirs = (dict(m.named_parameters()) for m in models.values())
+    ours, theirs = (dict(models[name].named_parameters())
+                    for name in ("bidirectional_lm", "transformer_lm"))
     assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in theirs.items()}
     for model in models.values():
         decoder = model.decoder
         assert decoder.share_input_output_embed and decoder.layer_norm is not None
         assert all(layer.normalize_before for layer in decoder.layers)
         assert type(decoder.embed_positions).__name__ == "LearnedPositionalEmbedding"
+
+
+def test_all_logits_criterion_gives_the_same_loss():
+    task = MaskedLmTaskStub(100)
+    model = bench.build_models("tiny", task, 64, seed=0)["bidirectional_lm"].eval()
+    sample = bench.build_batches(task, ObjectiveSampler.from_flags("hyb_pre"), 1, 2, 64, 4, 32,
+                                 seed=0)["bidirectional_lm"][0]
+    config = bench.MaskedLmConfig(tpu=False)
+    loss, size, _ = bench.BidirectionalLmLoss(config, task)(model, sample)
+    loss_all, size_all, _ = bench.AllLogitsBidirectionalLmLoss(config, task)(model, sample)
+    assert int(size) == int(size_all) and float(loss) == pytest.approx(float(loss_all), rel=1e-5)
 
 
 def test_batch_has_the_hyb_pre_layout():
