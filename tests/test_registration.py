@@ -10,6 +10,7 @@ import pytest
 from fairseq.criterions import CRITERION_REGISTRY
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.optim import OPTIMIZER_REGISTRY
+from fairseq.tasks import TASK_REGISTRY
 
 import fairseq_ext
 from conftest import REPO_ROOT, USER_DIR, fairseq_cli, run_cli
@@ -18,9 +19,11 @@ OUR_ARCHS = {"roberta_small": "roberta", "roberta_mini": "roberta", "roberta_tin
              "roberta_large_prenorm": "roberta", "3ml_self_base": "3ml_self",
              "3ml_self_mini": "3ml_self", "3ml_cross_large": "3ml_cross",
              "bert_orig_base": "roberta", "bert_rab_large": "bert_rab",
-             "swishrnn_bert_base": "swishrnn_bert"}
+             "swishrnn_bert_base": "swishrnn_bert", "bidir_lm_mini": "bidirectional_lm",
+             "bidir_lm_125m": "bidirectional_lm"}
 OUR_OPTIMIZERS = {"fused_adamw"}
-OUR_CRITERIA = {"masked_lm_categories"}
+OUR_CRITERIA = {"masked_lm_categories", "masked_lm_flops", "bidirectional_lm"}
+OUR_TASKS = {"bidirectional_lm"}
 
 
 def test_architectures_and_optimizers_are_registered():
@@ -28,6 +31,7 @@ def test_architectures_and_optimizers_are_registered():
         assert ARCH_MODEL_REGISTRY[arch] is ARCH_MODEL_REGISTRY[model]
     assert OUR_OPTIMIZERS <= set(OPTIMIZER_REGISTRY)
     assert OUR_CRITERIA <= set(CRITERION_REGISTRY)
+    assert OUR_TASKS <= set(TASK_REGISTRY)
 
 
 def test_importing_the_package_imports_every_registering_module():
