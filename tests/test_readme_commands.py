@@ -226,7 +226,9 @@ def check_demo(work: Work, run: Run) -> None:
 
 def check_make_test(work: Work, run: None) -> None:
     # `make test` is lint + the whole suite, this test included: running it here would recurse.
-    assert makefile_rule("test") == ["$(PY) -m pytest -q tests $(PYTEST_ARGS)"]
+    assert makefile_rule("test") == ["$(PYTEST) tests $(PYTEST_ARGS)"]
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert re.search(r"^PYTEST := .*\$\(PY\) -m pytest -q", makefile, flags=re.M)
 
 
 def check_validate(work: Work, run: Run) -> None:
@@ -273,6 +275,17 @@ def check_pretrain_dry_run(work: Work, run: Run) -> None:
     assert (flags["--batch-size"], flags["--update-freq"]) == ("16", "16")
     assert flags["--max-update"] == "500000" and flags["--tokens-per-sample"] == "512"
     assert not (work.root / "checkpoints/roberta").exists()  # printed, not run
+
+
+def check_bidirectional_pretrain_dry_run(work: Work, run: Run) -> None:
+    [command] = printed_commands(run.stdout)
+    assert Path(command[0]).name == "fairseq-train" and command[1] == DATA
+    flags = flag_values(command)
+    assert (flags["--task"], flags["--variant"], flags["--arch"]) == (
+        "bidirectional_lm", "msk_bi", "bidir_lm_355m")
+    # Table 2 at 355M: 0.5M tokens = 8192 per GPU x NUM_GPUS=8 x update_freq 8, lr 3e-4
+    assert (flags["--max-tokens"], flags["--update-freq"], flags["--lr"]) == ("8192", "8", "0.0003")
+    assert not (work.root / "checkpoints/bidirectional").exists()  # printed, not run
 
 
 def check_equal_budget_dry_run(work: Work, run: Run) -> None:
@@ -399,6 +412,12 @@ COMMANDS: Dict[str, Entry] = {
               "roberta_base for 500K updates on 8 GPUs"),
     "DATA=data-bin/python-docs-spm8000 recipes/3ml/demo.sh":
         two_more_updates("checkpoints/3ml_demo", recipe_overrides),
+    "DATA=data-bin/python-docs-spm8000 VARIANT=hyb_pre recipes/bidirectional/demo.sh":
+        two_more_updates("checkpoints/bidirectional_demo/hyb_pre", recipe_overrides),
+    "DATA=data-bin/python-docs-spm8000 VARIANT=msk_bi SIZE=355m NUM_GPUS=8 "
+    "recipes/bidirectional/pretrain.sh":
+        Entry(DRY_RUN, check_bidirectional_pretrain_dry_run, dry_run(),
+              "bidir_lm_355m for 190K updates on 8 GPUs"),
     "DATA=data-bin/python-docs-spm8000 ARCH=swishrnn_bert_mini TOTAL_UPDATES=600 "
     "SAVE_DIR=checkpoints/swishrnn_mini recipes/swishrnn/demo.sh --validate-interval-updates 150":
         two_more_updates("checkpoints/swishrnn_mini", recipe_overrides),
