@@ -85,6 +85,29 @@ add_log_flags() {
 }
 
 # run_mlm_pretraining [EXTRA_ARGS...]: the fairseq-train command shared by every masked-LM
+# add_pretraining_flags CMD_ARRAY: the flags every pre-training recipe shares, appended to the
+# array named CMD_ARRAY: dropout, optimizer, the polynomial-decay schedule (PEAK_LR,
+# WARMUP_UPDATES, TOTAL_UPDATES), seed, workers, logging, checkpointing, the JSON log
+# (add_log_flags), --cpu (CPU=1) and the precision flag (PRECISION).
+add_pretraining_flags() {
+  local -n _pretraining_cmd="$1"
+  _pretraining_cmd+=(
+    --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
+    --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
+    --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
+    --lr-scheduler polynomial_decay --power "${LR_POWER}" --lr "${PEAK_LR}"
+    --warmup-updates "${WARMUP_UPDATES}" --total-num-update "${TOTAL_UPDATES}"
+    --max-update "${TOTAL_UPDATES}"
+    --seed "${SEED}" --num-workers "${NUM_WORKERS}"
+    --log-interval "${LOG_INTERVAL}" --skip-invalid-size-inputs-valid-test
+    --save-dir "${SAVE_DIR}" --save-interval-updates "${SAVE_INTERVAL_UPDATES}"
+    --keep-interval-updates 1 --no-epoch-checkpoints
+  )
+  add_log_flags _pretraining_cmd
+  if [[ "${CPU}" == 1 ]]; then _pretraining_cmd+=(--cpu); fi
+  if [[ -n "${PRECISION}" ]]; then _pretraining_cmd+=("${PRECISION}"); fi
+}
+
 # pre-training recipe (fairseq's masked_lm task), built from the variables the recipe set to its
 # paper's defaults; printed, then run, with EXTRA_ARGS appended. WARMUP_UPDATES may be empty:
 # then it is WARMUP_PROPORTION of TOTAL_UPDATES. JSON records go to LOG_FILE (add_log_flags).
@@ -103,21 +126,9 @@ run_mlm_pretraining() {
     --tokens-per-sample "${TOKENS_PER_SAMPLE}" --sample-break-mode "${SAMPLE_BREAK_MODE}"
     --mask-prob "${MASK_PROB}" --leave-unmasked-prob "${LEAVE_UNMASKED_PROB}"
     --random-token-prob "${RANDOM_TOKEN_PROB}"
-    --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
-    --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
-    --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
-    --lr-scheduler polynomial_decay --power "${LR_POWER}" --lr "${PEAK_LR}"
-    --warmup-updates "${WARMUP_UPDATES}" --total-num-update "${TOTAL_UPDATES}"
-    --max-update "${TOTAL_UPDATES}"
     --batch-size "${MAX_SENTENCES}" --update-freq "${update_freq_value}"
-    --seed "${SEED}" --num-workers "${NUM_WORKERS}"
-    --log-interval "${LOG_INTERVAL}" --skip-invalid-size-inputs-valid-test
-    --save-dir "${SAVE_DIR}" --save-interval-updates "${SAVE_INTERVAL_UPDATES}"
-    --keep-interval-updates 1 --no-epoch-checkpoints
   )
-  add_log_flags cmd
-  if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
-  if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
+  add_pretraining_flags cmd
   run_printed "${cmd[@]}" "$@"
 }
 
@@ -135,21 +146,9 @@ run_bidirectional_pretraining() {
     --arch "${ARCH}" --max-target-positions "${TOKENS_PER_SAMPLE}"
     --tokens-per-sample "${TOKENS_PER_SAMPLE}" --sample-break-mode "${SAMPLE_BREAK_MODE}"
     --mask-prob "${MASK_PROB}" --plain-lm-prob "${PLAIN_LM_PROB}"
-    --dropout "${DROPOUT}" --attention-dropout "${ATTENTION_DROPOUT}"
-    --optimizer "${OPTIMIZER}" --adam-betas "${ADAM_BETAS}" --adam-eps "${ADAM_EPS}"
-    --weight-decay "${WEIGHT_DECAY}" --clip-norm "${CLIP_NORM}"
-    --lr-scheduler polynomial_decay --power "${LR_POWER}" --lr "${PEAK_LR}"
-    --warmup-updates "${WARMUP_UPDATES}" --total-num-update "${TOTAL_UPDATES}"
-    --max-update "${TOTAL_UPDATES}"
     --max-tokens "${MAX_TOKENS}" --update-freq "${update_freq_value}"
-    --seed "${SEED}" --num-workers "${NUM_WORKERS}"
-    --log-interval "${LOG_INTERVAL}" --skip-invalid-size-inputs-valid-test
-    --save-dir "${SAVE_DIR}" --save-interval-updates "${SAVE_INTERVAL_UPDATES}"
-    --keep-interval-updates 1 --no-epoch-checkpoints
   )
-  add_log_flags cmd
-  if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
-  if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
+  add_pretraining_flags cmd
   run_printed "${cmd[@]}" "$@"
 }
 
