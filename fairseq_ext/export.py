@@ -58,6 +58,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional, Tuple
 
 from fairseq_ext.models.sizes import ENCODER_SIZES
 
@@ -290,24 +291,175 @@ def export(state: dict, source: Path) -> dict:
                 ", ".join(sorted({k.split(".")[0] for k in dropped})) or "none")
     logger.info("encoder.lm_head: weight = token embedding, bias and layer_norm from "
                 "mask_decoder.lm_head; dense %s", how)
+    return fresh_run_state(cfg, model, last, {
+        "source": str(source.resolve()), "source_arch": arch,
+        "source_num_updates": source_updates, "arch": model_name(cfg["model"]),
+        "lm_head_dense": "copied" if how.startswith("copied") else "initialised"})
+
+
+def fresh_run_state(cfg: dict, model: dict, last_history: dict, export_info: dict) -> dict:
+    """A checkpoint dict holding ``model`` and ``cfg`` only: no optimizer, criterion or meter
+    state. fairseq needs ``optimizer_history`` and ``extra_state`` to read a checkpoint; with
+    these values (0 updates, epoch 1 not started) it starts a fresh run from it."""
     return {
         "args": None,
         "cfg": cfg,
         "model": model,
         "criterion": None,
         "optimizer_history": [{
-            "criterion_name": last.get("criterion_name", ""),
-            "optimizer_name": last.get("optimizer_name", ""),
+            "criterion_name": last_history.get("criterion_name", ""),
+            "optimizer_name": last_history.get("optimizer_name", ""),
             "lr_scheduler_state": {"best": None},
             "num_updates": 0,
         }],
         "task_state": {},
         "extra_state": {"train_iterator": {"version": 2, "epoch": 1, "iterations_in_epoch": 0,
                                            "shuffle": True}},
-        "export": {"source": str(source.resolve()), "source_arch": arch,
-                   "source_num_updates": source_updates, "arch": model_name(cfg["model"]),
-                   "lm_head_dense": "copied" if how.startswith("copied") else "initialised"},
+        "export": export_info,
     }
+
+
+def full_model_export(state: dict, source: Path) -> dict:
+    """A 3ML or RoBERTa checkpoint as it is (3ML: encoder *and* decoder), without its training
+    state: for a hub directory whose model keeps every weight (``--keep-decoder``, the 3ML
+    paper's infilling with the decoder kept; or a RoBERTa run)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    cfg = plain_config(state["cfg"])
+    arch = model_name(cfg.get("model") or {})
+    model_class = ARCH_MODEL_REGISTRY.get(arch)
+    three_ml = {MODEL_REGISTRY[m] for m in THREE_ML_MODELS}
+    if model_class in three_ml:
+        three_ml_arch_of(state, source)  # its checks of the weights
+    elif model_class is not MODEL_REGISTRY["roberta"]:
+        raise ExportError(f"{source}: a '{arch}' checkpoint; hub directories are written for "
+                          f"3ML ({' / '.join(m + '_*' for m in THREE_ML_MODELS)}) and RoBERTa "
+                          "checkpoints")
+    else:
+        cfg["model"] = stock_roberta_config(cfg["model"], state["model"], source)
+    last = (state.get("optimizer_history") or [{}])[-1]
+    return fresh_run_state(cfg, dict(state["model"]), last, {
+        "source": str(source.resolve()), "source_arch": arch,
+        "source_num_updates": int(last.get("num_updates", 0) or 0), "arch": arch,
+        "decoder_kept": model_class in three_ml})
+
+
+def stock_roberta_config(model_cfg, weights: dict, source: Path) -> dict:
+    """A RoBERTa model config that stock fairseq builds without the plugin: every field of its
+    arch (e.g. fairseq-ext's ``roberta_tiny``) written out, under a stock arch name
+    (:func:`roberta_arch`)."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    arch = model_name(model_cfg)
+    args = as_namespace(model_cfg)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    fields = encoder_fields(model_cfg, weights, source)
+    out = dict(vars(args), **fields)
+    out["_name"] = roberta_arch(fields)
+    if "arch" in out:
+        out["arch"] = out["_name"]
+    return out
+
+
+# --- hub directories -----------------------------------------------------------------------------
+
+#: The files of a hub directory, named as fairseq's ``hub_utils.from_pretrained`` expects them:
+#: it loads ``model.pt``, sets the task's data to the directory (so the task reads ``dict.txt``)
+#: and points ``--sentencepiece-model`` at ``sentencepiece.bpe.model``.
+HUB_MODEL, HUB_DICT, HUB_SENTENCEPIECE = "model.pt", "dict.txt", "sentencepiece.bpe.model"
+#: The data-bin file names of ``scripts/prepare_corpus.sh`` (fairseq_ext.corpus).
+DATA_BIN_DICT, DATA_BIN_SENTENCEPIECE = "dict.txt", "spm.model"
+
+
+def tokenizer_files(state: dict, source: Path, dictionary: Optional[Path] = None,
+                    sentencepiece_model: Optional[Path] = None) -> Tuple[Path, Path]:
+    """The ``dict.txt`` and sentencepiece model a checkpoint was trained with: the given paths,
+    or those in the data-bin of its ``cfg.task.data`` (where ``scripts/prepare_corpus.sh``
+    writes them)."""
+    task_cfg = plain_config(state["cfg"]).get("task") or {}
+    data = str(task_cfg.get("data") or "").split(os.pathsep)[0]
+    found = {}
+    for given, name, flag in ((dictionary, DATA_BIN_DICT, "--dict"),
+                              (sentencepiece_model, DATA_BIN_SENTENCEPIECE,
+                               "--sentencepiece-model")):
+        if given is not None:
+            if not given.is_file():
+                raise ExportError(f"{flag} {given}: no such file")
+            found[name] = given
+            continue
+        candidate = Path(data) / name if data else None
+        if candidate is None or not candidate.is_file():
+            where = f"its training data {data}" if data else "no training data in its config"
+            raise ExportError(f"{source}: no {name} in {where}; give the file the model was "
+                              f"trained with: {flag} PATH")
+        found[name] = candidate
+    return found[DATA_BIN_DICT], found[DATA_BIN_SENTENCEPIECE]
+
+
+def check_vocabulary(exported: dict, dictionary: Path) -> None:
+    """The model's embedding has one row per symbol of ``dictionary`` as its task builds it
+    (fairseq's four specials, the entries, and ``<mask>``, which ``masked_lm`` appends)."""
+    from fairseq.data import Dictionary
+
+    rows = exported["model"][ENCODER + "embed_tokens.weight"].size(0)
+    try:
+        symbols = Dictionary.load(str(dictionary))
+    except Exception as e:  # fairseq raises ValueError/RuntimeError on a malformed line
+        raise ExportError(f"{dictionary}: not a fairseq dictionary ({e})")
+    if "<mask>" not in symbols.indices:
+        symbols.add_symbol("<mask>")
+    if len(symbols) != rows:
+        raise ExportError(f"{dictionary}: {len(symbols)} symbols with <mask>, but the model's "
+                          f"embedding has {rows} rows: not the dictionary it was trained with "
+                          "(give the right one with --dict)")
+
+
+def with_sentencepiece(exported: dict) -> dict:
+    """``cfg.bpe`` of a hub directory's model: sentencepiece, with the directory's model file.
+    (fairseq's ``RobertaModel.from_pretrained`` passes ``bpe="gpt2"`` as an override, but an
+    override only replaces a ``bpe`` config that is unset: a set one keeps its ``_name`` and
+    gets ``sentencepiece_model`` pointed at the directory's file.)"""
+    cfg = exported["cfg"]
+    cfg["bpe"] = {"_name": "sentencepiece", "sentencepiece_model": HUB_SENTENCEPIECE,
+                  "sentencepiece_enable_sampling": False, "sentencepiece_alpha": None}
+    cfg["tokenizer"] = None
+    if isinstance(cfg.get("task"), dict):
+        cfg["task"]["data"] = "."  # from_pretrained sets the directory itself
+    return exported
+
+
+def write_hub_directory(exported: dict, out: Path, dictionary: Path, sentencepiece_model: Path,
+                        force: bool) -> None:
+    """Write ``out/`` (:data:`HUB_MODEL`, :data:`HUB_DICT`, :data:`HUB_SENTENCEPIECE`) through
+    a temporary directory beside it, renamed into place: an interrupted export leaves ``out``
+    as it was. An existing ``out`` is replaced only with ``force``."""
+    import shutil
+
+    import torch
+
+    if out.exists() and not force:
+        raise ExportError(f"{out} exists; pass --force to overwrite it")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} is a file; a hub export is a directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    old = None
+    try:
+        torch.save(exported, tmp / HUB_MODEL)
+        shutil.copyfile(dictionary, tmp / HUB_DICT)
+        shutil.copyfile(sentencepiece_model, tmp / HUB_SENTENCEPIECE)
+        if out.exists():
+            old = out.with_name(f".{out.name}.replaced")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and not out.exists():
+            os.replace(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def finetune_args(state: dict, path: Path) -> list:
@@ -375,11 +527,26 @@ def write_atomically(obj, out: Path, force: bool) -> None:
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="export_encoder.py",
-        description="Write a standard fairseq RoBERTa checkpoint (encoder only) from a 3ML "
-                    "checkpoint, for fine-tuning.")
+        description="Export a 3ML checkpoint's encoder as a standard fairseq RoBERTa checkpoint "
+                    "(OUTPUT.pt, for fine-tuning), or as a hub directory (OUTPUT/: model.pt, "
+                    "dict.txt, sentencepiece.bpe.model) that RobertaModel.from_pretrained(OUTPUT) "
+                    "loads with its tokenizer.")
     parser.add_argument("input", type=Path, help="3ML checkpoint (fairseq-train or "
-                        "fairseq-hydra-train); with --print-finetune-args, an exported one")
-    parser.add_argument("output", type=Path, nargs="?", help="RoBERTa checkpoint to write")
+                        "fairseq-hydra-train); for a hub directory also a RoBERTa one; with "
+                        "--print-finetune-args, an exported one")
+    parser.add_argument("output", type=Path, nargs="?",
+                        help="a .pt file: the RoBERTa checkpoint; anything else: the hub "
+                             "directory to write")
+    parser.add_argument("--keep-decoder", action="store_true",
+                        help="hub directory only: keep 3ML's decoder, so fill_mask appends the "
+                             "[MASK]s after the encoder as in pre-training (load it with "
+                             "fairseq_ext's ThreeMLModel.from_pretrained)")
+    parser.add_argument("--dict", type=Path, default=None,
+                        help="hub directory only: the dict.txt the model was trained with "
+                             "(default: the one in the checkpoint's data-bin)")
+    parser.add_argument("--sentencepiece-model", type=Path, default=None,
+                        help="hub directory only: the sentencepiece model the data was encoded "
+                             "with (default: spm.model in the checkpoint's data-bin)")
     parser.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
     parser.add_argument("--print-finetune-args", action="store_true",
                         help="print the fairseq-train model flags (--arch ... --max-positions N) "
@@ -387,7 +554,42 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.print_finetune_args == (args.output is not None):
         parser.error("give INPUT OUTPUT, or --print-finetune-args EXPORTED")
+    args.hub = args.output is not None and args.output.suffix != ".pt"
+    if not args.hub:
+        for flag, value in (("--keep-decoder", args.keep_decoder), ("--dict", args.dict),
+                            ("--sentencepiece-model", args.sentencepiece_model)):
+            if value:
+                parser.error(f"{flag} is for a hub directory: give an OUTPUT that does not end "
+                             "in .pt")
     return args
+
+
+def export_hub_directory(args) -> dict:
+    """``export_encoder.py INPUT DIR``: the hub directory of a 3ML (encoder, or with
+    ``--keep-decoder`` the whole model) or RoBERTa checkpoint."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    state = load_checkpoint(args.input)
+    arch = model_name(plain_config(state["cfg"]).get("model") or {})
+    is_roberta = ARCH_MODEL_REGISTRY.get(arch) is MODEL_REGISTRY["roberta"]
+    if args.keep_decoder or is_roberta:
+        if is_roberta and args.keep_decoder:
+            raise ExportError(f"{args.input}: --keep-decoder is for 3ML checkpoints; this is a "
+                              f"RoBERTa one ('{arch}'), which has no decoder")
+        exported = full_model_export(state, args.input)
+    else:
+        exported = export(state, args.input)
+    dictionary, sentencepiece_model = tokenizer_files(state, args.input, args.dict,
+                                                      args.sentencepiece_model)
+    check_vocabulary(exported, dictionary)
+    write_hub_directory(with_sentencepiece(exported), args.output, dictionary,
+                        sentencepiece_model, args.force)
+    loader = ("fairseq_ext.models.three_ml.ThreeMLModel" if exported["export"].get("decoder_kept")
+              else "fairseq.models.roberta.RobertaModel")
+    logger.info("wrote %s/ (%s, %s, %s from %s, %s): load it with %s.from_pretrained(%r)",
+                args.output, HUB_MODEL, HUB_DICT, HUB_SENTENCEPIECE, sentencepiece_model,
+                exported["export"]["arch"], loader, str(args.output))
+    return exported
 
 
 def main(argv=None) -> int:
@@ -404,6 +606,9 @@ def main(argv=None) -> int:
             raise ExportError(f"{args.input}: no such file")
         if args.output.exists() and not args.force:  # before the (slow) load
             raise ExportError(f"{args.output} exists; pass --force to overwrite it")
+        if args.hub:
+            export_hub_directory(args)
+            return 0
         exported = export(load_checkpoint(args.input), args.input)
         write_atomically(exported, args.output, args.force)
         logger.info("wrote %s: fairseq roberta, arch %s", args.output, exported["export"]["arch"])

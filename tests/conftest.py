@@ -32,7 +32,8 @@ WORDS = (
 #: that uses one is marked ``slow`` (``make test-fast`` skips it). Tests slow for other reasons
 #: carry ``@pytest.mark.slow`` themselves.
 SLOW_FIXTURES = frozenset({
-    "tiny_data_bin", "shell_trained", "hydra_trained", "train_runs", "pretrained", "exported",
+    "tiny_data_bin", "spm_data_bin", "shell_trained", "hydra_trained", "train_runs", "pretrained",
+    "exported",
     "classification_bin", "eos_trained_3ml", "swishrnn_demo_shell", "directory_build",
 })
 
@@ -100,6 +101,37 @@ def tiny_data_bin(tmp_path_factory) -> Path:
     run_cli([
         fairseq_cli("fairseq-preprocess"), "--only-source",
         "--trainpref", root / "train.txt", "--validpref", root / "valid.txt",
+        "--destdir", dest, "--workers", "1",
+    ])
+    return dest
+
+
+@pytest.fixture(scope="session")
+def spm_data_bin(tmp_path_factory) -> Path:
+    """A fairseq data-bin tokenized with a small unigram sentencepiece model, laid out as
+    ``scripts/prepare_corpus.sh`` writes one: ``spm.model`` and its ``dict.txt`` (pieces in
+    sentencepiece id order) beside train/valid, documents separated by blank lines."""
+    import sentencepiece
+
+    from fairseq_ext.corpus.encoders import train_sentencepiece, write_sentencepiece_dictionary
+
+    root = tmp_path_factory.mktemp("spm_corpus")
+    dest = root / "data-bin"
+    dest.mkdir()
+    write_documents(root / "train.txt", 300, seed=0)
+    write_documents(root / "valid.txt", 30, seed=1)
+    train_sentencepiece(root / "train.txt", dest / "spm.model", vocab_size=300,
+                        model_type="unigram", character_coverage=1.0,
+                        input_sentence_size=100000, threads=1)
+    write_sentencepiece_dictionary(dest / "spm.model", dest / "dict.txt")
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(dest / "spm.model"))
+    for split in ("train", "valid"):
+        lines = (root / f"{split}.txt").read_text().splitlines()
+        (root / f"{split}.spm").write_text("".join(
+            " ".join(processor.encode(line, out_type=str)) + "\n" for line in lines))
+    run_cli([
+        fairseq_cli("fairseq-preprocess"), "--only-source", "--srcdict", dest / "dict.txt",
+        "--trainpref", root / "train.spm", "--validpref", root / "valid.spm",
         "--destdir", dest, "--workers", "1",
     ])
     return dest
