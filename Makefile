@@ -5,6 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
+# The optional `hf` extra (requirements-hf.txt): the tests need it, install and demo do not.
+HF_STAMP := $(VENV)/.installed-hf
 PYTEST_ARGS ?=
 # The suite runs on this many pytest-xdist processes, one torch thread each (most tests drive
 # one single-threaded fairseq subprocess at a time, so 2 processes halve the wall time on CI's 2
@@ -32,6 +34,10 @@ $(STAMP): requirements.txt requirements-fairseq.txt constraints.txt setup.py \
 	$(PY) -c "import fairseq, fairseq_ext, torch; print('fairseq', fairseq.__version__, '| torch', torch.__version__)"
 	@touch $@
 
+$(HF_STAMP): $(STAMP) requirements-hf.txt constraints.txt
+	$(PIP) install -q -r requirements-hf.txt -c constraints.txt
+	@touch $@
+
 demo: install
 	$(PY) scripts/demo.py
 
@@ -39,12 +45,12 @@ lint: install
 	$(PY) -m ruff check .
 
 # The full suite, as CI runs it (lint first).
-test: lint
+test: lint $(HF_STAMP)
 	$(PYTEST) tests $(PYTEST_ARGS)
 
 # Everything but the tests marked slow (real fairseq-train runs, recipe runs, compiles): a few
 # minutes, for the edit-test loop.
-test-fast: lint
+test-fast: lint $(HF_STAMP)
 	$(PYTEST) -m "not slow" tests $(PYTEST_ARGS)
 
 clean-venv:

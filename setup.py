@@ -86,6 +86,9 @@ setup(
     # Dependencies are pinned in requirements*.txt and installed by `make install`; fairseq must
     # be installed with --no-deps (see requirements-fairseq.txt), so nothing is declared here.
     install_requires=[],
+    # The Hugging Face export (scripts/export_hf.py), left out of the core install; the same pin
+    # as requirements-hf.txt.
+    extras_require={"hf": ["transformers==5.23.0"]},
     ext_modules=[native_ops],
     cmdclass={"build_ext": OptionalBuildExtension.with_options(use_ninja=False)},
     entry_points={
