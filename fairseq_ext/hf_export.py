@@ -87,14 +87,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from fairseq_ext.export import ExportError, load_checkpoint, model_name
+from fairseq_ext.export import (
+    HUB_DICT,
+    HUB_MODEL,
+    HUB_SENTENCEPIECE,
+    ExportError,
+    load_checkpoint,
+    model_name,
+    tokenizer_files,
+)
 
 logger = logging.getLogger(__name__)
 
-#: The files of a fairseq hub directory, as ``fairseq.hub_utils.from_pretrained`` names them.
-HUB_MODEL, HUB_DICT, HUB_SENTENCEPIECE = "model.pt", "dict.txt", "sentencepiece.bpe.model"
-#: Where ``scripts/prepare_corpus.sh`` puts the sentencepiece model: beside ``dict.txt``.
-DATA_SENTENCEPIECE = "spm.model"
 EXPORT_INFO = "fairseq_export.json"
 DEFAULT_MAX_LOGIT_DIFF = 1e-4
 #: fairseq activation -> the ``transformers`` activation (``ACT2FN``) with the same formula.
@@ -132,39 +136,25 @@ class Conversion:
 
 # --- input ---------------------------------------------------------------------------------------
 
-def resolve_sources(path: Path, state_cfg=None, dictionary: Optional[Path] = None,
+def resolve_sources(path: Path, state: dict, dictionary: Optional[Path] = None,
                     sentencepiece_model: Optional[Path] = None) -> Sources:
-    """The files of an export of ``path`` (a hub directory or a checkpoint file whose cfg is
-    ``state_cfg``); errors say which flag supplies a missing file."""
-    if path.is_dir():
-        checkpoint = path / HUB_MODEL
-        default_dict, default_spm = path / HUB_DICT, path / HUB_SENTENCEPIECE
-        where = f"in {path}"
-    else:
-        checkpoint = path
-        data = task_data_dir(state_cfg)
-        default_dict = data / "dict.txt" if data else None
-        default_spm = data / DATA_SENTENCEPIECE if data else None
-        where = f"in {data}, the checkpoint's cfg.task.data" if data else "(no cfg.task.data)"
-    resolved = {}
-    for name, given, default in (("--dict", dictionary, default_dict),
-                                 ("--sentencepiece-model", sentencepiece_model, default_spm)):
+    """The files of an export of ``path``: a hub directory's own files, or for a checkpoint
+    file those of its ``cfg.task.data`` (:func:`fairseq_ext.export.tokenizer_files`); the
+    flags override either. Errors say which flag supplies a missing file."""
+    if not path.is_dir():
+        found = tokenizer_files(state, path, dictionary, sentencepiece_model)
+        return Sources(path, *found)
+    resolved = []
+    for given, default, flag in ((dictionary, path / HUB_DICT, "--dict"),
+                                 (sentencepiece_model, path / HUB_SENTENCEPIECE,
+                                  "--sentencepiece-model")):
         chosen = given or default
-        if chosen is None or not chosen.is_file():
-            missing = f"{chosen}: no such file" if chosen else "no default"
-            raise ExportError(f"{missing} ({'given as ' + name if given else where}); pass "
-                              f"{name} FILE")
-        resolved[name] = chosen
-    return Sources(checkpoint, resolved["--dict"], resolved["--sentencepiece-model"])
-
-
-def task_data_dir(cfg) -> Optional[Path]:
-    """The first directory of a checkpoint's ``cfg.task.data``."""
-    task = cfg.get("task") if cfg is not None and hasattr(cfg, "get") else None
-    data = task.get("data") if task is not None and hasattr(task, "get") else None
-    if not data:
-        return None
-    return Path(str(data).split(os.pathsep)[0])
+        if not chosen.is_file():
+            raise ExportError(f"{flag} {chosen}: no such file" if given else
+                              f"{path}: no {default.name} in the hub directory; give it with "
+                              f"{flag} PATH")
+        resolved.append(chosen)
+    return Sources(path / HUB_MODEL, *resolved)
 
 
 def load_fairseq_model(state: dict, sources: Sources):
@@ -191,7 +181,10 @@ def check_dictionary(state: dict, dictionary_path: Path, embedding_key: str) -> 
     from fairseq.data import Dictionary
 
     rows = state["model"][embedding_key].size(0)
-    symbols = len(Dictionary.load(str(dictionary_path)))
+    try:
+        symbols = len(Dictionary.load(str(dictionary_path)))
+    except Exception as e:  # fairseq raises ValueError/RuntimeError on a malformed line
+        raise ExportError(f"{dictionary_path}: not a fairseq dictionary ({e})")
     if symbols not in (rows, rows - 1):  # masked_lm and bidirectional_lm add <mask>
         raise ExportError(f"{dictionary_path} has {symbols} symbols (with fairseq's 4 specials) but "
                           f"the checkpoint's embedding has {rows} rows: pass the dictionary it was "
@@ -214,9 +207,9 @@ def classify(state: dict, path: Path) -> str:
         check_causal_bidirectional_lm(cfg, path)
         return "bidirectional_lm"
     if model_class in (MODEL_REGISTRY.get("3ml_self"), MODEL_REGISTRY.get("3ml_cross")):
-        raise ExportError(f"{path}: a 3ML checkpoint ('{arch}'); export its encoder first: "
-                          f"python scripts/export_encoder.py {path} ENCODER.pt, then export "
-                          "ENCODER.pt")
+        raise ExportError(f"{path}: a 3ML checkpoint ('{arch}'), whose MLM head is in its "
+                          "decoder; export its encoder first (scripts/export_encoder.py CKPT OUT, "
+                          "without --keep-decoder) and convert OUT")
     what = f"model {model_class.__name__}" if model_class is not None else "an unknown arch"
     raise ExportError(f"{path}: arch '{arch}' ({what}) has no transformers export; exportable are "
                       "fairseq's roberta (roberta_*, scripts/export_encoder.py output) and "
@@ -580,7 +573,7 @@ def export(path: Path, out: Path, dictionary: Optional[Path] = None,
                                                            if path.is_dir() else ""))
     state = load_checkpoint(checkpoint)
     kind = classify(state, checkpoint)
-    sources = resolve_sources(path, state["cfg"], dictionary, sentencepiece_model)
+    sources = resolve_sources(path, state, dictionary, sentencepiece_model)
     embedding = ("encoder.sentence_encoder.embed_tokens.weight" if kind == "roberta"
                  else "decoder.embed_tokens.weight")
     check_dictionary(state, sources.dictionary, embedding)
