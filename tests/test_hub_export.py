@@ -186,3 +186,61 @@ def test_hub_export_errors(hub_checkpoints, hub_dirs, tmp_path, spm_data_bin, ca
     with pytest.raises(SystemExit):
         export_module.main([str(checkpoint), str(tmp_path / "x.pt"), "--keep-decoder"])
     assert "for a hub directory" in capsys.readouterr().err
+
+
+# --- fill-mask on held-out text: decoder kept against encoder only ------------------------------
+
+def test_mask_positions_by_hand():
+    from fairseq_ext.evaluation.fill_mask import mask_positions
+
+    blocks = [torch.tensor([0] + [7] * 998 + [2]), torch.tensor([0, 9, 2]), torch.tensor([0, 2])]
+    masks = mask_positions(blocks, (0, 1, 2), mask_prob=0.15, seed=4)
+    again = mask_positions(blocks, (0, 1, 2), mask_prob=0.15, seed=4)  # the same for all models
+    assert all(torch.equal(a, b) for a, b in zip(masks, again))
+    assert not torch.equal(masks[0], mask_positions(blocks, (0, 1, 2), 0.15, seed=5)[0])
+    assert not masks[0][[0, -1]].any() and 110 < int(masks[0].sum()) < 190  # 15% of 998
+    assert masks[1].tolist() == [False, True, False]  # at least one per block
+    assert not masks[2].any()  # nothing but specials
+
+
+def test_fill_mask_scores_batched_equal_one_block_at_a_time(hub_dirs, spm_data_bin):
+    from fairseq_ext.evaluation import fill_mask
+
+    hub = fill_mask.load_hub(hub_dirs["full"])
+    dictionary = hub.task.source_dictionary
+    blocks = fill_mask.held_out_blocks(spm_data_bin, "valid", dictionary, 64)[:12]
+    assert all(b[0] == dictionary.bos() and len(b) <= 64 for b in blocks)
+    masks = fill_mask.mask_positions(blocks, (0, 1, 2), 0.15, seed=1)
+    batched = fill_mask.score(hub.model, hub.task.mask_idx, dictionary.pad(), blocks, masks, 5)
+    one_by_one = fill_mask.FillMaskScore()
+    for block, mask in zip(blocks, masks):  # by hand: the model's logits at the masked positions
+        with torch.no_grad():
+            logits, _ = hub.model(block.masked_fill(mask, hub.task.mask_idx)[None],
+                                  masked_tokens=mask[None])
+        one_by_one.masked_tokens += int(mask.sum())
+        one_by_one.correct += int(logits.argmax(-1).eq(block[mask]).sum())
+        one_by_one.nll_nats -= float(logits.log_softmax(-1).gather(
+            1, block[mask][:, None]).sum())
+    assert (batched.masked_tokens, batched.correct) == (one_by_one.masked_tokens,
+                                                        one_by_one.correct)
+    assert batched.nll_nats == pytest.approx(one_by_one.nll_nats, rel=1e-5)
+
+
+def test_compare_fill_mask_command(hub_dirs, spm_data_bin, tmp_path):
+    script = REPO_ROOT / "scripts/compare_fill_mask.py"
+    proc = run_cli([sys.executable, script, "--data", spm_data_bin, "--tokens-per-sample", "64",
+                    hub_dirs["full"], hub_dirs["encoder"]])
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")][1:]
+    assert [row.split("|")[2].strip() for row in rows] == ["3ML, decoder kept", "encoder only"]
+    assert len({row.split("|")[3] for row in rows}) == 1  # the same masked tokens for both
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("model.pt", "sentencepiece.bpe.model"):
+        (other / name).symlink_to(hub_dirs["encoder"] / name)
+    lines = (hub_dirs["encoder"] / "dict.txt").read_text().splitlines(True)
+    (other / "dict.txt").write_text("".join([lines[1], lines[0], *lines[2:]]))
+    proc = run_cli([sys.executable, script, "--data", spm_data_bin, other], check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"compare_fill_mask.py: error: {other}/dict.txt differs from {spm_data_bin}/dict.txt: "
+        "the model was trained on another data-bin")
