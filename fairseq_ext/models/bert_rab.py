@@ -29,6 +29,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr, safe_hasattr
 from omegaconf import OmegaConf
 
+from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
 from fairseq_ext.models.roberta_sizes import roberta_size_defaults
 from fairseq_ext.models.sizes import ENCODER_SIZES, EncoderSize, register_sized_architecture
 from fairseq_ext.modules.relative_attention import RelativeBiasSelfAttention, check_bucket_config
@@ -98,7 +99,7 @@ class BertRabEncoder(RobertaEncoder):
 
 
 @register_model("bert_rab")
-class BertRabModel(RobertaModel):
+class BertRabModel(DictionaryCheckedLoading, RobertaModel):
     """BERT-rab (Lei et al., §4): BERT with a T5 relative attention bias in every layer."""
 
     encoder_class = BertRabEncoder

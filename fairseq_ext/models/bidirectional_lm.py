@@ -86,6 +86,7 @@ from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
 from fairseq_ext.data.bidirectional_eval_dataset import parse_r_bidir
+from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
 from fairseq_ext.models.sizes import (
     DECODER_LM_SIZES,
     DecoderSize,
@@ -296,7 +297,7 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
 
 
 @register_model("bidirectional_lm")
-class BidirectionalLanguageModel(FairseqLanguageModel):
+class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel):
     """Generalized bidirectionality (Artetxe et al., 2022): a decoder-only LM whose attention
     follows each batch's documents, bidirectional prefixes and moved masks (module doc)."""
 

@@ -61,6 +61,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
 from fairseq_ext.models.sizes import (
     ENCODER_SIZES,
     EncoderSize,
@@ -259,7 +260,7 @@ class ThreeMLCrossDecoder(ThreeMLDecoderBase):
         return self.finish(x)[query_valid & predict.gather(1, query_index)], query_index.size(1)
 
 
-class ThreeMLModel(RobertaModel):
+class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
     """Shared by 3ML-self and 3ML-cross; subclasses set :attr:`variant`."""
 
     variant: str = ""

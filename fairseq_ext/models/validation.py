@@ -144,6 +144,8 @@ def check_run_config(model_cfg, arch: str) -> None:
     if run.task == MASKED_LM_TASK:
         check_masking(run.task_cfg)
     arguments = fairseq_validate_arguments()
+    if run.task == MASKED_LM_TASK:
+        check_validation_splits(model_cfg, run, fairseq_validate=arguments is not None)
     if arguments is not None:
         saved = run.criterion
         if (isinstance(model_cfg, argparse.Namespace) and criterion_flag(arguments) is not None
@@ -154,6 +156,29 @@ def check_run_config(model_cfg, arch: str) -> None:
         check_validate_criterion(run.task, saved)
         return
     check_criterion(arch, run.task, run.criterion)
+
+
+def check_validation_splits(model_cfg, run: RunConfig, fairseq_validate: bool = False) -> None:
+    """The validation splits the run will read must not be empty: fairseq's ``masked_lm`` task
+    loads them before any other plugin code runs and crashes in ``np.memmap`` on an empty one
+    (:func:`~fairseq_ext.data.data_bin.check_split_not_empty`). Under ``fairseq-train`` and
+    ``fairseq-validate`` the Namespace holds ``--valid-subset`` / ``--disable-validation``; under
+    hydra the run's ``dataset`` node does (``fairseq_validate``: it scores ``--valid-subset``
+    whatever the checkpoint's ``--disable-validation`` was). Only splits that exist are looked
+    at, so a model loaded elsewhere (the hub, exports) from its saved config is never refused."""
+    from fairseq_ext.data.data_bin import check_split_not_empty
+
+    dataset = model_cfg
+    if not isinstance(model_cfg, argparse.Namespace):
+        root = model_cfg._get_parent() if OmegaConf.is_config(model_cfg) else None
+        dataset = root.get("dataset") if root is not None and "dataset" in root else None
+    data = safe_getattr(run.task_cfg, "data", None)
+    disabled = safe_getattr(dataset, "disable_validation", False) and not fairseq_validate
+    if not data or dataset is None or disabled:
+        return
+    for split in (safe_getattr(dataset, "valid_subset", None) or "").split(","):
+        if split:
+            check_split_not_empty(str(data).split(":")[0], split, validation=True)
 
 
 # --- fairseq-validate --criterion ---------------------------------------------------------------

@@ -44,6 +44,7 @@ from fairseq_ext.data.bidirectional_eval_dataset import (
 )
 from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset, split_long_documents
 from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
+from fairseq_ext.data.data_bin import check_data_bin, check_split_not_empty
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +207,7 @@ class BidirectionalLMTask(FairseqTask):
         paths = utils.split_paths(cfg.data)
         if not paths:
             raise ValueError("--data (the positional data-bin argument) is empty")
+        check_data_bin(paths[0])
         dictionary = Dictionary.load(os.path.join(paths[0], "dict.txt"))
         logger.info("dictionary: %d types", len(dictionary))
         return cls(cfg, dictionary, sampler)
@@ -238,7 +240,9 @@ class BidirectionalLMTask(FairseqTask):
         validation (``combine=False``: fairseq-train's valid subsets, fairseq-validate's) the
         ``--eval-mode`` evaluation when one is set."""
         paths = utils.split_paths(self.cfg.data)
-        split_path = os.path.join(paths[(epoch - 1) % len(paths)], split)
+        data = paths[(epoch - 1) % len(paths)]
+        check_split_not_empty(data, split, validation=not combine)
+        split_path = os.path.join(data, split)
         lines = data_utils.load_indexed_dataset(split_path, self.dictionary, combine=combine)
         if lines is None:
             raise FileNotFoundError(f"Dataset not found: {split} ({split_path})")
