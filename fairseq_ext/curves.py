@@ -1,4 +1,5 @@
-"""Plot valid loss against cumulative training FLOPs and against wall time, one line per run.
+"""Plot valid loss against cumulative training FLOPs, wall time and training tokens, one line
+per run, in one figure.
 
 Reads the logs of fairseq runs trained with ``--criterion masked_lm_flops --log-format json``:
 the stdout logs ``scripts/demo.py`` keeps (``runs/demo/<ts>/<name>/train.log``: each JSON
@@ -6,15 +7,18 @@ record after a logging prefix such as ``2026-01-01 12:00:00 | INFO | train_inner
 files written with fairseq's ``--log-file`` (bare JSON records). Records are told apart by
 their keys, so both forms read the same:
 
-* per-interval training records (``train_inner``) carry ``num_updates``, ``total_pflops`` (the
-  criterion's running total of training PFLOPs) and ``wall`` (seconds since training began,
-  kept across a resume);
+* per-interval training records (``train_inner``) carry ``num_updates``, ``total_pflops`` and
+  ``total_tokens`` (the criterion's running totals of training PFLOPs and tokens,
+  :mod:`fairseq_ext.flops.training_metrics`) and ``wall`` (seconds since training began, kept
+  across a resume);
 * end-of-epoch summaries carry the same figures as ``train_num_updates``,
-  ``train_total_pflops`` and ``train_wall`` (their ``train_pflops`` is the epoch's *mean per
-  update*, not the total, and is not used);
-* validation records carry ``valid_loss`` (bits) and ``valid_num_updates`` but no FLOPs or
-  wall time: each is placed at the FLOPs and wall time of the training record at the same
-  update or, failing that, the nearest earlier one (:func:`map_valid_to_train`).
+  ``train_total_pflops``, ``train_total_tokens`` and ``train_wall`` (their ``train_pflops`` is
+  the epoch's *mean per update*, not the total, and is not used);
+* validation records carry ``valid_loss`` (bits) and ``valid_num_updates`` but no FLOPs, tokens
+  or wall time: each is placed at the figures of the training record at the same update or,
+  failing that, the nearest earlier one (:func:`map_valid_to_train`).
+
+Logs written before ``total_tokens`` was logged still plot: their tokens panel says so.
 
 The command line is ``scripts/plot_curves.py``::
 
@@ -24,7 +28,7 @@ The command line is ``scripts/plot_curves.py``::
 Labels default to the name of each log's parent directory; a run directory may be given in
 place of its ``train.log``. Every recipe (shell and YAML) logs its JSON records to
 ``$SAVE_DIR/train.log`` (``--log-format json --log-file``), so ``plot_curves.py SAVE_DIR`` plots
-any run. The PNG has two panels: valid loss vs PFLOPs and vs wall time.
+any run. The PNG has three panels: valid loss vs PFLOPs, vs wall time and vs training tokens.
 """
 import argparse
 import bisect
@@ -32,7 +36,7 @@ import dataclasses
 import logging
 import sys
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from fairseq_ext.log_records import parse_json_record
 
@@ -46,6 +50,7 @@ class TrainPoint:
     updates: int
     pflops: float  # cumulative training PFLOPs after ``updates`` updates
     wall: float  # seconds since the start of training
+    tokens: Optional[float] = None  # cumulative training tokens (None: not in the log)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +66,7 @@ class CurvePoint:
     wall: float
     valid_loss: float
     train_updates: int  # the update of the training record it was placed at
+    tokens: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -100,17 +106,23 @@ def read_log(path: Path, metric: str = "loss") -> RunLog:
                 if "total_pflops" in record and "wall" in record:
                     run.train.append(TrainPoint(int(float(record["num_updates"])),
                                                 float(record["total_pflops"]),
-                                                float(record["wall"])))
+                                                float(record["wall"]),
+                                                _optional_float(record, "total_tokens")))
                 else:
                     run.train_records_without_flops += 1
             elif "train_num_updates" in record:  # end-of-epoch summary
                 if "train_total_pflops" in record and "train_wall" in record:
                     run.train.append(TrainPoint(int(float(record["train_num_updates"])),
                                                 float(record["train_total_pflops"]),
-                                                float(record["train_wall"])))
+                                                float(record["train_wall"]),
+                                                _optional_float(record, "train_total_tokens")))
                 else:
                     run.train_records_without_flops += 1
     return run
+
+
+def _optional_float(record: dict, key: str) -> Optional[float]:
+    return float(record[key]) if key in record else None
 
 
 def map_valid_to_train(train: Sequence[TrainPoint],
@@ -129,7 +141,8 @@ def map_valid_to_train(train: Sequence[TrainPoint],
         if i == 0:
             continue
         match = by_update[updates[i - 1]]
-        curve.append(CurvePoint(point.updates, match.pflops, match.wall, point.loss, match.updates))
+        curve.append(CurvePoint(point.updates, match.pflops, match.wall, point.loss, match.updates,
+                                match.tokens))
     return curve
 
 
@@ -163,7 +176,9 @@ def wall_unit(max_seconds: float):
     return 1.0, "seconds"
 
 
-def plot(curves, labels, out: Path, metric: str = "loss") -> None:
+def figure(curves, labels, metric: str = "loss"):
+    """The matplotlib figure: valid loss against PFLOPs, wall time and tokens, one line per
+    curve in each panel."""
     # Importing fairseq's tasks (text_to_speech) sets the root logger to DEBUG, which would let
     # matplotlib print its setup and every font it considers; our plots log nothing below a
     # warning.
@@ -174,23 +189,43 @@ def plot(curves, labels, out: Path, metric: str = "loss") -> None:
     import matplotlib.pyplot as plt
 
     divisor, unit = wall_unit(max(p.wall for curve in curves for p in curve))
-    fig, (by_flops, by_wall) = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True,
-                                            constrained_layout=True)
+    fig, (by_flops, by_wall, by_tokens) = plt.subplots(1, 3, figsize=(17, 4.8), sharey=True,
+                                                       constrained_layout=True)
+    without_tokens = []
     for curve, label in zip(curves, labels):
         style = dict(marker="o", markersize=3.5, linewidth=1.5, label=label)
         lines = by_flops.plot([p.pflops for p in curve], [p.valid_loss for p in curve], **style)
-        by_wall.plot([p.wall / divisor for p in curve], [p.valid_loss for p in curve],
-                     color=lines[0].get_color(), **style)
+        style["color"] = lines[0].get_color()
+        by_wall.plot([p.wall / divisor for p in curve], [p.valid_loss for p in curve], **style)
+        with_tokens = [p for p in curve if p.tokens is not None]
+        if with_tokens:
+            by_tokens.plot([p.tokens / 1e6 for p in with_tokens],
+                           [p.valid_loss for p in with_tokens], **style)
+        else:
+            without_tokens.append(label)
     by_flops.set_xlabel("cumulative training compute (PFLOPs)")
     name = "valid loss" if metric == "loss" else f"valid {metric}"
     by_flops.set_ylabel(f"{name} (bits)")
     by_flops.set_title(f"{name} vs training FLOPs")
     by_wall.set_xlabel(f"wall time ({unit})")
     by_wall.set_title(f"{name} vs wall time")
-    for ax in (by_flops, by_wall):
+    by_tokens.set_xlabel("training tokens (millions)")
+    by_tokens.set_title(f"{name} vs training tokens")
+    if without_tokens:
+        by_tokens.text(0.5, 0.5, "no total_tokens logged:\n" + "\n".join(without_tokens),
+                       transform=by_tokens.transAxes, ha="center", va="center", fontsize=9)
+    for ax in (by_flops, by_wall, by_tokens):
         ax.grid(True, alpha=0.3)
-        ax.legend()
+        if ax.get_lines():
+            ax.legend()
         ax.set_xlim(left=0)
+    return fig
+
+
+def plot(curves, labels, out: Path, metric: str = "loss") -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(curves, labels, metric)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)
@@ -228,7 +263,8 @@ def main(argv=None) -> int:
         return 2
     for label, curve in zip(labels, curves):
         last = curve[-1]
+        tokens = f", {last.tokens:.4g} tokens" if last.tokens is not None else ""
         print(f"{label}: {len(curve)} valid points; last: valid {args.metric} {last.valid_loss:g} at "
-              f"update {last.updates}, {last.pflops:.4g} PFLOPs, {last.wall:g} s")
+              f"update {last.updates}, {last.pflops:.4g} PFLOPs{tokens}, {last.wall:g} s")
     print(f"wrote {args.out}")
     return 0

@@ -450,13 +450,15 @@ def test_reduce_metrics_sums_an_update_and_keeps_a_running_total(fresh_metrics):
     update = [
         {"loss": 2.0, "sample_size": 2, "ntokens": 20, "nsentences": 2, "train_flops": 2e12},
         {"loss": 1.0, "sample_size": 1, "ntokens": 10, "nsentences": 1, "train_flops": 1e12}]
-    for expected_total in (0.003, 0.006):
+    for expected_total, expected_tokens in ((0.003, 30), (0.006, 60)):
         with metrics.aggregate(new_root=True) as agg:
             MaskedLmFlopsLoss.reduce_metrics(update)
             values = agg.get_smoothed_values()
         assert values["pflops"] == pytest.approx(0.003)
         assert values["total_pflops"] == pytest.approx(expected_total)
+        assert values["total_tokens"] == expected_tokens
     assert metrics.get_meter("default", training_metrics._TOTAL_KEY).sum == pytest.approx(0.006)
+    assert metrics.get_meter("default", training_metrics._TOKENS_KEY).sum == 60
 
 
 # --- 6a/6b/6d. real fairseq-train runs, and a resume ----------------------------------------------
@@ -559,11 +561,13 @@ def train_inner_records(output):
 def test_running_total_is_the_sum_of_per_update_flops(train_runs, name):
     records = train_inner_records(train_runs[name])
     assert [int(r["num_updates"]) for r in records] == list(range(1, FIRST_UPDATES + 1))
-    running = 0.0
-    for record in records:
+    running, tokens = 0.0, 0.0
+    for record in records:  # one record per update: its wpb is the update's tokens
         assert float(record["pflops"]) > 0
         running += float(record["pflops"])
+        tokens += float(record["wpb"])
         assert float(record["total_pflops"]) == pytest.approx(running, rel=1e-4)
+        assert float(record["total_tokens"]) == tokens
     (summary,) = json_log_records(train_runs[name], key="train_num_updates")
     assert float(summary["train_total_pflops"]) == pytest.approx(running, rel=1e-4)
 
@@ -576,9 +580,12 @@ def test_running_total_survives_a_resume(train_runs):
     assert [int(r["num_updates"]) for r in after] == list(
         range(FIRST_UPDATES + 1, RESUMED_UPDATES + 1))
     running = sum(float(r["pflops"]) for r in before)
+    tokens = sum(float(r["wpb"]) for r in before)
     for record in after:
         running += float(record["pflops"])
+        tokens += float(record["wpb"])
         assert float(record["total_pflops"]) == pytest.approx(running, rel=1e-4)
+        assert float(record["total_tokens"]) == tokens
 
 
 def test_validation_records_carry_no_flops(train_runs):

@@ -20,9 +20,11 @@ def stdout_line(tag, record, time="2026-11-22 15:19:58"):
     return f"{time} | INFO | {tag} | {json.dumps(record)}"
 
 
-def train_inner(updates, total, per_update, wall, loss=7.0):
-    # fairseq logs every figure as a string
-    return {"epoch": 1, "update": round(updates / 45, 3), "loss": str(loss),
+def train_inner(updates, total, per_update, wall, loss=7.0, tokens=None):
+    # fairseq logs every figure as a string; total_tokens is absent from logs written before it
+    # was logged
+    extra = {"total_tokens": str(tokens)} if tokens is not None else {}
+    return {**extra, "epoch": 1, "update": round(updates / 45, 3), "loss": str(loss),
             "pflops": str(per_update), "ppl": "128", "total_pflops": str(total), "wps": "180",
             "ups": "0.5", "wpb": "512", "bsz": "8", "num_updates": str(updates), "lr": "0.0001",
             "gnorm": "1.1", "train_wall": str(wall - 1), "wall": str(wall)}
@@ -37,10 +39,11 @@ def valid(updates, loss, best=None):
     return record
 
 
-def epoch_summary(updates, total, mean_per_update, wall):
+def epoch_summary(updates, total, mean_per_update, wall, tokens=None):
     """End of epoch: ``train_pflops`` here is the epoch's MEAN per update; the running total
     is ``train_total_pflops``."""
-    return {"epoch": 1, "train_loss": "7.1", "train_pflops": str(mean_per_update),
+    extra = {"train_total_tokens": str(tokens)} if tokens is not None else {}
+    return {**extra, "epoch": 1, "train_loss": "7.1", "train_pflops": str(mean_per_update),
             "train_total_pflops": str(total), "train_num_updates": str(updates),
             "train_train_wall": str(wall - 2), "train_wall": str(wall)}
 
@@ -60,8 +63,9 @@ def write_stdout_log(path, lines):
 
 @pytest.fixture
 def two_runs(tmp_path):
-    """A RoBERTa-like stdout log (log interval 2, validation every 3 updates) and a 3ML-like
-    --log-file (bare records, log interval 1, validation at 2 and 4)."""
+    """A RoBERTa-like stdout log (log interval 2, validation every 3 updates; written before
+    total_tokens was logged) and a 3ML-like --log-file (bare records, log interval 1,
+    validation at 2 and 4)."""
     roberta = write_stdout_log(tmp_path / "roberta-15pct" / "train.log", [
         stdout_line("train_inner", train_inner(2, 0.002, 0.001, 10)),
         stdout_line("valid", valid(3, 9.5)),
@@ -75,13 +79,13 @@ def two_runs(tmp_path):
     three_ml.parent.mkdir()
     three_ml.write_text("\n".join([
         "{'_name': None}",  # fairseq's config dump, as --log-file holds it
-        json.dumps(train_inner(1, 0.0008, 0.0008, 4)),
-        json.dumps(train_inner(2, 0.0016, 0.0008, 8)),
+        json.dumps(train_inner(1, 0.0008, 0.0008, 4, tokens=256)),
+        json.dumps(train_inner(2, 0.0016, 0.0008, 8, tokens=512)),
         json.dumps(valid(2, 9.0)),
-        json.dumps(train_inner(3, 0.0024, 0.0008, 12)),
-        json.dumps(train_inner(4, 0.0032, 0.0008, 16)),
+        json.dumps(train_inner(3, 0.0024, 0.0008, 12, tokens=768)),
+        json.dumps(train_inner(4, 0.0032, 0.0008, 16, tokens=1024)),
         json.dumps(valid(4, 7.5)),
-        json.dumps(epoch_summary(4, 0.0032, 0.0008, 17)),
+        json.dumps(epoch_summary(4, 0.0032, 0.0008, 17, tokens=1024)),
         "done training in 17.2 seconds",
     ]) + "\n")
     return roberta, three_ml
@@ -93,7 +97,7 @@ def test_read_log_tells_records_apart_in_both_formats(two_runs):
                              TrainPoint(6, 0.006, 30), TrainPoint(7, 0.007, 36)]
     assert roberta.valid == [ValidPoint(3, 9.5), ValidPoint(6, 8.25), ValidPoint(7, 8.0)]
     # the epoch summary gives its running total (train_total_pflops), not its mean per update
-    assert three_ml.train[-1] == TrainPoint(4, 0.0032, 17)
+    assert three_ml.train[-1] == TrainPoint(4, 0.0032, 17, 1024)
     assert [p.updates for p in three_ml.train] == [1, 2, 3, 4, 4]
     assert three_ml.valid == [ValidPoint(2, 9.0), ValidPoint(4, 7.5)]
 
@@ -127,8 +131,28 @@ def test_curve_of_the_synthetic_runs(two_runs):
         (3, 0.002, 10, 9.5), (6, 0.006, 30, 8.25), (7, 0.007, 36, 8.0)]
     three_ml = plot_curves.curve_of(plot_curves.read_log(two_runs[1]))
     # update 4: the epoch summary (wall 17) comes after the train_inner record (wall 16)
-    assert [(p.pflops, p.wall, p.valid_loss) for p in three_ml] == [(0.0016, 8, 9.0),
-                                                                    (0.0032, 17, 7.5)]
+    assert [(p.pflops, p.wall, p.valid_loss, p.tokens) for p in three_ml] == [
+        (0.0016, 8, 9.0, 512), (0.0032, 17, 7.5, 1024)]
+    assert all(p.tokens is None for p in roberta)
+
+
+def test_one_figure_with_loss_against_flops_wall_time_and_tokens(two_runs):
+    import matplotlib.pyplot as plt
+
+    curves = [plot_curves.curve_of(plot_curves.read_log(p)) for p in two_runs]
+    fig = plot_curves.figure(curves, ["roberta", "3ml-self"])
+    by_flops, by_wall, by_tokens = fig.axes
+    assert [ax.get_title() for ax in fig.axes] == [
+        "valid loss vs training FLOPs", "valid loss vs wall time", "valid loss vs training tokens"]
+    assert [list(line.get_xdata()) for line in by_flops.get_lines()] == [
+        [0.002, 0.006, 0.007], [0.0016, 0.0032]]
+    assert [list(line.get_xdata()) for line in by_wall.get_lines()] == [[10, 30, 36], [8, 17]]
+    # only the run that logged total_tokens has a tokens line (in millions); the other is named
+    (line,) = by_tokens.get_lines()
+    assert list(line.get_xdata()) == [512 / 1e6, 1024 / 1e6] and line.get_label() == "3ml-self"
+    assert list(line.get_ydata()) == [9.0, 7.5]
+    assert "no total_tokens logged:\nroberta" in [t.get_text() for t in by_tokens.texts]
+    plt.close(fig)
 
 
 def test_wall_unit():
@@ -241,7 +265,10 @@ def test_plots_a_recipe_run_from_its_save_dir(tiny_data_bin, tmp_path, capsys):
     out = tmp_path / "curves.png"
     assert plot_curves.main([str(save_dir), "--out", str(out)]) == 0
     check_png(out)
-    assert f"roberta-tiny: {len(valid_updates)} valid points" in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert f"roberta-tiny: {len(valid_updates)} valid points" in out_text
+    (summary,) = [r for r in json_log_records(text, key="train_total_tokens")][-1:]
+    assert f"{float(summary['train_total_tokens']):.4g} tokens" in out_text
 
 
 def test_metric_reads_one_category_of_corrupted_tokens(tmp_path, capsys):

@@ -9,7 +9,10 @@ batches only); its ``reduce_metrics`` calls :func:`log_training_flops`. That log
 * ``total_pflops``: the running total since the start of training. It is kept in fairseq's
   ``default`` metrics aggregator, which fairseq saves in the checkpoint's extra state
   (``extra_state["metrics"]``) and restores on ``--restore-file`` resume, so the total
-  survives save/resume (``--reset-meters`` starts it again from 0).
+  survives save/resume (``--reset-meters`` starts it again from 0);
+* ``total_tokens``: the running total of training tokens (the batches' ``ntokens``, padding
+  excluded), kept the same way, so curves can be drawn against tokens as well as FLOPs
+  (``scripts/plot_curves.py``).
 
 FLOPs follow :mod:`fairseq_ext.flops` (multiply-add = 2, training = 3 x forward, which is what
 ``FlopCounterMode`` measures; the 3ML paper counts 2 x forward, so absolute figures are 1.5 x
@@ -25,6 +28,7 @@ from fairseq_ext.flops.formulas import TRAINING_MULTIPLIER
 
 TRAIN_FLOPS_KEY = "train_flops"
 _TOTAL_KEY = "_train_pflops_total"  # leading "_": kept (and checkpointed) but not printed
+_TOKENS_KEY = "_train_tokens_total"
 
 
 class TrainingFlops:
@@ -62,18 +66,22 @@ class TrainingFlops:
 
 
 def log_training_flops(logging_outputs) -> None:
-    """For a criterion's ``reduce_metrics``: log ``pflops`` and the running ``total_pflops``
-    from the :data:`TRAIN_FLOPS_KEY` entries of training logging outputs."""
-    train_flops = utils.item(sum(log.get(TRAIN_FLOPS_KEY, 0) for log in logging_outputs))
+    """For a criterion's ``reduce_metrics``: log ``pflops`` and the running ``total_pflops`` and
+    ``total_tokens`` from the training logging outputs (those with :data:`TRAIN_FLOPS_KEY`)."""
+    training = [log for log in logging_outputs if TRAIN_FLOPS_KEY in log]
+    train_flops = utils.item(sum(log[TRAIN_FLOPS_KEY] for log in training))
     if train_flops > 0:
         pflops = train_flops / 1e15
         metrics.log_scalar("pflops", pflops, weight=1)
-        _add_to_running_total(pflops)
-        metrics.log_derived("total_pflops", _running_total)
+        _add_to_running_total(_TOTAL_KEY, pflops)
+        _add_to_running_total(_TOKENS_KEY, utils.item(sum(log.get("ntokens", 0)
+                                                          for log in training)))
+        metrics.log_derived("total_pflops", lambda meters: _running_total(_TOTAL_KEY))
+        metrics.log_derived("total_tokens", lambda meters: _running_total(_TOKENS_KEY))
 
 
-def _add_to_running_total(pflops: float) -> None:
-    """Add to the total in the ``default`` aggregator, the one fairseq checkpoints.
+def _add_to_running_total(key: str, value: float) -> None:
+    """Add to a total in the ``default`` aggregator, the one fairseq checkpoints.
 
     ``metrics.get_meters("default")`` is the aggregator fairseq saves and, after a resume, the
     one ``metrics.load_state_dict`` restored. (``metrics.log_scalar_sum`` would write into the
@@ -81,12 +89,12 @@ def _add_to_running_total(pflops: float) -> None:
     would stop growing after a resume.)
     """
     default = metrics.get_meters("default")
-    if _TOTAL_KEY not in default:
-        default.add_meter(_TOTAL_KEY, SumMeter(), priority=10)
-    default[_TOTAL_KEY].update(pflops)
+    if key not in default:
+        default.add_meter(key, SumMeter(), priority=10)
+    default[key].update(value)
 
 
-def _running_total(meters) -> float:
-    """The total kept in the ``default`` aggregator, whatever aggregator asks."""
-    meter = metrics.get_meter("default", _TOTAL_KEY)
+def _running_total(key: str) -> float:
+    """A total kept in the ``default`` aggregator, whatever aggregator asks."""
+    meter = metrics.get_meter("default", key)
     return meter.sum if meter is not None else 0.0
