@@ -1,5 +1,5 @@
-"""Export the encoder of a 3ML checkpoint as a standard fairseq RoBERTa checkpoint
-(``scripts/export_encoder.py`` is the command line).
+"""Export the encoder of a 3ML checkpoint as a standard fairseq RoBERTa checkpoint, or as a hub
+directory that loads with its tokenizer (``scripts/export_encoder.py`` is the command line).
 
 After pre-training, 3ML's decoder is dropped and only the encoder is fine-tuned (Liao et al.,
 2022, §2.2 "Fine-tuning and Inference"). ::
@@ -40,6 +40,24 @@ uses a pretrained model; ``recipes/3ml/finetune_glue.sh`` does this):
   one entry at 0 updates and ``extra_state`` only a training iterator at the start of epoch 1.
   fairseq needs both keys to read a checkpoint, and with these values it starts a fresh run
   even if the ``--reset-*`` flags are forgotten. ``export`` records where the weights came from.
+
+**Hub directories.** ``export_encoder.py CKPT DIR`` (an OUT that does not end in ``.pt``)
+writes ``DIR/model.pt`` (the export above, with ``cfg.bpe`` set to sentencepiece),
+``DIR/dict.txt`` and ``DIR/sentencepiece.bpe.model``, copied from the checkpoint's data-bin
+(``spm.model``, as ``scripts/prepare_corpus.sh`` writes it) or given with ``--dict`` /
+``--sentencepiece-model``; the dictionary is checked against the embedding. These are the names
+fairseq's ``hub_utils.from_pretrained`` looks for, so, offline and without the plugin::
+
+    from fairseq.models.roberta import RobertaModel
+    roberta = RobertaModel.from_pretrained("exports/3ml-hub")
+    roberta.fill_mask("The <mask> module provides regular expressions.", topk=3)
+
+``--keep-decoder`` writes the whole 3ML model instead (encoder *and* decoder, Liao et al. §2.2:
+infilling may be better with the decoder kept); ``ThreeMLModel.from_pretrained(DIR)`` (or
+``RobertaModel.from_pretrained`` after ``import fairseq_ext``) loads it, and ``fill_mask`` then
+appends the [MASK]s after the encoder as in pre-training. A RoBERTa checkpoint (``roberta_*``,
+``recipes/roberta/``) exports to a hub directory as it is, under a stock arch name.
+:mod:`fairseq_ext.evaluation.fill_mask` compares such directories on held-out text.
 
 OUT is never overwritten unless ``--force``; it is written to a temporary file in the same
 directory and renamed, so an interrupted export leaves no partial file. Errors are one line on

@@ -1,11 +1,14 @@
 #!/usr/bin/env python
-"""Export the encoder of a 3ML checkpoint as a standard fairseq RoBERTa checkpoint.
+"""Export the encoder of a 3ML checkpoint as a standard fairseq RoBERTa checkpoint, or as a hub
+directory (model.pt, dict.txt, sentencepiece.bpe.model) that RobertaModel.from_pretrained loads.
 
 After pre-training, 3ML's decoder is dropped and only the encoder is fine-tuned (Liao et al.,
 2022, §2.2 "Fine-tuning and Inference"). ::
 
     python scripts/export_encoder.py checkpoints/3ml/checkpoint_last.pt exports/3ml_encoder.pt
     python scripts/export_encoder.py --print-finetune-args exports/3ml_encoder.pt
+    python scripts/export_encoder.py checkpoints/3ml/checkpoint_last.pt exports/3ml-hub
+    python scripts/export_encoder.py --keep-decoder checkpoints/3ml/checkpoint_last.pt exports/3ml-full
 
 What the export contains, and why: :mod:`fairseq_ext.export`. OUT is never overwritten unless
 ``--force``; errors are one line on stderr and exit status 2.
