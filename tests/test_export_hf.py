@@ -335,3 +335,22 @@ def test_script_is_a_thin_command(built, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"export_hf.py: error: {tmp_path / 'hf'} exists; pass --force to overwrite it"]
+
+
+def test_bpe_sentencepiece_tokenizer(built, tmp_path):
+    """A BPE-type sentencepiece model (prepare_corpus.sh --spm-model-type bpe) converts too: its
+    merges in sentencepiece's order, its vocabulary in the dictionary's."""
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(built["root"] / "train.txt"), model_prefix=str(tmp_path / "bpe"),
+        vocab_size=200, model_type="bpe", character_coverage=1.0, hard_vocab_limit=False,
+        minloglevel=2, num_threads=1)
+    spm_model = tmp_path / "bpe.model"
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+    dictionary = shuffled_dictionary(spm_model)
+    dictionary.add_symbol("<mask>")
+    tokenizer, notes = hf_export.build_tokenizer(dictionary, spm_model, "roberta", TOKENS)
+    assert notes == {"sentencepiece_type": "bpe", "missing_pieces": []}
+    for text in HELD_OUT:
+        pieces = " ".join(processor.encode(text, out_type=str))
+        assert tokenizer(text)["input_ids"] == dictionary.encode_line(
+            f"<s> {pieces} </s>", append_eos=False, add_if_not_exist=False).tolist(), text
