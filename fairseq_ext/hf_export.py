@@ -109,7 +109,7 @@ ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_accurate": "gelu_accurate",
 MASK = "<mask>"
 MADEUP_PREFIX = "madeupword"  # fairseq-preprocess pads dictionaries with madeupwordNNNN
 #: sentencepiece piece types (sentencepiece_model.proto)
-SPM_NORMAL, SPM_UNKNOWN, SPM_CONTROL, SPM_USER_DEFINED = 1, 2, 3, 4
+SPM_NORMAL, SPM_USER_DEFINED = 1, 4
 SPM_UNIGRAM, SPM_BPE = 1, 2
 PIECE_PREFIX = "\u2581"
 

@@ -12,6 +12,7 @@ binarizer, for the causal LM) on held-out text, and the logits to 1e-4.
 """
 import json
 import random
+import socket
 from pathlib import Path
 
 import pytest
@@ -141,7 +142,13 @@ def built(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
+    """No network: the exports must load from their directories alone."""
+    def refuse(*args, **kwargs):
+        raise RuntimeError("network access attempted")
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 def fairseq_model(checkpoint: Path, data: Path):
