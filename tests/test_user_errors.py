@@ -247,3 +247,193 @@ def test_recipe_with_a_wrong_data_path_stops_before_fairseq(recipe, tmp_path):
     run_cli([REPO_ROOT / recipe], env={"DATA": str(data), "SAVE_DIR": str(tmp_path / "ckpt"),
                                        "FAIRSEQ_BIN": str(fake_bin), "NUM_GPUS": "1"})
     assert started.exists()
+
+
+# --- 3. wrong data for a checkpoint, empty validation set, no plugin, no data (issue 15) -----------
+
+#: 1-update runs of one model of each kind whose loading differs: fairseq's own roberta (archs
+#: roberta_*, bert_orig_*), a RoBERTa subclass of ours (3ML, BERT-rab, SwishRNN-BERT) and
+#: bidirectional_lm.
+ONE_UPDATE = {
+    "roberta_tiny": ["--task", "masked_lm", "--criterion", "masked_lm_flops",
+                     "--arch", "roberta_tiny", "--batch-size", "4"],
+    "3ml_self_tiny": ["--task", "masked_lm", "--criterion", "masked_lm_flops",
+                      "--arch", "3ml_self_tiny", "--batch-size", "4"],
+    "bidir_lm_tiny": ["--task", "bidirectional_lm", "--criterion", "bidirectional_lm",
+                      "--arch", "bidir_lm_tiny", "--max-tokens", "128"],
+}
+TRAIN_ONE = ["--user-dir", USER_DIR, "--tokens-per-sample", "32", "--optimizer", "adam",
+             "--lr", "1e-4", "--max-update", "1", "--cpu", "--num-workers", "0",
+             "--no-progress-bar"]
+
+
+def validate_args(arch, data, checkpoint):
+    task = ONE_UPDATE[arch][:2]
+    mode = ["--eval-mode", "full_doc_ppl"] if arch == "bidir_lm_tiny" else []
+    return [data, "--user-dir", USER_DIR, *task, *mode, "--path", checkpoint,
+            "--batch-size", "4", "--cpu", "--num-workers", "0"]
+
+
+def last_line(output):
+    return output.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def forked():
+    from forked_cli import ForkedCli
+
+    with ForkedCli() as cli:
+        yield cli
+
+
+@pytest.fixture(scope="module")
+def one_update(forked, tiny_data_bin, tmp_path_factory):
+    """{arch: checkpoint_last.pt after one update on tiny_data_bin}."""
+    root = tmp_path_factory.mktemp("one_update")
+    checkpoints = {}
+    for arch, flags in ONE_UPDATE.items():
+        forked.run("fairseq-train", [tiny_data_bin, *flags, *TRAIN_ONE, "--disable-validation",
+                                     "--save-dir", root / arch], root / f"{arch}.log")
+        checkpoints[arch] = root / arch / "checkpoint_last.pt"
+    return checkpoints
+
+
+def copy_data_bin(source, dest, keep_dict_lines=None, empty_valid=False):
+    """A copy of a data-bin with its dictionary cut to its first ``keep_dict_lines`` entries
+    (another dictionary), or with an empty valid split (fairseq-preprocess of an empty file)."""
+    import shutil
+
+    from fairseq.data import indexed_dataset
+
+    shutil.copytree(source, dest)
+    if keep_dict_lines is not None:
+        lines = (dest / "dict.txt").read_text().splitlines()[:keep_dict_lines]
+        (dest / "dict.txt").write_text("\n".join(lines) + "\n")
+    if empty_valid:
+        builder = indexed_dataset.make_builder(str(dest / "valid.bin"), impl="mmap",
+                                               vocab_size=100)
+        builder.finalize(str(dest / "valid.idx"))
+        assert (dest / "valid.bin").stat().st_size == 0
+    return dest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ONE_UPDATE)
+def test_checkpoint_on_a_data_bin_with_another_dictionary(arch, one_update, forked, tiny_data_bin,
+                                                          tmp_path):
+    """fairseq-validate and fairseq-train --restore-file: our models name the dictionary and
+    both vocabulary sizes in one line; fairseq's roberta keeps torch's size-mismatch dump."""
+    other = copy_data_bin(tiny_data_bin, tmp_path / "other", keep_dict_lines=40)
+    checkpoint = one_update[arch]
+    embedding = next(t for k, t in torch.load(checkpoint)["model"].items()
+                     if k.endswith("embed_tokens.weight"))
+    trained_dict = len((tiny_data_bin / "dict.txt").read_text().splitlines())
+    # <s> <pad> </s> <unk> and <mask> besides dict.txt's entries
+    assert embedding.shape[0] == trained_dict + 5
+    validate = forked.run("fairseq-validate", validate_args(arch, other, checkpoint),
+                          tmp_path / "validate.log", check=False)
+    restore = forked.run("fairseq-train", [other, *ONE_UPDATE[arch], *TRAIN_ONE,
+                                           "--max-update", "2", "--restore-file", checkpoint,
+                                           "--save-dir", tmp_path / "ckpt"],
+                         tmp_path / "restore.log", check=False)
+    if arch == "roberta_tiny":  # fairseq's own model: torch's message, which says the sizes
+        ours = None
+        theirs = (f"size mismatch for encoder.sentence_encoder.embed_tokens.weight: copying a "
+                  f"param with shape torch.Size([{trained_dict + 5}, 64]) from checkpoint, the "
+                  f"shape in current model is torch.Size([45, 64])")
+    else:
+        ours = (f"DictionaryMismatchError: the checkpoint was trained with a dictionary of "
+                f"{trained_dict + 5} symbols, but the dictionary {other}/dict.txt gives 45 (")
+    for output in (validate, restore):
+        assert ("Traceback" in output) and (ours or theirs) in output, output[-3000:]
+    if ours:
+        assert last_line(validate).startswith(f"fairseq_ext.models.dictionary_check.{ours}")
+        assert "run it on the data-bin it was trained on" in last_line(validate)
+    # fairseq-train adds the file it was loading
+    assert last_line(restore) == (f"Exception: Cannot load model parameters from checkpoint "
+                                  f"{checkpoint}; please ensure that the architectures match.")
+
+
+EMPTY_VALID = ("DataBinError: the valid split of {data} is empty ({data}/valid.bin has 0 bytes): "
+               "add documents to it (scripts/prepare_corpus.sh --valid-fraction), validate on "
+               "another split (--valid-subset), or train without validation "
+               "(--disable-validation)")
+
+
+@pytest.mark.slow
+def test_empty_validation_set(one_update, forked, tiny_data_bin, tmp_path):
+    """fairseq would stop in np.memmap with 'cannot mmap an empty file'. masked_lm runs are
+    stopped while fairseq reads the flags, before anything is written."""
+    data = copy_data_bin(tiny_data_bin, tmp_path / "data", empty_valid=True)
+    expected = EMPTY_VALID.format(data=data)
+    for arch in ("3ml_self_tiny", "bidir_lm_tiny"):
+        output = forked.run("fairseq-train", [data, *ONE_UPDATE[arch], *TRAIN_ONE,
+                                              "--save-dir", tmp_path / arch],
+                            tmp_path / f"train-{arch}.log", check=False)
+        assert last_line(output).endswith(expected), output[-3000:]
+        assert "cannot mmap" not in output
+        assert arch == "bidir_lm_tiny" or not (tmp_path / arch).exists()
+        output = forked.run("fairseq-validate", validate_args(arch, data, one_update[arch]),
+                            tmp_path / f"validate-{arch}.log", check=False)
+        assert last_line(output).endswith(expected), output[-3000:]
+    # the fix it offers works: training without validation runs
+    forked.run("fairseq-train", [data, *ONE_UPDATE["roberta_tiny"], *TRAIN_ONE,
+                                 "--disable-validation", "--save-dir", tmp_path / "ok"],
+               tmp_path / "ok.log")
+    assert (tmp_path / "ok" / "checkpoint_last.pt").is_file()
+
+
+@pytest.mark.slow
+def test_data_path_that_does_not_exist(one_update, forked, tmp_path):
+    """fairseq's masked_lm names the missing dict.txt at the end of its traceback (README,
+    'Troubleshooting'); our bidirectional_lm task says it in one line."""
+    missing = tmp_path / "no-such-data-bin"
+    for arch in ("roberta_tiny", "bidir_lm_tiny"):
+        train = forked.run("fairseq-train", [missing, *ONE_UPDATE[arch], *TRAIN_ONE,
+                                             "--save-dir", tmp_path / arch],
+                           tmp_path / f"train-{arch}.log", check=False)
+        validate = forked.run("fairseq-validate", validate_args(arch, missing, one_update[arch]),
+                              tmp_path / f"validate-{arch}.log", check=False)
+        for output in (train, validate):
+            if arch == "roberta_tiny":
+                assert last_line(output) == ("FileNotFoundError: [Errno 2] No such file or "
+                                             f"directory: '{missing}/dict.txt'"), output[-3000:]
+            else:
+                assert last_line(output) == (
+                    f"fairseq_ext.data.data_bin.DataBinError: the data-bin {missing} does not "
+                    "exist: check the path (the positional DATA argument), or make it with "
+                    "scripts/prepare_corpus.sh"), output[-3000:]
+    assert "FileNotFoundError: ... '<DATA>/dict.txt'" in (REPO_ROOT / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_checkpoint_of_ours_without_user_dir(one_update, tiny_data_bin):
+    """No plugin code runs without --user-dir, so fairseq's own messages are what the user sees;
+    README's Troubleshooting maps each to "add --user-dir fairseq_ext"."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    proc = run_cli([fairseq_cli("fairseq-validate"), tiny_data_bin, "--task", "masked_lm",
+                    "--path", one_update["3ml_self_tiny"], "--batch-size", "4", "--cpu"],
+                   check=False, env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode != 0
+    assert "Unsupported global: GLOBAL argparse.Namespace" in proc.stderr
+    assert "Unsupported global: GLOBAL\n  argparse.Namespace`**" in readme
+    proc = run_cli([fairseq_cli("fairseq-validate"), tiny_data_bin, "--task", "bidirectional_lm",
+                    "--path", one_update["bidir_lm_tiny"], "--batch-size", "4", "--cpu"],
+                   check=False, env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2
+    assert "error: argument --task: invalid choice: 'bidirectional_lm'" in proc.stderr
+    assert "the plugin is not loaded. Add `--user-dir fairseq_ext`" in readme
+
+
+@pytest.mark.parametrize("recipe", ["recipes/roberta/pretrain.sh",
+                                    "recipes/bidirectional/pretrain.sh"])
+def test_recipe_with_a_data_path_that_does_not_exist(recipe, tmp_path):
+    missing = tmp_path / "no-such-data-bin"
+    proc = run_cli([REPO_ROOT / recipe], check=False, env={
+        "DATA": str(missing), "SAVE_DIR": str(tmp_path / "ckpt"), "DRY_RUN": "0", "NUM_GPUS": "1",
+        "FAIRSEQ_BIN": str(tmp_path / "no-fairseq-here")})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: DATA={missing} has no dict.txt: run scripts/prepare_corpus.sh (or make demo) "
+        "first, or point DATA at a fairseq data-bin")
+    assert not (tmp_path / "ckpt").exists()
