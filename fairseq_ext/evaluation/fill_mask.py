@@ -58,7 +58,9 @@ class FillMaskScore:
 def held_out_blocks(data: Path, split: str, dictionary, tokens_per_sample: int
                     ) -> List[torch.Tensor]:
     """The split's blocks of at most ``tokens_per_sample`` tokens, ``<s>`` first, as
-    ``masked_lm`` builds its samples (``complete`` break mode)."""
+    ``masked_lm`` builds its samples (``complete`` break mode). A sentence longer than a block
+    is a block of its own there; such blocks are left out here (as fairseq-validate's
+    ``--skip-invalid-size-inputs-valid-test`` would), and the log counts them."""
     from fairseq.data import TokenBlockDataset, data_utils
 
     dataset = data_utils.load_indexed_dataset(str(data / split), dictionary)
@@ -67,7 +69,13 @@ def held_out_blocks(data: Path, split: str, dictionary, tokens_per_sample: int
     blocks = TokenBlockDataset(dataset, dataset.sizes, tokens_per_sample - 1,
                                pad=dictionary.pad(), eos=dictionary.eos(), break_mode="complete")
     bos = torch.tensor([dictionary.bos()])
-    return [torch.cat([bos, blocks[i].long()]) for i in range(len(blocks))]
+    kept = [torch.cat([bos, blocks[i].long()]) for i in range(len(blocks))
+            if blocks.sizes[i] < tokens_per_sample]
+    if len(kept) < len(blocks):
+        logger.info("%s/%s: left out %d of %d blocks, single sentences longer than "
+                    "--tokens-per-sample %d", data, split, len(blocks) - len(kept), len(blocks),
+                    tokens_per_sample)
+    return kept
 
 
 def mask_positions(blocks: Sequence[torch.Tensor], specials: Sequence[int], mask_prob: float,
@@ -149,7 +157,9 @@ def main(argv=None) -> int:
         parser.error(f"--mask-prob {args.mask_prob}: must be in (0, 1)")
     if args.tokens_per_sample < 3:
         parser.error("--tokens-per-sample must be at least 3")
+    logging.basicConfig(format="%(levelname)s: %(message)s", level=logging.WARNING)
     logging.getLogger("fairseq").setLevel(logging.WARNING)
+    logger.setLevel(logging.INFO)
     try:
         from fairseq.data import Dictionary
 
@@ -164,6 +174,10 @@ def main(argv=None) -> int:
         for hub_dir in args.hub_dirs:
             hub = load_hub(hub_dir)
             same_dictionary(hub, dictionary, hub_dir, args.data)
+            if args.tokens_per_sample > hub.model.max_positions():
+                raise FillMaskError(f"{hub_dir}: the model takes at most "
+                                    f"{hub.model.max_positions()} positions; give "
+                                    f"--tokens-per-sample {hub.model.max_positions()}")
             result = score(hub.model, hub.task.mask_idx, dictionary.pad(), blocks, masks,
                            args.batch_size)
             export = torch.load(hub_dir / "model.pt", map_location="cpu", mmap=True,
