@@ -24,12 +24,18 @@ What maps onto what:
 
 * **RoBERTa** (fairseq's ``roberta`` model: ``scripts/export_encoder.py`` output, ``roberta_*``
   checkpoints) -> ``RobertaForMaskedLM`` for the post-LN encoder
-  (``encoder_normalize_before=False`` with ``layernorm_embedding=True``, RoBERTa's own), and
-  ``RobertaPreLayerNormForMaskedLM`` for a pre-LN encoder *with* an embedding LayerNorm. Learned
-  positions are fairseq's ``padding_idx + 1 + index`` with ``padding_idx = 1``, which HF RoBERTa
-  computes the same way (``max_position_embeddings = max_positions + 2``); the one
+  (``encoder_normalize_before=False`` with ``layernorm_embedding=True``, RoBERTa's own),
+  ``RobertaPreLayerNormForMaskedLM`` for a pre-LN encoder *with* an embedding LayerNorm, and
+  ``XLMRobertaXLForMaskedLM`` for a pre-LN encoder *without* one (3ML's ``--normalization
+  pre-ln``, ``roberta_large_prenorm``, fairseq's ``roberta_prenorm``): that is how fairseq's
+  pre-LN XLM-R XL was ported, embeddings without a LayerNorm, a LayerNorm before attention
+  (``self_attn_layer_norm``) and before the FFN (``LayerNorm``) of each layer, and a final
+  ``encoder.LayerNorm``, as fairseq's ``TransformerEncoder`` with ``normalize_before``. Learned
+  positions are fairseq's ``padding_idx + 1 + index`` with ``padding_idx = 1``, which the three
+  HF classes compute the same way (``max_position_embeddings = max_positions + 2``); the one
   token-type embedding is zero; the LM head is dense -> GELU -> LayerNorm -> the tied embedding
-  + bias in both. fairseq's ``gelu`` is the exact (erf) GELU, HF's ``"gelu"`` too.
+  + bias in all three (HF's GELU there is fixed). fairseq's ``gelu`` is the exact (erf) GELU,
+  HF's ``"gelu"`` too; every LayerNorm has fairseq's epsilon (``layer_norm_eps``).
 * **bidirectional_lm NxtUni** (``--variant nxt_uni``: next-token prediction, causal attention,
   no masks) -> ``OPTForCausalLM``: fairseq's pre-LN decoder layers with a final LayerNorm,
   learned positions with offset 2 (fairseq's ``padding_idx + 1``), the same parameter layout.
@@ -41,10 +47,8 @@ What maps onto what:
 
 What is refused, and why (one-line errors naming the reason):
 
-* 3ML's pre-LN encoders (``--normalization pre``; RoBERTa ``encoder_normalize_before=True``
-  without ``layernorm_embedding``): ``RobertaPreLayerNorm*`` always normalises the embeddings
-  (``embeddings.LayerNorm``) and no LayerNorm can be made the identity, so no stock class
-  computes that encoder.
+* A post-LN RoBERTa encoder without an embedding LayerNorm: ``RobertaForMaskedLM`` always
+  normalises the embeddings and no LayerNorm can be made the identity.
 * An activation other than GELU in a RoBERTa encoder: HF's RoBERTa LM head always applies GELU,
   fairseq's applies the encoder's activation.
 * A raw 3ML checkpoint: its MLM head lives in the decoder; export the encoder first
@@ -267,29 +271,36 @@ def embedding_scale(module) -> float:
     return float(getattr(module, "embed_scale", 1.0) or 1.0)
 
 
+#: The three layouts of fairseq's RoBERTa encoder and the class computing each: ``(class name,
+#: encoder prefix, the per-layer LayerNorm names of fairseq's self_attn_layer_norm and
+#: final_layer_norm, the final LayerNorm's name or None)``, keyed by (pre-LN, embedding LayerNorm).
+ROBERTA_LAYOUTS = {
+    # post-LN: the LayerNorm after each residual sum
+    (False, True): ("RobertaForMaskedLM", "roberta.",
+                    ("attention.output.LayerNorm", "output.LayerNorm"), None),
+    # pre-LN after an embedding LayerNorm: the LayerNorm before each sublayer
+    (True, True): ("RobertaPreLayerNormForMaskedLM", "roberta_prelayernorm.",
+                   ("attention.LayerNorm", "intermediate.LayerNorm"), "LayerNorm"),
+    # pre-LN on the raw embeddings (fairseq's XLM-R XL, which transformers ported as this class)
+    (True, False): ("XLMRobertaXLForMaskedLM", "roberta.",
+                    ("attention.self_attn_layer_norm", "LayerNorm"), "encoder.LayerNorm"),
+}
+
+
 def convert_roberta(model, path: Path) -> Conversion:
-    """fairseq ``RobertaModel`` -> ``RobertaForMaskedLM`` (post-LN) or
-    ``RobertaPreLayerNormForMaskedLM`` (pre-LN with an embedding LayerNorm)."""
+    """fairseq ``RobertaModel`` -> ``RobertaForMaskedLM`` (post-LN),
+    ``RobertaPreLayerNormForMaskedLM`` (pre-LN with an embedding LayerNorm) or
+    ``XLMRobertaXLForMaskedLM`` (pre-LN without one: 3ML's pre-LN encoders)."""
     import torch
+    import transformers
     from fairseq.modules import LearnedPositionalEmbedding
-    from transformers import (
-        RobertaConfig,
-        RobertaForMaskedLM,
-        RobertaPreLayerNormConfig,
-        RobertaPreLayerNormForMaskedLM,
-    )
 
     encoder = model.encoder.sentence_encoder
     head = model.encoder.lm_head
     args = model.args
     pre_ln = encoder.layer_norm is not None
-    if pre_ln and encoder.layernorm_embedding is None:
-        raise ExportError(
-            f"{path}: a pre-LN encoder without an embedding LayerNorm (3ML's --normalization pre, "
-            "roberta_large_prenorm): transformers' RobertaPreLayerNorm always normalises the "
-            "embeddings (embeddings.LayerNorm), and no LayerNorm is the identity, so no stock "
-            "class computes this encoder")
-    if not pre_ln and encoder.layernorm_embedding is None:
+    embedding_ln = encoder.layernorm_embedding is not None
+    if not pre_ln and not embedding_ln:
         raise ExportError(f"{path}: a post-LN encoder without an embedding LayerNorm; "
                           "transformers' RobertaForMaskedLM normalises the embeddings")
     if args.activation_fn != "gelu":
@@ -298,12 +309,15 @@ def convert_roberta(model, path: Path) -> Conversion:
     if not isinstance(encoder.embed_positions, LearnedPositionalEmbedding):
         raise ExportError(f"{path}: {type(encoder.embed_positions).__name__} positions; "
                           "transformers' RoBERTa learns its positions")
+    class_name, prefix, (attn_ln, ffn_ln), final_ln = ROBERTA_LAYOUTS[pre_ln, embedding_ln]
+    model_class = getattr(transformers, class_name)
     layers = list(encoder.layers)
     d = encoder.embed_tokens.embedding_dim
     norms = [encoder.layernorm_embedding, encoder.layer_norm, head.layer_norm]
     for layer in layers:
         norms += [layer.self_attn_layer_norm, layer.final_layer_norm]
-    common = dict(
+    scale = embedding_scale(encoder)
+    config = model_class.config_class(
         vocab_size=encoder.embed_tokens.num_embeddings, hidden_size=d,
         num_hidden_layers=len(layers), num_attention_heads=layers[0].self_attn.num_heads,
         intermediate_size=layers[0].fc1.out_features, hidden_act="gelu",
@@ -311,46 +325,37 @@ def convert_roberta(model, path: Path) -> Conversion:
         attention_probs_dropout_prob=float(args.attention_dropout),
         max_position_embeddings=encoder.embed_positions.weight.size(0), type_vocab_size=1,
         layer_norm_eps=layer_norm_eps(norms), pad_token_id=encoder.padding_idx,
-        bos_token_id=0, eos_token_id=2)
-    scale = embedding_scale(encoder)
-    tied = head.weight is encoder.embed_tokens.weight and scale == 1.0
-    common["tie_word_embeddings"] = tied
+        bos_token_id=0, eos_token_id=2,
+        tie_word_embeddings=head.weight is encoder.embed_tokens.weight and scale == 1.0)
 
     sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
     src = "encoder.sentence_encoder."
-    prefix = "roberta_prelayernorm." if pre_ln else "roberta."
     out = {
         prefix + "embeddings.word_embeddings.weight": sd[src + "embed_tokens.weight"] * scale,
         prefix + "embeddings.position_embeddings.weight": sd[src + "embed_positions.weight"],
         prefix + "embeddings.token_type_embeddings.weight": torch.zeros(1, d),
-        prefix + "embeddings.LayerNorm.weight": sd[src + "layernorm_embedding.weight"],
-        prefix + "embeddings.LayerNorm.bias": sd[src + "layernorm_embedding.bias"],
     }
+    if embedding_ln:
+        out[prefix + "embeddings.LayerNorm.weight"] = sd[src + "layernorm_embedding.weight"]
+        out[prefix + "embeddings.LayerNorm.bias"] = sd[src + "layernorm_embedding.bias"]
+    names = {"self_attn.q_proj": "attention.self.query", "self_attn.k_proj": "attention.self.key",
+             "self_attn.v_proj": "attention.self.value",
+             "self_attn.out_proj": "attention.output.dense",
+             "fc1": "intermediate.dense", "fc2": "output.dense",
+             "self_attn_layer_norm": attn_ln, "final_layer_norm": ffn_ln}
     for i in range(len(layers)):
         fs, hf = f"{src}layers.{i}.", f"{prefix}encoder.layer.{i}."
-        names = {"self_attn.q_proj": "attention.self.query", "self_attn.k_proj": "attention.self.key",
-                 "self_attn.v_proj": "attention.self.value", "self_attn.out_proj": "attention.output.dense",
-                 "fc1": "intermediate.dense", "fc2": "output.dense"}
-        if pre_ln:  # the LayerNorm before each sublayer
-            names.update({"self_attn_layer_norm": "attention.LayerNorm",
-                          "final_layer_norm": "intermediate.LayerNorm"})
-        else:  # the LayerNorm after each residual sum
-            names.update({"self_attn_layer_norm": "attention.output.LayerNorm",
-                          "final_layer_norm": "output.LayerNorm"})
         for fairseq_name, hf_name in names.items():
             for p in ("weight", "bias"):
                 out[f"{hf}{hf_name}.{p}"] = sd[f"{fs}{fairseq_name}.{p}"]
-    if pre_ln:
-        out[prefix + "LayerNorm.weight"] = sd[src + "layer_norm.weight"]
-        out[prefix + "LayerNorm.bias"] = sd[src + "layer_norm.bias"]
+    if final_ln is not None:
+        out[f"{prefix}{final_ln}.weight"] = sd[src + "layer_norm.weight"]
+        out[f"{prefix}{final_ln}.bias"] = sd[src + "layer_norm.bias"]
     for name in ("dense.weight", "dense.bias", "layer_norm.weight", "layer_norm.bias", "bias"):
         out[f"lm_head.{name}"] = sd[f"encoder.lm_head.{name}"]
     out["lm_head.decoder.weight"] = sd["encoder.lm_head.weight"]
     out["lm_head.decoder.bias"] = sd["encoder.lm_head.bias"]
-    if pre_ln:
-        return Conversion(RobertaPreLayerNormForMaskedLM, RobertaPreLayerNormConfig(**common), out,
-                          "roberta")
-    return Conversion(RobertaForMaskedLM, RobertaConfig(**common), out, "roberta")
+    return Conversion(model_class, config, out, "roberta")
 
 
 def convert_bidirectional_lm(model, path: Path) -> Conversion:
@@ -654,7 +659,8 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="export_hf.py",
         description="Write a Hugging Face transformers directory (safetensors, config, fast "
-                    "tokenizer) from a fairseq RoBERTa checkpoint (RobertaForMaskedLM) or a "
+                    "tokenizer) from a fairseq RoBERTa checkpoint (RobertaForMaskedLM; pre-LN: "
+                    "RobertaPreLayerNormForMaskedLM or XLMRobertaXLForMaskedLM) or a "
                     "bidirectional_lm nxt_uni checkpoint (OPTForCausalLM).")
     parser.add_argument("input", type=Path, help="a fairseq hub directory (model.pt, dict.txt, "
                         "sentencepiece.bpe.model) or a checkpoint file")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Export a fairseq checkpoint to a Hugging Face ``transformers`` directory (safetensors,
-config, fast tokenizer): RoBERTa -> ``RobertaForMaskedLM``, bidirectional_lm NxtUni ->
-``OPTForCausalLM``. ::
+config, fast tokenizer): RoBERTa -> ``RobertaForMaskedLM`` (pre-LN: ``RobertaPreLayerNorm`` /
+``XLMRobertaXLForMaskedLM``), bidirectional_lm NxtUni -> ``OPTForCausalLM``. ::
 
     python scripts/export_hf.py exports/3ml_encoder.pt exports/3ml_hf
     python scripts/export_hf.py HUB_DIR OUT_DIR --force

@@ -117,8 +117,8 @@ CHECKPOINTS = {
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """``data`` (dict.txt and spm.model, as scripts/prepare_corpus.sh lays a data-bin out) and
-    name -> checkpoint; ``hub`` is the hub directory scripts/export_encoder.py writes for the
-    post-LN 3ML model."""
+    name -> checkpoint; ``hub`` and ``pre_ln_hub`` are the hub directories
+    scripts/export_encoder.py writes for the post-LN and the pre-LN 3ML model."""
     root = tmp_path_factory.mktemp("hf_export")
     data = root / "data"
     data.mkdir()
@@ -130,14 +130,10 @@ def built(tmp_path_factory):
     shuffled_dictionary(data / "spm.model").save(str(data / "dict.txt"))
     checkpoints = {name: write_checkpoint(data, task, flags, root / f"{name}.pt", seed)
                    for seed, (name, (task, flags)) in enumerate(CHECKPOINTS.items())}
-    exported = {}
-    for name in ("3ml_self", "3ml_pre_ln"):
-        exported[name] = root / f"{name}_encoder.pt"
-        assert export_encoder.main([str(checkpoints[name]), str(exported[name])]) == 0
-    hub = root / "hub"
-    assert export_encoder.main([str(checkpoints["3ml_self"]), str(hub)]) == 0
-    return {"root": root, "data": data, "checkpoints": checkpoints, "exported": exported,
-            "hub": hub}
+    hubs = {"hub": root / "hub", "pre_ln_hub": root / "pre_ln_hub"}
+    for hub, name in (("hub", "3ml_self"), ("pre_ln_hub", "3ml_pre_ln")):
+        assert export_encoder.main([str(checkpoints[name]), str(hubs[hub])]) == 0
+    return {"root": root, "data": data, "checkpoints": checkpoints, **hubs}
 
 
 @pytest.fixture(autouse=True)
@@ -235,6 +231,30 @@ def test_pre_ln_roberta_to_roberta_prelayernorm(built, tmp_path):
     assert max_logit_diff(ours, model, padded(ids, dictionary.pad()), dictionary.pad()) < 1e-4
 
 
+def test_pre_ln_3ml_hub_directory_to_xlm_roberta_xl(built, tmp_path):
+    """3ML --normalization pre-ln (pre-LN on the raw embeddings, a final LayerNorm) -> its
+    export_encoder hub directory -> XLMRobertaXLForMaskedLM: fairseq's logits with right and left
+    padding, and a changed weight of the layout only this class has shows."""
+    from fairseq.models.roberta import RobertaModel
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    out = tmp_path / "hf"
+    assert hf_export.main([str(built["pre_ln_hub"]), str(out)]) == 0
+    model = AutoModelForMaskedLM.from_pretrained(str(out)).eval()
+    assert type(model).__name__ == "XLMRobertaXLForMaskedLM"
+    hub = RobertaModel.from_pretrained(str(built["pre_ln_hub"])).eval()
+    encoder = hub.model.encoder.sentence_encoder
+    assert encoder.layernorm_embedding is None and encoder.layer_norm is not None
+    expected = [hub.encode(text).tolist() for text in HELD_OUT]
+    assert AutoTokenizer.from_pretrained(str(out))(HELD_OUT)["input_ids"] == expected
+    pad = hub.task.source_dictionary.pad()
+    for left in (False, True):
+        assert max_logit_diff(hub.model, model, padded(expected, pad, left=left), pad) < 1e-4
+    with torch.no_grad():
+        model.roberta.encoder.layer[0].attention.self_attn_layer_norm.weight[0] += 0.1
+    assert max_logit_diff(hub.model, model, padded(expected, pad), pad) > 1e-3
+
+
 def test_nxt_uni_to_opt_for_causal_lm(built, tmp_path):
     """NxtUni -> OPTForCausalLM: the tokenizer gives fairseq-preprocess's ids (pieces, </s>),
     and the logits equal fairseq's with right and with left padding."""
@@ -259,8 +279,6 @@ def test_nxt_uni_to_opt_for_causal_lm(built, tmp_path):
 
 
 REFUSALS = {
-    "3ml_pre_ln": (lambda b: b["exported"]["3ml_pre_ln"],
-                   "RobertaPreLayerNorm always normalises the embeddings"),
     "3ml_raw": (lambda b: b["checkpoints"]["3ml_self"], "export its encoder first"),
     "nxt_pre": (lambda b: b["checkpoints"]["nxt_pre"], "a bidirectional prefix"),
     "msk_bi": (lambda b: b["checkpoints"]["msk_bi"], "a bidirectional prefix (tokens j < n_bidir"
