@@ -83,6 +83,24 @@ class FlopsFamily:
         others (for masked LMs, the replaced and unchanged corrupted tokens)."""
         raise NotImplementedError
 
+    def parameters(self, spec: ModelSpec, vocab_size: int, positions: int) -> int:
+        """The model's parameter count with ``vocab_size`` symbols and ``positions`` learned
+        positions: weights and biases of every block, embeddings, norms and head (a few small
+        tables are left out: BERT-rab's relative-bias buckets, the final norms of pre-LN
+        stacks; under 0.2% at tiny size, 0.01% at base).
+        The memory plan (:mod:`fairseq_ext.memory_plan`) sizes weights and optimizer state
+        with it; ``tests/test_memory_plan.py`` checks it against built models."""
+        raise NotImplementedError
+
+    def activation_bytes(self, spec: ModelSpec, length: int, sequences: int, heads: int,
+                         predicted_tokens: float, vocab_size: int,
+                         bytes_per_element: int) -> float:
+        """Activations kept for the backward pass of one micro-batch of ``sequences`` rows of
+        ``length`` tokens (``predicted_tokens`` of them predicted in all), without activation
+        recomputation: :func:`~fairseq_ext.flops.formulas.block_activation_bytes` per block on
+        the lengths the family runs them on, and the logits of the predicted tokens."""
+        raise NotImplementedError
+
     def default_baseline(self, spec: ModelSpec) -> Tuple[str, ModelSpec, Dict]:
         """``(arch, spec, build_overrides)`` of the calculator's baseline when ``--vs`` is not
         given: fairseq's ``roberta`` with the same encoder (3ML's baseline, Table 3)."""
@@ -127,12 +145,28 @@ class EncoderMaskedLm(FlopsFamily):
     def block_flops(length: float, dim: int, ffn_dim: int) -> float:
         return transformer_block_flops(length, dim, ffn_dim)
 
+    #: the FFN's kind, for the block's parameters and activations
+    ffn = "mlp"
+
     def forward_flops(self, spec, encoder_length, decoder_length, mask_tokens,
                       other_predicted_tokens, vocab_size):
         enc = spec.encoder
         return (enc.layers * self.block_flops(encoder_length, enc.dim, enc.ffn_dim)
                 + prediction_head_flops(mask_tokens + other_predicted_tokens, enc.dim, enc.dim,
                                         vocab_size))
+
+    def parameters(self, spec, vocab_size, positions):
+        enc = spec.encoder
+        return (embedding_parameters(vocab_size, positions, enc.dim)
+                + enc.layers * block_parameters(enc.dim, enc.ffn_dim, self.ffn)
+                + lm_head_parameters(enc.dim, enc.dim, vocab_size))
+
+    def activation_bytes(self, spec, length, sequences, heads, predicted_tokens, vocab_size,
+                         bytes_per_element):
+        enc = spec.encoder
+        return (enc.layers * block_activation_bytes(length, sequences, enc.dim, enc.ffn_dim,
+                                                    heads, bytes_per_element, self.ffn)
+                + logits_bytes(predicted_tokens, vocab_size))
 
 
 @register_flops_family
@@ -156,6 +190,7 @@ class SwishRnnBertFlops(EncoderMaskedLm):
     ``--encoder-ffn-embed-dim`` is ``d'``) and RoBERTa's head."""
 
     name = "swishrnn_bert"
+    ffn = "swishrnn"
 
     @staticmethod
     def block_flops(length, dim, ffn_dim):
@@ -190,6 +225,35 @@ class ThreeMLFlops(FlopsFamily):
                 + self.decoder_flops(spec, encoder_length, decoder_length)
                 + self.head_flops(spec, mask_tokens, other_predicted_tokens, vocab_size))
 
+    #: whether the decoder blocks also cross-attend to the encoder output
+    cross_attention = False
+
+    def parameters(self, spec, vocab_size, positions):
+        enc, dec = spec.encoder, spec.decoder
+        projection = 0 if enc.dim == dec.dim else enc.dim * dec.dim + dec.dim
+        decoder_block = block_parameters(dec.dim, dec.ffn_dim) + (
+            attention_parameters(dec.dim) + 2 * dec.dim if self.cross_attention else 0)
+        return (embedding_parameters(vocab_size, positions, enc.dim)
+                + enc.layers * block_parameters(enc.dim, enc.ffn_dim) + projection
+                + dec.dim * (1 + positions + 2) + 2 * dec.dim  # [MASK], positions, norm
+                + dec.layers * decoder_block + lm_head_parameters(dec.dim, enc.dim, vocab_size))
+
+    def activation_bytes(self, spec, length, sequences, heads, predicted_tokens, vocab_size,
+                         bytes_per_element):
+        """The encoder on its kept tokens and the decoder on its queries (:meth:`run_lengths`
+        at the batch's [MASK] share, taken as 0.8 of the predicted tokens as in 80/10/10);
+        the decoder's heads as the encoder's (the sizes' ratio of dims to heads is the same)."""
+        enc, dec = spec.encoder, spec.decoder
+        mask_tokens = 0.8 * predicted_tokens / sequences
+        encoder_length, decoder_length = self.run_lengths(spec, length, mask_tokens)
+        decoder_heads = max(1, heads * dec.dim // enc.dim)
+        return (enc.layers * block_activation_bytes(encoder_length, sequences, enc.dim,
+                                                    enc.ffn_dim, heads, bytes_per_element)
+                + dec.layers * block_activation_bytes(decoder_length, sequences, dec.dim,
+                                                      dec.ffn_dim, decoder_heads,
+                                                      bytes_per_element)
+                + logits_bytes(predicted_tokens, vocab_size))
+
 
 @register_flops_family
 class ThreeMLSelfFlops(ThreeMLFlops):
@@ -215,6 +279,7 @@ class ThreeMLCrossFlops(ThreeMLFlops):
     base size). We count the paper's Eq. 4."""
 
     name = "3ml_cross"
+    cross_attention = True
 
     def run_lengths(self, spec, length, mask_tokens):
         return length - mask_tokens, mask_tokens
@@ -251,6 +316,19 @@ class BidirectionalLmFlops(FlopsFamily):
         return ModelSpec(self.name, Stack(args.decoder_layers, args.decoder_embed_dim,
                                           args.decoder_ffn_embed_dim))
 
+    def parameters(self, spec, vocab_size, positions):
+        """Embeddings (the output projection is tied to them), blocks, final norm."""
+        stack = spec.encoder
+        return (vocab_size * stack.dim + (positions + 2) * stack.dim
+                + stack.layers * block_parameters(stack.dim, stack.ffn_dim) + 2 * stack.dim)
+
+    def activation_bytes(self, spec, length, sequences, heads, predicted_tokens, vocab_size,
+                         bytes_per_element):
+        stack = spec.encoder
+        return (stack.layers * block_activation_bytes(length, sequences, stack.dim,
+                                                      stack.ffn_dim, heads, bytes_per_element)
+                + logits_bytes(predicted_tokens, vocab_size))
+
     def forward_flops(self, spec, encoder_length, decoder_length, mask_tokens,
                       other_predicted_tokens, vocab_size):
         stack = spec.encoder
@@ -265,6 +343,55 @@ class BidirectionalLmFlops(FlopsFamily):
             "decoder_layers": stack.layers, "decoder_embed_dim": stack.dim,
             "decoder_ffn_embed_dim": stack.ffn_dim,
             "decoder_attention_heads": max(1, stack.dim // 64)}
+
+
+# --- parameters and activations of the building blocks ------------------------------------------
+
+def attention_parameters(dim: int) -> int:
+    """Q, K, V and output projections with their biases."""
+    return 4 * dim * dim + 4 * dim
+
+
+def block_parameters(dim: int, ffn_dim: int, ffn: str = "mlp") -> int:
+    """A Transformer block: attention, two layer norms, and its FFN: ``mlp`` (``D -> F -> D``
+    with biases) or ``swishrnn`` (Lei et al.: ``W1, W2`` without bias, ``W3`` with one, and
+    ``alpha, beta, b_c, b_sigma`` of size ``d'``)."""
+    feed_forward = (2 * dim * ffn_dim + ffn_dim + dim if ffn == "mlp"
+                    else 3 * dim * ffn_dim + 4 * ffn_dim + dim)
+    return attention_parameters(dim) + feed_forward + 4 * dim
+
+
+def embedding_parameters(vocab_size: int, positions: int, dim: int) -> int:
+    """Token and learned positions (fairseq's ``positions + padding_idx + 1`` rows) and the
+    embedding layer norm of a RoBERTa-style encoder."""
+    return vocab_size * dim + (positions + 2) * dim + 2 * dim
+
+
+def lm_head_parameters(input_dim: int, embed_dim: int, vocab_size: int) -> int:
+    """RoBERTa's MLM head: dense ``input_dim -> embed_dim``, layer norm, the output bias (the
+    projection is tied to the token embedding)."""
+    return input_dim * embed_dim + embed_dim + 2 * embed_dim + vocab_size
+
+
+def block_activation_bytes(length: float, sequences: int, dim: int, ffn_dim: int, heads: int,
+                           bytes_per_element: int = 2, ffn: str = "mlp") -> float:
+    """Activations a Transformer block keeps for its backward pass (no recomputation, no tensor
+    parallelism): Korthikanti et al. (2022, "Reducing Activation Recomputation in Large
+    Transformer Models", Sec. 4.1), ``s b h (34 + 5 a s / h)`` bytes at 16-bit, with the FFN
+    written out for any width ``F``: attention ``11 s b h + 5 a s^2 b``, MLP ``s b (3 h + 4 F)``
+    (19 s b h at F = 4h), two layer norms ``4 s b h``. A SwishRNN FFN (our adaptation) keeps its
+    input, ``X1``, ``X2``, the states ``C``, GeLU's output and their product: ``s b (3 h + 10 F)``.
+    Each term is 2-byte elements and 1-byte dropout masks; ``bytes_per_element`` 4 (fp32)
+    doubles it (masks included, a slight over-estimate)."""
+    s, b, h = length, sequences, dim
+    attention = 11 * s * b * h + 5 * heads * s * s * b
+    feed_forward = s * b * (3 * h + (4 if ffn == "mlp" else 10) * ffn_dim)
+    return (attention + feed_forward + 4 * s * b * h) * bytes_per_element / 2
+
+
+def logits_bytes(predicted_tokens: float, vocab_size: int) -> float:
+    """fp32 logits of the predicted tokens and their log-softmax, kept for the loss's backward."""
+    return 2 * 4 * predicted_tokens * vocab_size
 
 
 # --- specs and whole-model FLOPs ----------------------------------------------------------------

@@ -59,6 +59,21 @@ require_data_bin() {
       "DATA at a fairseq data-bin"
 }
 
+# print_memory_plan FAIRSEQ_TRAIN_CMD...: print the run's memory per GPU (weights, gradients,
+# optimizer state, activations, total; `python -m fairseq_ext.memory_plan`) on NUM_GPUS x NNODES
+# GPUs before it starts. Not for CPU=1 runs (the plan is per GPU), DRY_RUN=1 or MEMORY_PLAN=0; a
+# plan that cannot be made says why and the run goes on.
+print_memory_plan() {
+  if [[ "${DRY_RUN:-0}" == 1 || "${CPU:-0}" == 1 || "${MEMORY_PLAN:-1}" == 0 ]]; then return 0; fi
+  local python="${REPO_ROOT}/.venv/bin/python" world
+  if [[ -x "${FAIRSEQ_BIN:-}/python" ]]; then python="${FAIRSEQ_BIN}/python"; fi
+  if [[ ! -x "${python}" ]]; then python=python3; fi
+  world=$(( $(detect_num_gpus) * ${NNODES:-1} ))
+  PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" PYTHONWARNINGS=ignore "${python}" \
+    -m fairseq_ext.memory_plan --world-size "${world}" -- "$@" \
+    || echo "memory plan: not printed (the error above); training anyway" >&2
+}
+
 # run_printed CMD...: print the command (shell-quoted, one line) and run it; with DRY_RUN=1
 # only print it (to check what a recipe would run, e.g. in tests/test_recipes.py).
 run_printed() {
@@ -129,6 +144,7 @@ run_mlm_pretraining() {
     --batch-size "${MAX_SENTENCES}" --update-freq "${update_freq_value}"
   )
   add_pretraining_flags cmd
+  print_memory_plan "${cmd[@]}" "$@"
   run_printed "${cmd[@]}" "$@"
 }
 
@@ -149,6 +165,7 @@ run_bidirectional_pretraining() {
     --max-tokens "${MAX_TOKENS}" --update-freq "${update_freq_value}"
   )
   add_pretraining_flags cmd
+  print_memory_plan "${cmd[@]}" "$@"
   run_printed "${cmd[@]}" "$@"
 }
 
