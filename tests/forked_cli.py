@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 #: The console scripts the server can run, and the module whose ``cli_main`` each one calls.
-CLI_MODULES = {"fairseq-train": "fairseq_cli.train", "fairseq-validate": "fairseq_cli.validate"}
+CLI_MODULES = {"fairseq-train": "fairseq_cli.train", "fairseq-validate": "fairseq_cli.validate",
+               "fairseq-hydra-train": "fairseq_cli.hydra_train"}
 
 #: Modules a run imports on first use, not at startup: torch's optimizers import dynamo (2 s).
 LAZY_IMPORTS = ("torch._dynamo",)

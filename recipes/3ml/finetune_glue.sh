@@ -66,7 +66,7 @@ SAVE_DIR="${SAVE_DIR:-checkpoints/3ml_glue/${TASK}/lr${LR}_bs${BATCH_SIZE}_ep${E
 LOG_INTERVAL="${LOG_INTERVAL:-100}"
 NUM_WORKERS="${NUM_WORKERS:-1}"
 CPU="${CPU:-0}"                           # 1: train on the CPU
-PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --bf16 on GPUs
+PRECISION="${PRECISION:-}"                # empty (fp32) or --fp16 on GPUs (bf16: docs/scaling.md)
 DRY_RUN="${DRY_RUN:-0}"                   # 1: print the command, do not run it
 
 [[ -f "${PRETRAINED}" ]] || die "PRETRAINED=${PRETRAINED}: no such file"  # before reading it

@@ -41,6 +41,7 @@ LOG_INTERVAL="${LOG_INTERVAL:-100}"
 SAVE_INTERVAL_UPDATES="${SAVE_INTERVAL_UPDATES:-2000}"
 NUM_WORKERS="${NUM_WORKERS:-1}"
 CPU="${CPU:-0}"                           # 1: train on the CPU
-PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --bf16 on GPUs
+PRECISION="${PRECISION:-}"                # empty (fp32) or --fp16 on GPUs (bf16: docs/scaling.md)
+ZERO_SHARDING="${ZERO_SHARDING:-none}"    # os: Adam's state sharded over the GPUs (docs/scaling.md)
 
 run_mlm_pretraining "$@"

@@ -90,7 +90,7 @@ SAVE_DIR="${SAVE_DIR:-checkpoints/bidirectional_glue/${TASK}/r${R_BIDIR}_lr${LR}
 LOG_INTERVAL="${LOG_INTERVAL:-100}"
 NUM_WORKERS="${NUM_WORKERS:-1}"
 CPU="${CPU:-0}"                           # 1: train on the CPU
-PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --bf16 on GPUs
+PRECISION="${PRECISION:-}"                # empty (fp32) or --fp16 on GPUs (bf16: docs/scaling.md)
 
 # run_sentence_prediction's names for the checkpoint and the batch
 PRETRAINED="${CKPT}"

@@ -20,12 +20,13 @@ DATA="${DATA:?set DATA to a fairseq data-bin (scripts/prepare_corpus.sh makes on
 VARIANT="${VARIANT:-hyb_pre}"             # nxt_uni nxt_pre msk_uni msk_bi hyb_uni hyb_pre (Table 1)
 SIZE="${SIZE:-125m}"                      # 125m 355m 1_3b 2_7b 6_7b (Table 2); small mini tiny for CPUs
 ARCH="${ARCH:-bidir_lm_${SIZE}}"
+sharding=none                             # 2.7B, 6.7B: shard Adam's state (docs/scaling.md)
 case "${SIZE}" in                         # Table 2: batch (tokens) and peak lr
   125m) table_batch=524288;  table_lr=0.0006 ;;
   355m) table_batch=524288;  table_lr=0.0003 ;;
   1_3b) table_batch=1048576; table_lr=0.0002 ;;
-  2_7b) table_batch=1048576; table_lr=0.00016 ;;
-  6_7b) table_batch=2097152; table_lr=0.00012 ;;
+  2_7b) table_batch=1048576; table_lr=0.00016; sharding=os ;;
+  6_7b) table_batch=2097152; table_lr=0.00012; sharding=os ;;
   small|mini|tiny) table_batch=524288; table_lr=0.0006 ;;  # CPU sizes: 125m's settings
   *) die "SIZE=${SIZE}: use one of 125m 355m 1_3b 2_7b 6_7b (Table 2) or small mini tiny" ;;
 esac
@@ -55,6 +56,7 @@ LOG_INTERVAL="${LOG_INTERVAL:-100}"
 SAVE_INTERVAL_UPDATES="${SAVE_INTERVAL_UPDATES:-2000}"
 NUM_WORKERS="${NUM_WORKERS:-2}"
 CPU="${CPU:-0}"
-PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --bf16 on GPUs
+PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --memory-efficient-fp16 on GPUs (bf16: docs/scaling.md)
+ZERO_SHARDING="${ZERO_SHARDING:-${sharding}}"  # os: optimizer state sharded over the GPUs (more than one)
 
 run_bidirectional_pretraining "$@"

@@ -103,7 +103,8 @@ add_log_flags() {
 # add_pretraining_flags CMD_ARRAY: the flags every pre-training recipe shares, appended to the
 # array named CMD_ARRAY: dropout, optimizer, the polynomial-decay schedule (PEAK_LR,
 # WARMUP_UPDATES, TOTAL_UPDATES), seed, workers, logging, checkpointing, the JSON log
-# (add_log_flags), --cpu (CPU=1) and the precision flag (PRECISION).
+# (add_log_flags), --cpu (CPU=1), the precision flag (PRECISION, add_precision_flag) and
+# optimizer-state sharding (ZERO_SHARDING, add_zero_sharding_flags).
 add_pretraining_flags() {
   local -n _pretraining_cmd="$1"
   _pretraining_cmd+=(
@@ -120,7 +121,41 @@ add_pretraining_flags() {
   )
   add_log_flags _pretraining_cmd
   if [[ "${CPU}" == 1 ]]; then _pretraining_cmd+=(--cpu); fi
-  if [[ -n "${PRECISION}" ]]; then _pretraining_cmd+=("${PRECISION}"); fi
+  add_precision_flag _pretraining_cmd
+  add_zero_sharding_flags _pretraining_cmd
+}
+
+# add_precision_flag ARRAY: append PRECISION (empty: fp32; --fp16, --memory-efficient-fp16) to
+# the array named ARRAY. fairseq-train 0.12 turns --bf16 into TPU training (it sets --tpu, and
+# the trainer then needs torch_xla on any machine), so --bf16 is refused with the way that works:
+# the recipe's YAML with fairseq-hydra-train common.bf16=true (docs/scaling.md).
+add_precision_flag() {
+  local -n _precision_flags="$1"
+  case "${PRECISION}" in
+    "") ;;
+    --bf16|--memory-efficient-bf16)
+      die "PRECISION=${PRECISION}: fairseq-train 0.12 makes ${PRECISION} TPU training (it needs" \
+          "torch_xla); for bf16 on GPUs or the CPU run the recipe's YAML twin with" \
+          "fairseq-hydra-train common.bf16=true (docs/scaling.md), or use PRECISION=--fp16" ;;
+    *) _precision_flags+=("${PRECISION}") ;;
+  esac
+}
+
+# add_zero_sharding_flags ARRAY: with ZERO_SHARDING=os, append --zero-sharding os to the array
+# named ARRAY: fairseq's optimizer-state sharding (ZeRO stage 1, fairscale's OSS): each of the
+# NUM_GPUS x NNODES data-parallel processes keeps 1/N of Adam's moments and updates 1/N of the
+# weights, then broadcasts them. Left out with one process, where there is nothing to shard
+# (fairseq would stop: it needs a process group). fairseq's fully_sharded backend is not used:
+# docs/scaling.md says why.
+add_zero_sharding_flags() {
+  local -n _sharding_flags="$1"
+  case "${ZERO_SHARDING:-none}" in
+    none) ;;
+    os) if (( $(detect_num_gpus) * ${NNODES:-1} > 1 )); then
+          _sharding_flags+=(--zero-sharding os)
+        fi ;;
+    *) die "ZERO_SHARDING=${ZERO_SHARDING}: use none or os (optimizer-state sharding)" ;;
+  esac
 }
 
 # pre-training recipe (fairseq's masked_lm task), built from the variables the recipe set to its
@@ -252,7 +287,7 @@ run_sentence_prediction() {
   add_sentence_prediction_metric_flags cmd "${TASK}" "${BEST_METRIC}"
   add_log_flags cmd
   if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
-  if [[ -n "${PRECISION}" ]]; then cmd+=("${PRECISION}"); fi
+  add_precision_flag cmd
   run_printed "${cmd[@]}" "$@"
 }
 

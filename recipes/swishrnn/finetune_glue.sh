@@ -91,7 +91,7 @@ SAVE_DIR="${SAVE_DIR:-checkpoints/glue/${ARCH}/${TASK}/lr${LR}_seed${SEED}}"
 LOG_INTERVAL="${LOG_INTERVAL:-100}"
 NUM_WORKERS="${NUM_WORKERS:-1}"
 CPU="${CPU:-0}"                           # 1: train on the CPU
-PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --bf16 on GPUs
+PRECISION="${PRECISION:-}"                # empty (fp32) or --fp16 on GPUs (bf16: docs/scaling.md)
 
 model_args=(--arch "${ARCH}")
 if [[ -n "${RAB_NUM_BUCKETS}" ]]; then model_args+=(--rab-num-buckets "${RAB_NUM_BUCKETS}"); fi
