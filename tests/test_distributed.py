@@ -26,9 +26,10 @@ import pytest
 import torch
 import torch.distributed as dist
 from forked_cli import ForkedCli
+from recipe_checks import dry_run
 
 import fairseq_ext  # noqa: F401  (the allow-list: torch.load of fairseq checkpoints)
-from conftest import USER_DIR, json_log_records
+from conftest import REPO_ROOT, USER_DIR, json_log_records
 
 MLM = ["--task", "masked_lm", "--criterion", "masked_lm_flops", "--batch-size", "4"]
 #: One tiny model of each family with its recipe's task and criterion. 3ML-cross masks 1% (some
@@ -220,3 +221,27 @@ def test_fully_sharded_needs_cuda(process_group):
     with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
         with fsdp_enable_wrap(config):
             fsdp_wrap(torch.nn.Linear(4, 4))
+
+
+@pytest.mark.parametrize("recipe, env, sharded", [
+    ("bidirectional/pretrain.sh", {"SIZE": "6_7b", "NUM_GPUS": "8"}, True),
+    ("bidirectional/pretrain.sh", {"SIZE": "2_7b", "NUM_GPUS": "1", "NNODES": "2"}, True),
+    ("bidirectional/pretrain.sh", {"SIZE": "6_7b", "NUM_GPUS": "1"}, False),  # nothing to shard
+    ("bidirectional/pretrain.sh", {"SIZE": "125m", "NUM_GPUS": "8"}, False),
+    ("3ml/pretrain_efficient.sh", {"NUM_GPUS": "8"}, False),
+    ("3ml/pretrain_efficient.sh", {"NUM_GPUS": "8", "ZERO_SHARDING": "os"}, True),
+])
+def test_recipes_shard_the_optimizer_state_of_the_large_models(recipe, env, sharded):
+    _, flags = dry_run(REPO_ROOT / "recipes" / recipe, **env)
+    assert flags.get("--zero-sharding") == ("os" if sharded else None)
+
+
+def test_recipes_refuse_an_unknown_sharding():
+    import subprocess
+
+    proc = subprocess.run(["bash", str(REPO_ROOT / "recipes/roberta/pretrain.sh")],
+                          capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "DRY_RUN": "1", "DATA": "D",
+                               "NUM_GPUS": "8", "ZERO_SHARDING": "full"})
+    assert proc.returncode == 2 and proc.stderr == (
+        "error: ZERO_SHARDING=full: use none or os (optimizer-state sharding)\n")
