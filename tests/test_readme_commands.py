@@ -461,6 +461,40 @@ def check_plot(work: Work, run: Run) -> None:
     assert "wrote curves.png" in run.stdout
 
 
+def check_hub_export(work: Work, run: Run) -> None:
+    hub = work.root / "exports/3ml-hub"
+    assert sorted(p.name for p in hub.iterdir()) == ["dict.txt", "model.pt",
+                                                     "sentencepiece.bpe.model"]
+    export = torch.load(hub / "model.pt", weights_only=True)
+    assert export["cfg"]["bpe"]["_name"] == "sentencepiece"
+    assert (hub / "dict.txt").read_bytes() == (work.root / DATA / "dict.txt").read_bytes()
+    assert (hub / "sentencepiece.bpe.model").read_bytes() == (
+        work.root / DATA / "spm.model").read_bytes()
+    assert not [key for key in export["model"] if key.startswith("mask_decoder")]
+
+
+def check_full_hub_export(work: Work, run: Run) -> None:
+    export = torch.load(work.root / "exports/3ml-full/model.pt", weights_only=True)
+    source = load_checkpoint(work.root / "checkpoints/3ml_demo/checkpoint_last.pt")["model"]
+    assert export["model"].keys() == source.keys()
+    assert all(torch.equal(export["model"][key], value) for key, value in source.items())
+
+
+def check_fill_mask_comparison(work: Work, run: Run) -> None:
+    rows = [line.split("|") for line in run.stdout.splitlines() if line.startswith("| ")][1:]
+    assert [row[1].strip() for row in rows] == ["3ml-full", "3ml-hub"], run.stdout
+    assert rows[0][2].strip() == "3ML, decoder kept" and rows[1][2].strip().startswith("encoder")
+    assert rows[0][3] == rows[1][3] and int(rows[0][3]) > 0  # the same masked tokens
+
+
+def check_hf_export(work: Work, run: Run) -> None:
+    out = work.root / "exports/3ml-hf"
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        assert (out / name).is_file(), name
+    info = json.loads((out / "fairseq_export.json").read_text())
+    assert info["max_abs_logit_diff"] <= 1e-4, info
+
+
 #: How each README command runs. Keys are the commands with single spaces.
 COMMANDS: Dict[str, Entry] = {
     "make demo": Entry(
@@ -569,6 +603,16 @@ COMMANDS: Dict[str, Entry] = {
         Entry(AS_WRITTEN, check_table_3_speedup),
     "python scripts/plot_curves.py checkpoints/roberta_demo checkpoints/3ml_demo --out curves.png":
         Entry(AS_WRITTEN, check_plot),
+    "python scripts/export_encoder.py checkpoints/3ml_demo/checkpoint_last.pt exports/3ml-hub":
+        Entry(AS_WRITTEN, check_hub_export),
+    "python scripts/export_encoder.py --keep-decoder checkpoints/3ml_demo/checkpoint_last.pt "
+    "exports/3ml-full":
+        Entry(AS_WRITTEN, check_full_hub_export),
+    "python scripts/compare_fill_mask.py --data data-bin/python-docs-spm8000 exports/3ml-full "
+    "exports/3ml-hub":
+        Entry(AS_WRITTEN, check_fill_mask_comparison),
+    "python scripts/export_hf.py exports/3ml-hub exports/3ml-hf":
+        Entry(AS_WRITTEN, check_hf_export),
 }
 
 
