@@ -5,8 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
-# The optional `hf` extra (requirements-hf.txt): the tests need it, install and demo do not.
-HF_STAMP := $(VENV)/.installed-hf
+# The optional extras, `hf` (requirements-hf.txt) and `sharding` (requirements-sharding.txt):
+# the tests need them, install and demo do not.
+EXTRAS_STAMP := $(VENV)/.installed-extras
 PYTEST_ARGS ?=
 # The suite runs on this many pytest-xdist processes, one torch thread each (most tests drive
 # one single-threaded fairseq subprocess at a time, so 2 processes halve the wall time on CI's 2
@@ -34,8 +35,8 @@ $(STAMP): requirements.txt requirements-fairseq.txt constraints.txt setup.py \
 	$(PY) -c "import fairseq, fairseq_ext, torch; print('fairseq', fairseq.__version__, '| torch', torch.__version__)"
 	@touch $@
 
-$(HF_STAMP): $(STAMP) requirements-hf.txt constraints.txt
-	$(PIP) install -q -r requirements-hf.txt -c constraints.txt
+$(EXTRAS_STAMP): $(STAMP) requirements-hf.txt requirements-sharding.txt constraints.txt
+	$(PIP) install -q -r requirements-hf.txt -r requirements-sharding.txt -c constraints.txt
 	@touch $@
 
 demo: install
@@ -45,12 +46,12 @@ lint: install
 	$(PY) -m ruff check .
 
 # The full suite, as CI runs it (lint first).
-test: lint $(HF_STAMP)
+test: lint $(EXTRAS_STAMP)
 	$(PYTEST) tests $(PYTEST_ARGS)
 
 # Everything but the tests marked slow (real fairseq-train runs, recipe runs, compiles): a few
 # minutes, for the edit-test loop.
-test-fast: lint $(HF_STAMP)
+test-fast: lint $(EXTRAS_STAMP)
 	$(PYTEST) -m "not slow" tests $(PYTEST_ARGS)
 
 clean-venv:

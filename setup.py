@@ -88,7 +88,7 @@ setup(
     install_requires=[],
     # The Hugging Face export (scripts/export_hf.py), left out of the core install; the same pin
     # as requirements-hf.txt.
-    extras_require={"hf": ["transformers==5.23.0"]},
+    extras_require={"hf": ["transformers==5.23.0"], "sharding": ["fairscale==0.4.13"]},
     ext_modules=[native_ops],
     cmdclass={"build_ext": OptionalBuildExtension.with_options(use_ninja=False)},
     entry_points={

@@ -152,6 +152,9 @@ add_zero_sharding_flags() {
   case "${ZERO_SHARDING:-none}" in
     none) ;;
     os) if (( $(detect_num_gpus) * ${NNODES:-1} > 1 )); then
+          if [[ -z "${DRY_RUN:-}" ]] && ! "$(fairseq_cmd python)" -c "import fairscale" 2>/dev/null; then
+            die "ZERO_SHARDING=os needs fairscale (the optional sharding extra): pip install -r requirements-sharding.txt -c constraints.txt"
+          fi
           _sharding_flags+=(--zero-sharding os)
         fi ;;
     *) die "ZERO_SHARDING=${ZERO_SHARDING}: use none or os (optimizer-state sharding)" ;;
