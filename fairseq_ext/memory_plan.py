@@ -16,7 +16,13 @@ prints, before the run starts (every ``recipes/*/pretrain*.sh`` calls it through
   :meth:`~fairseq_ext.flops.families.FlopsFamily.activation_bytes`: Korthikanti et al. (2022)
   per block, ``s b h (34 + 5 a s / h)`` bytes at 16-bit without recomputation, on the lengths the
   family runs each stack on, and the logits of the predicted tokens; ``--update-freq`` does not
-  add to it (gradients accumulate in place);
+  add to it (gradients accumulate in place). With ``--checkpoint-activations`` (full activation
+  recomputation, Korthikanti et al. Sec. 4: fairseq's ``checkpoint_wrapper`` around every layer)
+  each block keeps only its input, ``s b h`` elements (``2 s b h L`` bytes at 16-bit), plus one
+  block's full activations while the backward pass recomputes it. Under ``fairseq-train`` only
+  ``bidirectional_lm`` takes the flag (fairseq 0.12's RoBERTa flags, which BERT-rab, SwishRNN-BERT
+  and 3ML share, lack it), and none of these models takes ``--offload-activations``, which the
+  plan does not read;
 * **sharding** over the data-parallel world (``--world-size``, the recipes' ``NUM_GPUS`` x
   ``NNODES``): ``--zero-sharding os`` divides the optimizer state and the master copy,
   ``--ddp-backend fully_sharded`` (ZeRO-3) divides weights, gradients and optimizer state;
@@ -24,7 +30,10 @@ prints, before the run starts (every ``recipes/*/pretrain*.sh`` calls it through
   and the CUDA context (budget a few GB more).
 
 E.g. ``bidir_lm_6_7b`` (6.654B parameters) needs 6.654e9 x 16 = 106.5 GB for weights,
-gradients and Adam state in fp32, or with ``--fp16``, without sharding.
+gradients and Adam state in fp32, or with ``--fp16``, without sharding; its activations for
+2 x 1024 tokens in fp32 are 40.6 GB without recomputation (32 layers of 1.24 GB and 0.8 GB of
+logits) and 3.1 GB with ``--checkpoint-activations`` (32 layer inputs of 34 MB, one layer, the
+logits).
 """
 import argparse
 import dataclasses
@@ -56,6 +65,7 @@ class MemoryPlan:
     length: int
     world_size: int
     sharding: str
+    recompute: bool = False  # --checkpoint-activations: activations under full recomputation
 
     @property
     def model_states(self) -> float:
@@ -75,7 +85,8 @@ class MemoryPlan:
             f"  fp32 master copy {format_bytes(self.master_weights)}",
             f"  optimizer state  {format_bytes(self.optimizer_state)}",
             f"  activations      {format_bytes(self.activations)}  (Korthikanti et al. 2022, "
-            "no recomputation)",
+            + ("full recomputation: every layer's input + one layer)" if self.recompute
+               else "no recomputation)"),
             f"  total            {format_bytes(self.total)}  (+ CUDA context, buffers, "
             "fragmentation)",
         ]
@@ -104,6 +115,7 @@ def training_parser() -> argparse.ArgumentParser:
     parser.add_argument("--memory-efficient-bf16", action="store_true")
     parser.add_argument("--ddp-backend", default="pytorch_ddp")
     parser.add_argument("--zero-sharding", default="none")
+    parser.add_argument("--checkpoint-activations", action="store_true")
     for flag in ("--encoder-layers", "--encoder-embed-dim", "--encoder-ffn-embed-dim",
                  "--encoder-attention-heads", "--decoder-layers", "--decoder-embed-dim",
                  "--decoder-ffn-embed-dim", "--decoder-attention-heads"):
@@ -163,7 +175,7 @@ def plan(argv: Sequence[str], world_size: int = 1) -> MemoryPlan:
     heads = (getattr(args, "encoder_attention_heads", None)
              or getattr(args, "decoder_attention_heads", None) or 1)
     activations = family.activation_bytes(spec, length, sequences, heads, predicted, vocab_size,
-                                          weight_bytes)
+                                          weight_bytes, recompute=flags.checkpoint_activations)
     shards = {"model": 1, "optimizer": 1}
     sharding = "none"
     if flags.ddp_backend == "fully_sharded":
@@ -179,7 +191,7 @@ def plan(argv: Sequence[str], world_size: int = 1) -> MemoryPlan:
         master_weights=master * parameters / shards["optimizer"],
         optimizer_state=optimizer_bytes * parameters / shards["optimizer"],
         activations=activations, sequences=sequences, length=length, world_size=world_size,
-        sharding=sharding)
+        sharding=sharding, recompute=flags.checkpoint_activations)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,13 +1,16 @@
 """The memory plan the pre-training recipes print (issue 15): parameters against built models
-of every family, bytes against a hand computation, sharding and precision, the recipes."""
+of every family, bytes against a hand computation, sharding and precision, activation
+recomputation (--checkpoint-activations), the recipes."""
 import pytest
 import torch
+import torch.nn.functional as F
+from recipe_checks import dry_run
 
 import fairseq_ext  # noqa: F401  (registers our archs)
 from conftest import REPO_ROOT, run_cli
 from fairseq_ext import memory_plan
 from fairseq_ext.flops.families import flops_family, spec_for_arch
-from fairseq_ext.model_building import build_arch, masked_lm_task
+from fairseq_ext.model_building import MaskedLmTaskStub, build_arch, masked_lm_task
 
 #: One tiny arch per family (bert_orig is fairseq's roberta).
 TINY_ARCHS = ("roberta_tiny", "bert_rab_tiny", "swishrnn_bert_tiny", "3ml_self_tiny",
@@ -88,6 +91,79 @@ def test_6_7b_needs_107_gb_of_model_states_without_sharding():
     fsdp = six_point_seven_b("--fp16", "--ddp-backend", "fully_sharded", world_size=8)
     assert fsdp.model_states == pytest.approx(16 * params / 8)
     assert fsdp.activations == fp16.activations  # activations are per micro-batch
+
+
+def test_checkpoint_activations_by_hand(tmp_path):
+    """Full recomputation (Korthikanti et al. 2022, Sec. 4): each layer keeps its input, s b h
+    elements (2 s b h L bytes at 16-bit), plus one layer's activations while it is recomputed;
+    the logits, outside the layers, stay. Model states do not change."""
+    L, s, b, h, a, V = 32, 1024, 2, 4096, 32, 50265
+    layer = s * b * h * (34 + 5 * a * s / h)  # 16-bit, no recomputation: 1.24 GB
+    logits = 2 * 4 * s * b * V
+    kept = six_point_seven_b("--fp16")
+    recomputed = six_point_seven_b("--fp16", "--checkpoint-activations")
+    assert kept.activations == pytest.approx(L * layer + logits)  # 20.7 GB
+    assert recomputed.activations == pytest.approx(2 * s * b * h * L + layer + logits)  # 2.0 GB
+    assert recomputed.model_states == kept.model_states
+    assert kept.lines()[5].endswith("(Korthikanti et al. 2022, no recomputation)")
+    assert recomputed.lines()[5].endswith(
+        "(Korthikanti et al. 2022, full recomputation: every layer's input + one layer)")
+    # two stacks (3ML-self, fp32): the encoder (2 x 64, 2 heads) on the 32 - 0.8 x 0.15 x 32 kept
+    # tokens, the decoder (2 x 32, 1 head) on all 32; the larger block is the one recomputed
+    argv = ["fairseq-train", dictionary(tmp_path, 148), "--arch", "3ml_self_tiny",
+            "--tokens-per-sample", "32", "--batch-size", "4"]
+    b, V, enc_s, dec_s = 4, 153, 32 - 0.8 * 0.15 * 32, 32
+    enc_layer = enc_s * b * 64 * (34 + 5 * 2 * enc_s / 64) * 2  # fp32: twice the 16-bit bytes
+    dec_layer = dec_s * b * 32 * (34 + 5 * 1 * dec_s / 32) * 2
+    logits = 2 * 4 * (0.15 * 32 * b) * V
+    assert enc_layer > dec_layer
+    assert memory_plan.plan(argv).activations == pytest.approx(
+        2 * enc_layer + 2 * dec_layer + logits)
+    assert memory_plan.plan([*argv, "--checkpoint-activations"]).activations == pytest.approx(
+        2 * enc_s * b * 64 * 4 + 2 * dec_s * b * 32 * 4 + enc_layer + logits)
+
+
+def test_checkpoint_activations_recomputes_every_layer_with_the_same_gradients():
+    """What the recomputation term stands for: with --checkpoint-activations the backward pass
+    runs every layer's forward once more, and the loss and gradients are those without."""
+    vocab, layers = 40, 2
+    tokens = torch.randint(4, vocab - 1, (2, 16), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for checkpoint in (False, True):
+        torch.manual_seed(0)
+        model = build_arch("bidir_lm_tiny", MaskedLmTaskStub(vocab), 16, dropout=0.0,
+                           attention_dropout=0.0, checkpoint_activations=checkpoint)
+        calls = []
+        for layer in model.decoder.layers:
+            layer.fc1.register_forward_hook(lambda *_: calls.append(1))
+        logits, _ = model(tokens)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+        in_forward = len(calls)
+        loss.backward()
+        runs.append((loss.detach(), in_forward, len(calls) - in_forward,
+                     {name: p.grad for name, p in model.named_parameters()}))
+    (loss, forward, backward, grads), (ckpt_loss, ckpt_forward, ckpt_backward, ckpt_grads) = runs
+    assert (forward, backward) == (layers, 0)
+    assert (ckpt_forward, ckpt_backward) == (layers, layers)
+    assert torch.equal(ckpt_loss, loss)
+    assert ckpt_grads.keys() == grads.keys()
+    for name, grad in grads.items():
+        assert torch.equal(ckpt_grads[name], grad), name  # the same ops again: bit for bit
+
+
+def test_the_large_bidirectional_recipes_recompute_activations_to_fit_80_gb():
+    """recipes/bidirectional/pretrain.sh at 6.7B on 8 GPUs (fp32, ZeRO-1, 8 x 1024 tokens per
+    GPU, GPT-2's 50,265 symbols): 222 GB per GPU without recomputation, 72 GB with the
+    --checkpoint-activations it passes by default (docs/scaling.md)."""
+    argv, flags = dry_run(REPO_ROOT / "recipes/bidirectional/pretrain.sh", SIZE="6_7b",
+                          NUM_GPUS="8")
+    assert flags["--checkpoint-activations"] is True and "--fp16" not in flags
+    recomputed = memory_plan.plan(argv, world_size=8)
+    kept = memory_plan.plan([a for a in argv if a != "--checkpoint-activations"], world_size=8)
+    assert (recomputed.sequences, recomputed.sharding) == (8, "optimizer state over 8")
+    assert round(kept.activations / 1e9, 2) == 162.21 and round(kept.total / 1e9, 2) == 222.10
+    assert round(recomputed.activations / 1e9, 2) == 12.56
+    assert round(recomputed.total / 1e9, 2) == 72.44 < 80
 
 
 def test_cli(capsys):

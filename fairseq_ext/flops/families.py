@@ -12,7 +12,7 @@ with :func:`register_flops_family`.
 """
 import argparse
 import dataclasses
-from typing import Dict, Optional, Tuple, Type
+from typing import Dict, List, Optional, Tuple, Type
 
 from fairseq_ext.flops.formulas import (
     TRAINING_MULTIPLIER,
@@ -51,6 +51,17 @@ class ModelSpec:
     def encoder_only(self) -> bool:
         """A masked LM whose encoder runs on all ``L`` tokens (no 3ML decoder)."""
         return not flops_family(self.family).has_decoder
+
+
+@dataclasses.dataclass(frozen=True)
+class StackActivations:
+    """What one stack's blocks keep for the backward pass of a micro-batch: ``layers`` blocks,
+    each keeping ``block_bytes`` without recomputation, or only its input, ``input_bytes``
+    (``s b h`` elements), when it is recomputed."""
+
+    layers: int
+    block_bytes: float
+    input_bytes: float
 
 
 class FlopsFamily:
@@ -92,14 +103,32 @@ class FlopsFamily:
         with it; ``tests/test_memory_plan.py`` checks it against built models."""
         raise NotImplementedError
 
-    def activation_bytes(self, spec: ModelSpec, length: int, sequences: int, heads: int,
-                         predicted_tokens: float, vocab_size: int,
-                         bytes_per_element: int) -> float:
-        """Activations kept for the backward pass of one micro-batch of ``sequences`` rows of
-        ``length`` tokens (``predicted_tokens`` of them predicted in all), without activation
-        recomputation: :func:`~fairseq_ext.flops.formulas.block_activation_bytes` per block on
-        the lengths the family runs them on, and the logits of the predicted tokens."""
+    def stack_activations(self, spec: ModelSpec, length: int, sequences: int, heads: int,
+                          predicted_tokens: float,
+                          bytes_per_element: int) -> List[StackActivations]:
+        """Each stack's :class:`StackActivations` for one micro-batch of ``sequences`` rows of
+        ``length`` tokens (``predicted_tokens`` of them predicted in all), on the lengths the
+        family runs each stack on: :func:`block_activation_bytes` per block."""
         raise NotImplementedError
+
+    def activation_bytes(self, spec: ModelSpec, length: int, sequences: int, heads: int,
+                         predicted_tokens: float, vocab_size: int, bytes_per_element: int,
+                         recompute: bool = False) -> float:
+        """Activations kept for the backward pass of one micro-batch (Korthikanti et al. 2022,
+        Sec. 4): every block of every stack (:meth:`stack_activations`) and the logits of the
+        predicted tokens. With ``recompute`` (``--checkpoint-activations``: fairseq's
+        ``checkpoint_wrapper`` around every layer, full activation recomputation), each block
+        keeps only its input, ``s b h`` elements (Korthikanti's ``2 s b h L`` at 16-bit), and
+        the backward pass holds one block's full activations at a time (the largest block's)
+        while it recomputes them; the logits are outside the layers and stay."""
+        stacks = self.stack_activations(spec, length, sequences, heads, predicted_tokens,
+                                        bytes_per_element)
+        if recompute:
+            blocks = (sum(stack.layers * stack.input_bytes for stack in stacks)
+                      + max(stack.block_bytes for stack in stacks))
+        else:
+            blocks = sum(stack.layers * stack.block_bytes for stack in stacks)
+        return blocks + logits_bytes(predicted_tokens, vocab_size)
 
     def default_baseline(self, spec: ModelSpec) -> Tuple[str, ModelSpec, Dict]:
         """``(arch, spec, build_overrides)`` of the calculator's baseline when ``--vs`` is not
@@ -161,12 +190,11 @@ class EncoderMaskedLm(FlopsFamily):
                 + enc.layers * block_parameters(enc.dim, enc.ffn_dim, self.ffn)
                 + lm_head_parameters(enc.dim, enc.dim, vocab_size))
 
-    def activation_bytes(self, spec, length, sequences, heads, predicted_tokens, vocab_size,
-                         bytes_per_element):
+    def stack_activations(self, spec, length, sequences, heads, predicted_tokens,
+                          bytes_per_element):
         enc = spec.encoder
-        return (enc.layers * block_activation_bytes(length, sequences, enc.dim, enc.ffn_dim,
-                                                    heads, bytes_per_element, self.ffn)
-                + logits_bytes(predicted_tokens, vocab_size))
+        return [stack_activations_of(enc, length, sequences, heads, bytes_per_element,
+                                     self.ffn)]
 
 
 @register_flops_family
@@ -238,8 +266,8 @@ class ThreeMLFlops(FlopsFamily):
                 + dec.dim * (1 + positions + 2) + 2 * dec.dim  # [MASK], positions, norm
                 + dec.layers * decoder_block + lm_head_parameters(dec.dim, enc.dim, vocab_size))
 
-    def activation_bytes(self, spec, length, sequences, heads, predicted_tokens, vocab_size,
-                         bytes_per_element):
+    def stack_activations(self, spec, length, sequences, heads, predicted_tokens,
+                          bytes_per_element):
         """The encoder on its kept tokens and the decoder on its queries (:meth:`run_lengths`
         at the batch's [MASK] share, taken as 0.8 of the predicted tokens as in 80/10/10);
         the decoder's heads as the encoder's (the sizes' ratio of dims to heads is the same)."""
@@ -247,12 +275,9 @@ class ThreeMLFlops(FlopsFamily):
         mask_tokens = 0.8 * predicted_tokens / sequences
         encoder_length, decoder_length = self.run_lengths(spec, length, mask_tokens)
         decoder_heads = max(1, heads * dec.dim // enc.dim)
-        return (enc.layers * block_activation_bytes(encoder_length, sequences, enc.dim,
-                                                    enc.ffn_dim, heads, bytes_per_element)
-                + dec.layers * block_activation_bytes(decoder_length, sequences, dec.dim,
-                                                      dec.ffn_dim, decoder_heads,
-                                                      bytes_per_element)
-                + logits_bytes(predicted_tokens, vocab_size))
+        return [stack_activations_of(enc, encoder_length, sequences, heads, bytes_per_element),
+                stack_activations_of(dec, decoder_length, sequences, decoder_heads,
+                                     bytes_per_element)]
 
 
 @register_flops_family
@@ -322,12 +347,10 @@ class BidirectionalLmFlops(FlopsFamily):
         return (vocab_size * stack.dim + (positions + 2) * stack.dim
                 + stack.layers * block_parameters(stack.dim, stack.ffn_dim) + 2 * stack.dim)
 
-    def activation_bytes(self, spec, length, sequences, heads, predicted_tokens, vocab_size,
-                         bytes_per_element):
-        stack = spec.encoder
-        return (stack.layers * block_activation_bytes(length, sequences, stack.dim,
-                                                      stack.ffn_dim, heads, bytes_per_element)
-                + logits_bytes(predicted_tokens, vocab_size))
+    def stack_activations(self, spec, length, sequences, heads, predicted_tokens,
+                          bytes_per_element):
+        return [stack_activations_of(spec.encoder, length, sequences, heads,
+                                     bytes_per_element)]
 
     def forward_flops(self, spec, encoder_length, decoder_length, mask_tokens,
                       other_predicted_tokens, vocab_size):
@@ -387,6 +410,17 @@ def block_activation_bytes(length: float, sequences: int, dim: int, ffn_dim: int
     attention = 11 * s * b * h + 5 * heads * s * s * b
     feed_forward = s * b * (3 * h + (4 if ffn == "mlp" else 10) * ffn_dim)
     return (attention + feed_forward + 4 * s * b * h) * bytes_per_element / 2
+
+
+def stack_activations_of(stack: Stack, length: float, sequences: int, heads: int,
+                         bytes_per_element: int, ffn: str = "mlp") -> StackActivations:
+    """:class:`StackActivations` of ``stack`` run on ``length`` tokens of ``sequences`` rows: a
+    block's :func:`block_activation_bytes`, and its input, ``s b h`` elements."""
+    return StackActivations(
+        stack.layers,
+        block_activation_bytes(length, sequences, stack.dim, stack.ffn_dim, heads,
+                               bytes_per_element, ffn),
+        length * sequences * stack.dim * bytes_per_element)
 
 
 def logits_bytes(predicted_tokens: float, vocab_size: int) -> float:
