@@ -36,6 +36,23 @@ def test_pretrain_follows_table_2_and_section_3_1(size, gpus):
     assert flags["--sample-break-mode"] == "complete"
     assert flags["--mask-prob"] == "0.15" and flags["--plain-lm-prob"] == "0.1"
     assert flags["--adam-betas"] == "(0.9,0.98)" and flags["--lr-scheduler"] == "polynomial_decay"
+    # 2.7B and 6.7B recompute activations to fit 80 GB (tests/test_memory_plan.py)
+    assert flags.get("--checkpoint-activations", False) is (size in ("2_7b", "6_7b"))
+
+
+def test_checkpoint_activations_can_be_switched():
+    _, flags = dry_run(PRETRAIN, SIZE="6_7b", CHECKPOINT_ACTIVATIONS="0")
+    assert "--checkpoint-activations" not in flags
+    _, flags = dry_run(PRETRAIN, SIZE="125m", CHECKPOINT_ACTIVATIONS="1")
+    assert flags["--checkpoint-activations"] is True
+    import subprocess
+
+    proc = subprocess.run(["bash", str(PRETRAIN)], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "DRY_RUN": "1", "DATA": "D",
+                               "NUM_GPUS": "1", "CHECKPOINT_ACTIVATIONS": "yes"})
+    assert proc.returncode == 2 and proc.stderr == (
+        "error: CHECKPOINT_ACTIVATIONS=yes: use 1 (recompute every layer's activations in the "
+        "backward pass) or 0\n")
 
 
 def test_pretrain_refuses_an_unknown_size_and_an_uneven_batch():

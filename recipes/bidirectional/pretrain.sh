@@ -13,6 +13,13 @@
 # Table 2's "0.5M" tokens is 512 sequences of 1024 (524,288 tokens; 1M and 2M likewise), which
 # makes 100B tokens 190,734 updates at 125m. MAX_TOKENS is per GPU; --update-freq makes
 # BATCH_TOKENS = MAX_TOKENS x GPUs x NNODES x update_freq. Its hydra twin: recipes/config/bidirectional/pretrain_125m.yaml.
+# Memory (the plan printed before training; docs/scaling.md): at 2_7b and 6_7b the recipe shards
+# Adam's state (ZERO_SHARDING=os) and recomputes each layer's activations in the backward pass
+# (CHECKPOINT_ACTIVATIONS=1: --checkpoint-activations, one more forward, about 1/3 more compute).
+# 6.7B on 8 GPUs, 8 x 1024 tokens per GPU, fp32: 222 GB per GPU without recomputation, 72 GB with
+# it; but pytorch_ddp also keeps a bucket copy of the gradients (26.6 GB in fp32) that the plan
+# does not count, so on 80 GB GPUs run 6.7B with PRECISION=--memory-efficient-fp16 OPTIMIZER=adam
+# (41 GB planned + 13.3 GB of buckets).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
@@ -20,13 +27,13 @@ DATA="${DATA:?set DATA to a fairseq data-bin (scripts/prepare_corpus.sh makes on
 VARIANT="${VARIANT:-hyb_pre}"             # nxt_uni nxt_pre msk_uni msk_bi hyb_uni hyb_pre (Table 1)
 SIZE="${SIZE:-125m}"                      # 125m 355m 1_3b 2_7b 6_7b (Table 2); small mini tiny for CPUs
 ARCH="${ARCH:-bidir_lm_${SIZE}}"
-sharding=none                             # 2.7B, 6.7B: shard Adam's state (docs/scaling.md)
+sharding=none; recompute=0                # 2.7B, 6.7B: shard Adam's state, recompute activations (docs/scaling.md)
 case "${SIZE}" in                         # Table 2: batch (tokens) and peak lr
   125m) table_batch=524288;  table_lr=0.0006 ;;
   355m) table_batch=524288;  table_lr=0.0003 ;;
   1_3b) table_batch=1048576; table_lr=0.0002 ;;
-  2_7b) table_batch=1048576; table_lr=0.00016; sharding=os ;;
-  6_7b) table_batch=2097152; table_lr=0.00012; sharding=os ;;
+  2_7b) table_batch=1048576; table_lr=0.00016; sharding=os; recompute=1 ;;
+  6_7b) table_batch=2097152; table_lr=0.00012; sharding=os; recompute=1 ;;
   small|mini|tiny) table_batch=524288; table_lr=0.0006 ;;  # CPU sizes: 125m's settings
   *) die "SIZE=${SIZE}: use one of 125m 355m 1_3b 2_7b 6_7b (Table 2) or small mini tiny" ;;
 esac
@@ -58,5 +65,6 @@ NUM_WORKERS="${NUM_WORKERS:-2}"
 CPU="${CPU:-0}"
 PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --memory-efficient-fp16 on GPUs (bf16: docs/scaling.md)
 ZERO_SHARDING="${ZERO_SHARDING:-${sharding}}"  # os: optimizer state sharded over the GPUs (more than one)
+CHECKPOINT_ACTIVATIONS="${CHECKPOINT_ACTIVATIONS:-${recompute}}"  # 1: --checkpoint-activations (each layer recomputed in the backward pass)
 
 run_bidirectional_pretraining "$@"

@@ -188,7 +188,8 @@ run_mlm_pretraining() {
 
 # generalized-bidirectionality pre-training (our bidirectional_lm task, model and criterion),
 # built from the variables recipes/bidirectional/pretrain.sh set; the batch is in tokens
-# (BATCH_TOKENS, MAX_TOKENS per GPU). Printed, then run, with EXTRA_ARGS appended.
+# (BATCH_TOKENS, MAX_TOKENS per GPU); CHECKPOINT_ACTIVATIONS=1 adds --checkpoint-activations
+# (full activation recomputation; default 0). Printed, then run, with EXTRA_ARGS appended.
 run_bidirectional_pretraining() {
   require_data_bin "${DATA}"
   local update_freq_value
@@ -202,6 +203,12 @@ run_bidirectional_pretraining() {
     --mask-prob "${MASK_PROB}" --plain-lm-prob "${PLAIN_LM_PROB}"
     --max-tokens "${MAX_TOKENS}" --update-freq "${update_freq_value}"
   )
+  case "${CHECKPOINT_ACTIVATIONS:-0}" in
+    0) ;;
+    1) cmd+=(--checkpoint-activations) ;;
+    *) die "CHECKPOINT_ACTIVATIONS=${CHECKPOINT_ACTIVATIONS}: use 1 (recompute every layer's" \
+           "activations in the backward pass) or 0" ;;
+  esac
   add_pretraining_flags cmd
   print_memory_plan "${cmd[@]}" "$@"
   run_printed "${cmd[@]}" "$@"
