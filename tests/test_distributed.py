@@ -245,3 +245,26 @@ def test_recipes_refuse_an_unknown_sharding():
                                "NUM_GPUS": "8", "ZERO_SHARDING": "full"})
     assert proc.returncode == 2 and proc.stderr == (
         "error: ZERO_SHARDING=full: use none or os (optimizer-state sharding)\n")
+
+
+def test_recipes_name_the_sharding_extra_when_fairscale_is_missing(tmp_path):
+    """fairscale is the optional `sharding` extra: a recipe asked to shard without it stops
+    before fairseq with the command that installs it."""
+    import subprocess
+
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    for name, body in (("python", "exit 1"), ("fairseq-train", "echo TRAINING")):
+        (fake_bin / name).write_text(f"#!/bin/sh\n{body}\n")
+        (fake_bin / name).chmod(0o755)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.txt").write_text("a 1\n")
+    proc = subprocess.run(["bash", str(REPO_ROOT / "recipes/roberta/pretrain.sh")],
+                          capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "DATA": str(data), "NUM_GPUS": "8",
+                               "FAIRSEQ_BIN": str(fake_bin), "ZERO_SHARDING": "os"})
+    assert proc.returncode == 2 and "TRAINING" not in proc.stdout
+    assert proc.stderr.splitlines()[-1] == (
+        "error: ZERO_SHARDING=os needs fairscale (the optional sharding extra): pip install -r "
+        "requirements-sharding.txt -c constraints.txt")

@@ -63,13 +63,18 @@ require_data_bin() {
 # optimizer state, activations, total; `python -m fairseq_ext.memory_plan`) on NUM_GPUS x NNODES
 # GPUs before it starts. Not for CPU=1 runs (the plan is per GPU), DRY_RUN=1 or MEMORY_PLAN=0; a
 # plan that cannot be made says why and the run goes on.
+# recipe_python: the Python beside fairseq (FAIRSEQ_BIN's), else the checkout's .venv, else python3.
+recipe_python() {
+  if [[ -x "${FAIRSEQ_BIN:-}/python" ]]; then echo "${FAIRSEQ_BIN}/python"
+  elif [[ -x "${REPO_ROOT}/.venv/bin/python" ]]; then echo "${REPO_ROOT}/.venv/bin/python"
+  else echo python3; fi
+}
+
 print_memory_plan() {
   if [[ "${DRY_RUN:-0}" == 1 || "${CPU:-0}" == 1 || "${MEMORY_PLAN:-1}" == 0 ]]; then return 0; fi
-  local python="${REPO_ROOT}/.venv/bin/python" world
-  if [[ -x "${FAIRSEQ_BIN:-}/python" ]]; then python="${FAIRSEQ_BIN}/python"; fi
-  if [[ ! -x "${python}" ]]; then python=python3; fi
+  local world
   world=$(( $(detect_num_gpus) * ${NNODES:-1} ))
-  PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" PYTHONWARNINGS=ignore "${python}" \
+  PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" PYTHONWARNINGS=ignore "$(recipe_python)" \
     -m fairseq_ext.memory_plan --world-size "${world}" -- "$@" \
     || echo "memory plan: not printed (the error above); training anyway" >&2
 }
@@ -152,7 +157,7 @@ add_zero_sharding_flags() {
   case "${ZERO_SHARDING:-none}" in
     none) ;;
     os) if (( $(detect_num_gpus) * ${NNODES:-1} > 1 )); then
-          if [[ -z "${DRY_RUN:-}" ]] && ! "$(fairseq_cmd python)" -c "import fairscale" 2>/dev/null; then
+          if [[ "${DRY_RUN:-0}" != 1 ]] && ! "$(recipe_python)" -c "import fairscale" 2>/dev/null; then
             die "ZERO_SHARDING=os needs fairscale (the optional sharding extra): pip install -r requirements-sharding.txt -c constraints.txt"
           fi
           _sharding_flags+=(--zero-sharding os)
