@@ -29,6 +29,8 @@ Labels default to the name of each log's parent directory; a run directory may b
 place of its ``train.log``. Every recipe (shell and YAML) logs its JSON records to
 ``$SAVE_DIR/train.log`` (``--log-format json --log-file``), so ``plot_curves.py SAVE_DIR`` plots
 any run. The PNG has three panels: valid loss vs PFLOPs, vs wall time and vs training tokens.
+An existing ``--out`` file is replaced only with ``--force`` (checked before the logs are read),
+and written whole or not at all (:mod:`fairseq_ext.output_files`).
 """
 import argparse
 import bisect
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from fairseq_ext.log_records import parse_json_record
+from fairseq_ext.output_files import OutputError, atomic_file, error_line, refuse_existing
 
 
 class CurveError(ValueError):
@@ -222,13 +225,17 @@ def figure(curves, labels, metric: str = "loss"):
     return fig
 
 
-def plot(curves, labels, out: Path, metric: str = "loss") -> None:
+def plot(curves, labels, out: Path, metric: str = "loss", force: bool = False) -> None:
+    """Save the :func:`figure` of ``curves`` to ``out`` (its format from the file name's
+    extension, PNG without one); an existing ``out`` is replaced only with ``force``."""
     import matplotlib.pyplot as plt
 
     fig = figure(curves, labels, metric)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    try:
+        with atomic_file(out, force, binary=True) as handle:
+            fig.savefig(handle, dpi=120, format=Path(out).suffix.lstrip(".").lower() or "png")
+    finally:
+        plt.close(fig)
 
 
 def default_label(path: Path) -> str:
@@ -237,7 +244,7 @@ def default_label(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="plot_curves.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("logs", nargs="+", type=Path, metavar="RUN_LOG",
                         help="fairseq json stdout log or --log-file of a run (or its run dir, "
                              "for RUN_DIR/train.log)")
@@ -245,11 +252,13 @@ def main(argv=None) -> int:
                         help="comma-separated legend labels, one per log (default: the name "
                              "of each log's parent directory)")
     parser.add_argument("--out", type=Path, default=Path("curves.png"), help="PNG to write")
+    parser.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     parser.add_argument("--metric", choices=METRICS, default="loss",
                         help="the validation loss to plot: overall, or of [MASK], replaced or "
                              "unchanged tokens only (default: loss)")
     args = parser.parse_args(argv)
     try:
+        refuse_existing([args.out], args.force)
         if args.labels is not None:
             labels = [label.strip() for label in args.labels.split(",")]
             if len(labels) != len(args.logs):
@@ -257,9 +266,9 @@ def main(argv=None) -> int:
         else:
             labels = [default_label(path) for path in args.logs]
         curves = [curve_of(read_log(path, args.metric)) for path in args.logs]
-        plot(curves, labels, args.out, args.metric)
-    except CurveError as error:
-        print(f"error: {error}", file=sys.stderr)
+        plot(curves, labels, args.out, args.metric, args.force)
+    except (CurveError, OutputError) as error:
+        print(error_line(parser.prog, error), file=sys.stderr)
         return 2
     for label, curve in zip(labels, curves):
         last = curve[-1]

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
 from fairseq_ext.log_records import parse_json_record
+from fairseq_ext.output_files import write_text
 from fairseq_ext.text_tables import ascii_table
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: recipes/, scripts/
@@ -68,6 +69,8 @@ BIDIRECTIONAL_RUNS: List[DemoRun] = [
 ]
 #: R values of the demo's suffix-ppl and infilling columns.
 BIDIRECTIONAL_R_VALUES = "0,1"
+#: What the demo writes into its runs directory besides one directory per run.
+SUMMARY, PLOT = "summary.json", "curves.png"
 
 
 def seconds_per_update(train_inner: List[dict]) -> float:
@@ -301,7 +304,7 @@ def plot_curves(rows: List[dict], runs_dir: Path) -> Optional[Path]:
     against cumulative train FLOPs and against wall time, one line per run."""
     from fairseq_ext import curves
 
-    out = runs_dir / "curves.png"
+    out = runs_dir / PLOT
     logs = [runs_dir / row["name"].replace("%", "pct") / "train.log" for row in rows]
     try:
         curves.plot([curves.curve_of(curves.read_log(log)) for log in logs],
@@ -358,6 +361,14 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: --data {args.data} has no dict.txt: point --data at a fairseq "
                          "data-bin, or leave --data out to prepare the embedded corpus "
                          "(scripts/prepare_corpus.sh)")
+    runs = [r for r in DEMO_RUNS if args.only is None or r.name in args.only]
+    bidirectional_runs = [r for r in BIDIRECTIONAL_RUNS if args.only is None or r.name in args.only]
+    if not runs and not bidirectional_runs:
+        raise SystemExit(f"error: --only matched none of "
+                         f"{[r.name for r in DEMO_RUNS + BIDIRECTIONAL_RUNS]}")
+    runs_dir = args.runs_dir or REPO_ROOT / "runs" / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    refuse_earlier_outputs([*(run_dir_of(runs_dir, run) for run in runs + bidirectional_runs),
+                            runs_dir / SUMMARY, runs_dir / PLOT])  # before anything is trained
     clock = StageClock()
     data = args.data
     if data is None:
@@ -366,12 +377,6 @@ def main(argv=None) -> None:
         with clock.stage("corpus (cached after the first run)"):
             subprocess.run(["bash", str(REPO_ROOT / "scripts/prepare_corpus.sh"), "--destdir",
                             str(data)], cwd=REPO_ROOT, check=True)
-    runs = [r for r in DEMO_RUNS if args.only is None or r.name in args.only]
-    bidirectional_runs = [r for r in BIDIRECTIONAL_RUNS if args.only is None or r.name in args.only]
-    if not runs and not bidirectional_runs:
-        raise SystemExit(f"error: --only matched none of "
-                         f"{[r.name for r in DEMO_RUNS + BIDIRECTIONAL_RUNS]}")
-    runs_dir = args.runs_dir or REPO_ROOT / "runs" / "demo" / time.strftime("%Y%m%d-%H%M%S")
     rows = run_masked_lm_comparison(runs, data, runs_dir, args.updates, clock) if runs else []
     bidirectional_rows = (run_bidirectional_comparison(bidirectional_runs, data, runs_dir,
                                                        args.updates, clock)
@@ -391,18 +396,30 @@ def main(argv=None) -> None:
               "suffix ppl and infilling accuracy % at R = n_bidir / context):")
         print(format_report(bidirectional_rows, BIDIRECTIONAL_R_VALUES,
                             names=[row["name"] for row in bidirectional_rows]))
-    (runs_dir / "summary.json").write_text(json.dumps(
-        {"masked_lm": rows, "bidirectional": bidirectional_rows}, indent=2, default=str))
+    write_text(runs_dir / SUMMARY, json.dumps(
+        {"masked_lm": rows, "bidirectional": bidirectional_rows}, indent=2, default=str),
+        force=False)
     print(f"runs, logs and checkpoints: {runs_dir}")
     print(clock.summary())
     print(f"demo wall time: {(time.time() - clock.started) / 60:.1f} min")
 
 
+def run_dir_of(runs_dir: Path, run: DemoRun) -> Path:
+    return runs_dir / run.name.replace("%", "pct")
+
+
+def refuse_earlier_outputs(paths: List[Path]) -> None:
+    """The demo never overwrites earlier runs: stop if one of ``paths`` (a run's directory, the
+    summary or the plot, in a ``--runs-dir`` given again) exists."""
+    for path in paths:
+        if path.exists():
+            raise SystemExit(f"error: {path} already exists; choose another --runs-dir "
+                             "(the demo never overwrites earlier runs)")
+
+
 def new_run_dir(runs_dir: Path, run: DemoRun) -> Path:
-    run_dir = runs_dir / run.name.replace("%", "pct")
-    if run_dir.exists():
-        raise SystemExit(f"error: {run_dir} already exists; choose another --runs-dir "
-                         "(the demo never overwrites earlier runs)")
+    run_dir = run_dir_of(runs_dir, run)
+    refuse_earlier_outputs([run_dir])
     run_dir.mkdir(parents=True)
     return run_dir
 

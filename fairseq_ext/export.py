@@ -74,11 +74,17 @@ import copy
 import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional, Tuple
 
 from fairseq_ext.models.sizes import ENCODER_SIZES
+from fairseq_ext.output_files import (
+    OutputError,
+    atomic_directory,
+    atomic_file,
+    error_line,
+    refuse_existing,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -449,35 +455,17 @@ def with_sentencepiece(exported: dict) -> dict:
 def write_hub_directory(exported: dict, out: Path, dictionary: Path, sentencepiece_model: Path,
                         force: bool) -> None:
     """Write ``out/`` (:data:`HUB_MODEL`, :data:`HUB_DICT`, :data:`HUB_SENTENCEPIECE`) through
-    a temporary directory beside it, renamed into place: an interrupted export leaves ``out``
+    a temporary directory beside it, renamed into place
+    (:func:`fairseq_ext.output_files.atomic_directory`): an interrupted export leaves ``out``
     as it was. An existing ``out`` is replaced only with ``force``."""
     import shutil
 
     import torch
 
-    if out.exists() and not force:
-        raise ExportError(f"{out} exists; pass --force to overwrite it")
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} is a file; a hub export is a directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    old = None
-    try:
+    with atomic_directory(out, force) as tmp:
         torch.save(exported, tmp / HUB_MODEL)
         shutil.copyfile(dictionary, tmp / HUB_DICT)
         shutil.copyfile(sentencepiece_model, tmp / HUB_SENTENCEPIECE)
-        if out.exists():
-            old = out.with_name(f".{out.name}.replaced")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and old.exists() and not out.exists():
-            os.replace(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def finetune_args(state: dict, path: Path) -> list:
@@ -518,26 +506,6 @@ def finetune_args(state: dict, path: Path) -> list:
     if want["activation_fn"] != "gelu":
         flags += ["--activation-fn", want["activation_fn"]]
     return flags + ["--max-positions", str(args.max_positions)]
-
-
-def write_atomically(obj, out: Path, force: bool) -> None:
-    """``torch.save`` to a temporary file beside ``out``, then rename it onto ``out``."""
-    import torch
-
-    if out.exists() and not force:
-        raise ExportError(f"{out} exists; pass --force to overwrite it")
-    if out.is_dir():
-        raise ExportError(f"{out} is a directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # --- the command line (scripts/export_encoder.py) -----------------------------------------------
@@ -622,19 +590,21 @@ def main(argv=None) -> int:
             return 0
         if not args.input.is_file():
             raise ExportError(f"{args.input}: no such file")
-        if args.output.exists() and not args.force:  # before the (slow) load
-            raise ExportError(f"{args.output} exists; pass --force to overwrite it")
+        refuse_existing([args.output], args.force)  # before the (slow) load
         if args.hub:
             export_hub_directory(args)
             return 0
         exported = export(load_checkpoint(args.input), args.input)
-        write_atomically(exported, args.output, args.force)
+        import torch
+
+        with atomic_file(args.output, args.force, binary=True) as handle:
+            torch.save(exported, handle)
         logger.info("wrote %s: fairseq roberta, arch %s", args.output, exported["export"]["arch"])
         logger.info("fine-tune with: fairseq-train DATA --user-dir fairseq_ext --restore-file %s "
                     "--reset-optimizer --reset-dataloader --reset-meters %s ... "
                     "(or recipes/3ml/finetune_glue.sh)", args.output,
                     " ".join(finetune_args(exported, args.output)))
-    except ExportError as e:
-        print(f"export_encoder.py: error: {e}", file=sys.stderr)
+    except (ExportError, OutputError) as e:
+        print(error_line("export_encoder.py", e), file=sys.stderr)
         return 2
     return 0

@@ -17,7 +17,9 @@ Layout (what the grid script writes)::
 A run directory without a parsable validation record counts as missing (a run still going, or
 one that failed); the report says how many runs each cell has.
 
-``python -m fairseq_ext.finetune_grid SAVE_ROOT`` prints the tables (markdown).
+``python -m fairseq_ext.finetune_grid SAVE_ROOT`` prints the tables (markdown); ``--tsv FILE``
+also writes every run's score there (never over an existing file without ``--force``; the grid
+recipe, which rewrites its own ``SAVE_ROOT/grid.tsv`` as runs are added, passes it).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from fairseq_ext.log_records import parse_json_record
+from fairseq_ext.output_files import OutputError, atomic_file, error_line, refuse_existing
 
 #: Table 10's tasks, in its column order.
 PAPER_TASKS = ("CoLA", "MNLI", "MRPC", "QNLI", "RTE", "SST-2")
@@ -213,9 +216,11 @@ def format_report(runs: Sequence[GridRun], tasks: Optional[Sequence[str]] = None
     return "\n".join(lines) + "\n"
 
 
-def write_tsv(runs: Sequence[GridRun], path: Path, subset: str = "valid") -> None:
-    """One row per run: task, r_bidir, lr, batch, best dev score (``nan``: none logged)."""
-    with open(path, "w") as f:
+def write_tsv(runs: Sequence[GridRun], path: Path, subset: str = "valid",
+              force: bool = False) -> None:
+    """One row per run: task, r_bidir, lr, batch, best dev score (``nan``: none logged); an
+    existing ``path`` is replaced only with ``force``."""
+    with atomic_file(path, force) as f:
         f.write("task\tr_bidir\tlr\tbatch\tscore\n")
         for run in runs:
             score = run.score(subset)
@@ -236,22 +241,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metric", default="accuracy",
                         help="the logged metric to report (default accuracy, as Table 10)")
     parser.add_argument("--tsv", type=Path, help="also write every run's score to this file")
+    parser.add_argument("--force", action="store_true", help="overwrite --tsv if it exists")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if not args.save_root.is_dir():
-        print(f"error: {args.save_root}: no such directory", file=sys.stderr)
+        print(error_line(parser.prog, f"{args.save_root}: no such directory"), file=sys.stderr)
         return 2
-    runs = collect(args.save_root, args.tasks, args.metric)
-    if not runs:
-        print(f"error: no runs (<TASK>/r<R>_lr<LR>_bs<BATCH>/) under {args.save_root}",
-              file=sys.stderr)
-        return 1
-    sys.stdout.write(format_report(runs, args.tasks, args.subset, args.metric))
-    if args.tsv is not None:
-        write_tsv(runs, args.tsv, args.subset)
+    try:
+        refuse_existing([args.tsv], args.force)  # before the logs are read
+        runs = collect(args.save_root, args.tasks, args.metric)
+        if not runs:
+            print(error_line(parser.prog, f"no runs (<TASK>/r<R>_lr<LR>_bs<BATCH>/) under "
+                                          f"{args.save_root}"), file=sys.stderr)
+            return 1
+        sys.stdout.write(format_report(runs, args.tasks, args.subset, args.metric))
+        if args.tsv is not None:
+            write_tsv(runs, args.tsv, args.subset, args.force)
+    except OutputError as error:
+        print(error_line(parser.prog, error), file=sys.stderr)
+        return 2
     return 0
 
 

@@ -83,7 +83,6 @@ and renamed into place, so an interrupted export leaves no partial directory.
 import argparse
 import json
 import logging
-import os
 import shutil
 import sys
 import tempfile
@@ -100,6 +99,7 @@ from fairseq_ext.export import (
     model_name,
     tokenizer_files,
 )
+from fairseq_ext.output_files import OutputError, atomic_directory, error_line, refuse_existing
 
 logger = logging.getLogger(__name__)
 
@@ -573,8 +573,7 @@ def export(path: Path, out: Path, dictionary: Optional[Path] = None,
            max_logit_diff: float = DEFAULT_MAX_LOGIT_DIFF) -> dict:
     """Export ``path`` (hub directory or checkpoint) to the ``transformers`` directory ``out``;
     returns what ``fairseq_export.json`` records."""
-    if out.exists() and not force:  # before the (slow) load
-        raise ExportError(f"{out} exists; pass --force to overwrite it")
+    refuse_existing([out], force)  # before the (slow) load
     checkpoint = path / HUB_MODEL if path.is_dir() else path
     if not checkpoint.is_file():
         raise ExportError(f"{checkpoint}: no such file" + (f" (a hub directory holds {HUB_MODEL})"
@@ -615,42 +614,12 @@ def export(path: Path, out: Path, dictionary: Optional[Path] = None,
 
 
 def write_directory(out: Path, force: bool, hf_model, tokenizer, info: dict) -> None:
-    """Save into a temporary directory beside ``out``, then rename it onto ``out`` (the old one,
-    with ``force``, is moved aside first and removed after)."""
-    if out.exists() and not force:
-        raise ExportError(f"{out} exists; pass --force to overwrite it")
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} exists and is not a directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    old = None
-    try:
+    """Save into a temporary directory beside ``out``, renamed onto ``out`` when complete
+    (:func:`fairseq_ext.output_files.atomic_directory`; an existing one only with ``force``)."""
+    with atomic_directory(out, force) as tmp:
         hf_model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
-        readable_by_umask(tmp)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-            os.replace(out, old / out.name)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not out.exists() and (old / out.name).exists():
-            os.replace(old / out.name, out)  # put the previous export back
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def readable_by_umask(directory: Path) -> None:
-    """Give ``directory`` (``mkdtemp`` makes it 0700) and its files the modes a plain
-    ``mkdir`` / ``open`` would (the umask's)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(directory, 0o777 & ~umask)
-    for path in directory.iterdir():
-        os.chmod(path, 0o666 & ~umask)
 
 
 # --- the command line (scripts/export_hf.py) -----------------------------------------------------
@@ -693,8 +662,8 @@ def main(argv=None) -> int:
         transformers_logging.disable_progress_bar()  # one shard: the bar says nothing
         info = export(args.input, args.output, args.dict, args.sentencepiece_model, args.force,
                       args.max_logit_diff)
-    except ExportError as e:
-        print(f"export_hf.py: error: {e}", file=sys.stderr)
+    except (ExportError, OutputError) as e:
+        print(error_line("export_hf.py", e), file=sys.stderr)
         return 2
     logger.info("wrote %s: %s (AutoModel / AutoTokenizer.from_pretrained(%r))", args.output,
                 info["transformers_class"], str(args.output))

@@ -290,6 +290,8 @@ EOF
 
 # ------------------------------------------------------------------------- the benchmarks
 
+# A stage run again in the same OUTDIR (a later device call) measures again: its files are the
+# suite's own, so the benchmarks' --json files are rewritten (--force), as the logs are.
 stage_bench_swishrnn() {
   use_env
   cd "${REPO}"
@@ -304,9 +306,9 @@ stage_bench_3ml() {
   local common=(--device cuda --dtype bf16 --mask-rates "0.15,0.4,0.5" --warmup 5
                 --iters "${BENCH_3ML_ITERS}")
   x "${PY}" scripts/bench_3ml.py --size base --seq-len 512 --batch-size 32 "${common[@]}" \
-    --json "${OUTDIR}/bench-3ml-base-512.json" | tee "${OUTDIR}/bench-3ml-base-512.txt"
+    --json "${OUTDIR}/bench-3ml-base-512.json" --force | tee "${OUTDIR}/bench-3ml-base-512.txt"
   x "${PY}" scripts/bench_3ml.py --size large --seq-len 128 --batch-size 128 "${common[@]}" \
-    --json "${OUTDIR}/bench-3ml-large-128.json" | tee "${OUTDIR}/bench-3ml-large-128.txt"
+    --json "${OUTDIR}/bench-3ml-large-128.json" --force | tee "${OUTDIR}/bench-3ml-large-128.txt"
   x "${PY}" scripts/bench_3ml.py --size base --seq-len 512 --batch-size 32 --device cuda \
     --dtype bf16 --profile --profile-rate 0.5 | tee "${OUTDIR}/bench-3ml-profile.txt"
 }
@@ -316,7 +318,7 @@ stage_bench_bidir() {
   cd "${REPO}"
   x "${PY}" scripts/bench_bidirectional.py --arch-size 125m --seq-len 1024 --batch-size 8 \
     --device cuda --dtype bf16 --rounds "${BENCH_BIDIR_ROUNDS}" \
-    --json "${OUTDIR}/bench-bidir-125m.json" | tee "${OUTDIR}/bench-bidir-125m.txt"
+    --json "${OUTDIR}/bench-bidir-125m.json" --force | tee "${OUTDIR}/bench-bidir-125m.txt"
 }
 
 # -------------------------------------------------------------------------- the training

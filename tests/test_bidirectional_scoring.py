@@ -394,7 +394,7 @@ def test_checkpoints_that_cannot_serve_a_role_are_refused(word_setup, capsys):
     for flags, fragments in cases:
         assert infill_rescore.main([str(data), "--cpu", *map(str, flags)]) == 2
         error = capsys.readouterr().err
-        assert error.startswith("error: ") and error.count("\n") == 1, error
+        assert error.startswith("infill_rescore.py: error: ") and error.count("\n") == 1, error
         for fragment in fragments:
             assert fragment in error, (fragment, error)
 
@@ -545,7 +545,7 @@ def test_choice_errors_name_the_row_and_the_option(spm_setup, tmp_path, capsys):
         code = multiple_choice.main(["--path", str(checkpoints[checkpoint]), "--data", str(data),
                                      "--input", str(rows), "--cpu", *flags])
         error = capsys.readouterr().err
-        assert code == 2 and error.startswith("error: ") and error.count("\n") == 1, error
+        assert code == 2 and error.startswith("score_choices.py: error: ") and error.count("\n") == 1, error
         return error
 
     mnli = {"prefix": "It rains, right? ", "suffix": ", the street is wet.",

@@ -72,7 +72,10 @@ from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset
 from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
 from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 from fairseq_ext.models.sizes import DECODER_LM_SIZES
+from fairseq_ext.output_files import refused, write_text
 
+#: The command line (scripts/bench_bidirectional.py).
+PROG = "bench_bidirectional.py"
 #: The contestants: ours as trained, fairseq's causal LM, and ours with logits at every position
 #: (the same head cost as transformer_lm's, so that the ratio isolates the mask and positions).
 MODELS = ("bidirectional_lm", "transformer_lm", "bidirectional_lm_all_logits")
@@ -180,7 +183,7 @@ def layout_summary(batches: List[dict], pad: int) -> Dict[str, float]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--arch-size", choices=ARCH_SIZES, default="small",
                    help="bidir_lm_<size> against transformer_lm(_gpt) of the same size")
@@ -200,6 +203,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.add_argument("--force", action="store_true", help="overwrite --json if it exists")
     p.add_argument("--quiet", action="store_true", help="no per-round progress on stderr")
     args = p.parse_args(argv)
     if args.max_doc_len is None:
@@ -215,6 +219,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if refused(PROG, [args.json], args.force):  # before anything is built or timed
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -272,10 +278,10 @@ def main(argv=None) -> int:
     print(f"ratio bidirectional_lm_all_logits / transformer_lm (same head cost: mask and "
           f"positions only): {ratio_all_logits:.3f}")
     if args.json:
-        args.json.write_text(json.dumps({
+        write_text(args.json, json.dumps({
             "command": sys.argv, "args": {k: (str(v) if isinstance(v, Path) else v)
                                           for k, v in vars(args).items()},
             "environment": env, "layout": layout, "results": results, "ratio": ratio,
             "ratio_all_logits": ratio_all_logits,
-        }, indent=2))
+        }, indent=2), args.force)
     return 0

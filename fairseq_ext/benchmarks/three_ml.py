@@ -67,7 +67,10 @@ from fairseq_ext.benchmarks.common import (
 )
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss
 from fairseq_ext.model_building import build_arch
+from fairseq_ext.output_files import refused, write_text
 
+#: The command line (scripts/bench_3ml.py).
+PROG = "bench_3ml.py"
 MODELS = ("roberta", "3ml-self", "3ml-cross")
 BASELINE_RATE = 0.15
 
@@ -490,7 +493,7 @@ def parse_rates(text: str) -> List[float]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--size", choices=sorted(SIZES), default="small")
     p.add_argument("--seq-len", type=int, default=128)
@@ -514,6 +517,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.add_argument("--force", action="store_true", help="overwrite --json if it exists")
     p.add_argument("--profile", action="store_true",
                    help="profile the bookkeeping share instead of timing (see module docs)")
     p.add_argument("--profile-rate", type=float, default=0.5)
@@ -537,6 +541,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if refused(PROG, [args.json], args.force):  # before anything is built or timed
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -560,11 +566,11 @@ def main(argv=None) -> int:
                   for m in args.models]
         print(format_profile(shares))
         if args.json:
-            args.json.write_text(json.dumps({
+            write_text(args.json, json.dumps({
                 "command": sys.argv, "environment": environment(device),
                 "profile": [dict(dataclasses.asdict(s), glue_share=s.glue_share,
                                  bookkeeping_share=s.bookkeeping_share) for s in shares],
-            }, indent=2))
+            }, indent=2), args.force)
         return 0
 
     cases = []
@@ -594,10 +600,10 @@ def main(argv=None) -> int:
           f"load average {load_before} before, {env['load_average']} after")
     print(format_table(results, baseline))
     if args.json:
-        args.json.write_text(json.dumps({
+        write_text(args.json, json.dumps({
             "command": sys.argv, "args": {k: (str(v) if isinstance(v, Path) else v)
                                           for k, v in vars(args).items()},
             "environment": env,
             "results": [r.to_json(baseline) for r in results],
-        }, indent=2))
+        }, indent=2), args.force)
     return 0

@@ -31,6 +31,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..output_files import OutputError, error_line, refuse_existing
 from .encoders import TokenizerSpec, count_dictionary_entries, encode_file
 from .errors import CorpusError
 
@@ -196,8 +197,7 @@ def prepare_task(task: GlueTask, glue_dir: Path, spm_model: Path, dictionary: Pa
         raise CorpusError(f"no such task folder: {task_dir} (GLUE's layout: "
                           f"GLUE_DIR/{task.name}/train.tsv, ...)")
     destdir = out_dir / f"{task.name}-bin"
-    if destdir.exists() and not force:
-        raise CorpusError(f"{destdir} exists; pass --force to rebuild it")
+    refuse_existing([destdir], force)
     prep = out_dir / "prep" / task.name
     spec = TokenizerSpec("spm", spm_model=str(spm_model))
 
@@ -284,6 +284,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         tasks = [task for name, task in TASKS.items() if (args.glue_dir / name).is_dir()]
         if not tasks:
             raise CorpusError(f"no GLUE task folder in {args.glue_dir} (one of {' '.join(TASKS)})")
+    # every task's data-bin, before the first is built
+    refuse_existing([args.out_dir / f"{task.name}-bin" for task in tasks], args.force)
     summaries = []
     for task in tasks:
         summary = prepare_task(task, args.glue_dir, args.spm_model, args.dictionary,
@@ -305,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         run(args)
-    except CorpusError as error:
-        print(f"prepare_glue.sh: error: {error}", file=sys.stderr, flush=True)
+    except (CorpusError, OutputError) as error:
+        print(error_line("prepare_glue.sh", error), file=sys.stderr, flush=True)
         return 2
     return 0
 

@@ -2,6 +2,7 @@
 ``fairseq-validate`` runs (``recipes/bidirectional/evaluate.sh``)::
 
     python -m fairseq_ext.evaluation.bidirectional_report DATA CKPT [CKPT ...] [--r-bidir ...]
+        [--log-dir DIR] [--json FILE] [--force]
 
 For each checkpoint it runs ``fairseq-validate DATA --user-dir fairseq_ext --task
 bidirectional_lm --eval-mode M`` for ``full_doc_ppl`` (Table 3), ``suffix_ppl --r-bidir R,...``
@@ -9,6 +10,12 @@ bidirectional_lm --eval-mode M`` for ``full_doc_ppl`` (Table 3), ``suffix_ppl --
 trained for (``-`` in the table: perplexity for ``msk_*``, footnote 5; direct infilling for
 ``nxt_*``, which ``scripts/infill_rescore.py`` serves instead), and prints one table: a row per
 checkpoint, full-document ppl, suffix ppl per R, infill accuracy (%) per R.
+
+``--json FILE`` also writes the rows; ``--log-dir DIR`` keeps each run's log as
+``DIR/<name>.<mode>.log``, ``<name>`` the checkpoint's file stem (``<parent dir>-<stem>`` where
+stems repeat, as ``recipes/bidirectional/compare_variants.sh``'s ``<variant>/checkpoint_last.pt``
+do). Neither the JSON file nor a log is overwritten without ``--force``: both are checked before
+the first ``fairseq-validate`` run (:mod:`fairseq_ext.output_files`).
 """
 import argparse
 import json
@@ -21,10 +28,13 @@ from typing import Dict, List, Optional, Sequence
 
 from fairseq_ext.data.bidirectional_eval_dataset import PAPER_R_VALUES, parse_r_bidir, r_label
 from fairseq_ext.log_records import parse_json_record
+from fairseq_ext.output_files import OutputError, error_line, refuse_existing, write_text
 from fairseq_ext.text_tables import ascii_table
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 BIN_DIR = Path(sys.executable).parent
+#: The ``--eval-mode`` runs of a report, in its column order.
+MODES = ("full_doc_ppl", "suffix_ppl", "infill")
 
 
 def checkpoint_capabilities(path: Path) -> Dict[str, object]:
@@ -84,14 +94,18 @@ def run_validate(data: Path, checkpoint: Path, mode: str, r_values: Optional[str
 
 def evaluate_checkpoint(data: Path, checkpoint: Path, r_values: str, subset: str = "valid",
                         batch_size: int = 16, cpu: bool = False,
-                        log_dir: Optional[Path] = None) -> Dict[str, object]:
+                        log_dir: Optional[Path] = None,
+                        log_name: Optional[str] = None) -> Dict[str, object]:
     """Every mode ``checkpoint`` can serve: ``{"checkpoint", "variant", "full_ppl",
-    "suffix_ppl": {R: ppl}, "infill_acc": {R: %}, "infill_ppl": {R: ppl}}`` (absent: not served)."""
+    "suffix_ppl": {R: ppl}, "infill_acc": {R: %}, "infill_ppl": {R: ppl}}`` (absent: not served).
+    With ``log_dir``, each run's log is ``log_dir/<log_name>.<mode>.log`` (default name: the
+    checkpoint's file stem)."""
     info = checkpoint_capabilities(checkpoint)
     row: Dict[str, object] = {"checkpoint": str(checkpoint), "variant": info["variant"]}
     values = parse_r_bidir(r_values)
     for mode in modes_for(info["trained"]):
-        log_path = None if log_dir is None else log_dir / f"{checkpoint.stem}.{mode}.log"
+        log_path = (None if log_dir is None
+                    else log_dir / f"{log_name or checkpoint.stem}.{mode}.log")
         result = run_validate(data, checkpoint, mode, None if mode == "full_doc_ppl" else r_values,
                               subset, batch_size, cpu, log_path)
         if mode == "full_doc_ppl":
@@ -103,6 +117,19 @@ def evaluate_checkpoint(data: Path, checkpoint: Path, r_values: str, subset: str
             row["infill_acc"] = {r: result[f"infill_acc_{r_label(r)}"] for r in values}
             row["infill_ppl"] = {r: result[f"infill_ppl_{r_label(r)}"] for r in values}
     return row
+
+
+def log_names(checkpoints: Sequence[Path]) -> List[str]:
+    """One ``--log-dir`` file name per checkpoint, distinct so that no run's log replaces
+    another's: the file stem; where stems repeat, ``<parent dir>-<stem>``; where those repeat
+    too, numbered."""
+    for name in (lambda index, path: path.stem,
+                 lambda index, path: f"{path.parent.name}-{path.stem}",
+                 lambda index, path: f"{index + 1}-{path.parent.name}-{path.stem}"):
+        names = [name(index, Path(path)) for index, path in enumerate(checkpoints)]
+        if len(set(names)) == len(names):
+            return names
+    raise AssertionError("numbered names are distinct")
 
 
 def format_report(rows: Sequence[Dict[str, object]], r_values: str,
@@ -128,8 +155,9 @@ def format_report(rows: Sequence[Dict[str, object]], r_values: str,
     return ascii_table(titles, body)
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fairseq_ext.evaluation.bidirectional_report",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("data", type=Path, help="the data-bin to score (its --valid-subset split)")
     parser.add_argument("checkpoints", type=Path, nargs="+", help="bidirectional_lm checkpoints")
     parser.add_argument("--r-bidir", default=PAPER_R_VALUES,
@@ -140,6 +168,8 @@ def main(argv=None) -> None:
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="keep each fairseq-validate log there")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite the --json file and --log-dir logs if they exist")
     args = parser.parse_args(argv)
     try:
         parse_r_bidir(args.r_bidir)
@@ -148,15 +178,29 @@ def main(argv=None) -> None:
     for path in [args.data / "dict.txt", *args.checkpoints]:
         if not path.is_file():
             parser.error(f"{path} does not exist")
+    names = log_names(args.checkpoints)
+    logs = ([] if args.log_dir is None else
+            [args.log_dir / f"{name}.{mode}.log" for name in names
+             for mode in MODES])
+    try:
+        refuse_existing([args.json, *logs], args.force)  # before the first fairseq-validate
+    except OutputError as error:
+        print(error_line(parser.prog, error), file=sys.stderr)
+        return 2
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
     rows = [evaluate_checkpoint(args.data, checkpoint, args.r_bidir, args.valid_subset,
-                                args.batch_size, args.cpu, args.log_dir)
-            for checkpoint in args.checkpoints]
-    if args.json is not None:
-        args.json.write_text(json.dumps(rows, indent=2, default=str))
+                                args.batch_size, args.cpu, args.log_dir, name)
+            for checkpoint, name in zip(args.checkpoints, names)]
     print(format_report(rows, args.r_bidir))
+    if args.json is not None:
+        try:
+            write_text(args.json, json.dumps(rows, indent=2, default=str), args.force)
+        except OutputError as error:  # made while the runs went on
+            print(error_line(parser.prog, error), file=sys.stderr)
+            return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

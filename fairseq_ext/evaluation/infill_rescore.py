@@ -2,7 +2,7 @@
 
     python scripts/infill_rescore.py DATA --proposer MSK_BI.pt --scorer NXT_UNI.pt [--scorer ...]
         [--top-k 32] [--r-bidir 1] [--eval-seed 1] [--valid-subset valid]
-        [--candidates-out FILE | --candidates-in FILE] [--json FILE]
+        [--candidates-out FILE | --candidates-in FILE] [--json FILE] [--force]
 
 **Positions.** Each document of the ``--valid-subset`` split gets the masked position of
 ``fairseq-validate --eval-mode infill --eval-seed S`` (the same
@@ -36,6 +36,10 @@ log-probabilities of the candidates). ``--candidates-in FILE`` reuses them witho
 several scorers (or runs) re-rank one proposal set; a file whose dictionary fingerprint differs
 from a scorer's dictionary, or whose documents differ from ``DATA``'s, is an error naming the file
 and the option, and ``--top-k`` may only shrink the stored candidate lists.
+
+**Outputs.** ``--candidates-out`` and ``--json`` files are never overwritten without ``--force``
+(checked before any checkpoint is loaded), and are written whole or not at all
+(:mod:`fairseq_ext.output_files`).
 """
 from __future__ import annotations
 
@@ -58,6 +62,13 @@ from fairseq_ext.evaluation.sequence_scoring import (
     pick_device,
     require_capability,
     sequence_log_likelihoods,
+)
+from fairseq_ext.output_files import (
+    OutputError,
+    atomic_file,
+    error_line,
+    refuse_existing,
+    write_text,
 )
 
 DEFAULT_TOP_K = 32
@@ -198,8 +209,10 @@ def make_proposals(proposer: ScoringModel, data, subset: str, r_bidir: str, eval
 
 # --- candidate files --------------------------------------------------------------------------
 
-def write_candidates(path: Path, proposals: ProposalSet) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
+def write_candidates(path: Path, proposals: ProposalSet, force: bool = False) -> None:
+    """The proposals as a candidate file (JSONL: the header, then a row per document); an
+    existing ``path`` is replaced only with ``force``."""
+    with atomic_file(path, force) as handle:
         handle.write(json.dumps(proposals.header) + "\n")
         for proposal in proposals.proposals:
             handle.write(json.dumps(asdict(proposal)) + "\n")
@@ -375,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "one document's K candidates")
     parser.add_argument("--cpu", action="store_true", help="run on CPU even if CUDA is available")
     parser.add_argument("--json", type=Path, help="also write the results as JSON there")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite --candidates-out and --json files that exist")
     return parser
 
 
@@ -400,6 +415,7 @@ def run(args) -> Dict[str, object]:
         raise ScoringError(f"--batch-size {args.batch_size} must be at least 1")
     if not (Path(args.data) / "dict.txt").is_file():
         raise ScoringError(f"DATA {args.data}: no dict.txt there (give the data-bin directory)")
+    refuse_existing([args.candidates_out, args.json], args.force)  # before any checkpoint loads
     device = pick_device(args.cpu)
     if args.proposer is not None:
         r_bidir = DEFAULT_R_BIDIR if args.r_bidir is None else args.r_bidir
@@ -413,7 +429,7 @@ def run(args) -> Dict[str, object]:
             DEFAULT_EVAL_SEED if args.eval_seed is None else args.eval_seed, top_k, args.batch_size)
         del proposer
         if args.candidates_out is not None:
-            write_candidates(args.candidates_out, proposals)
+            write_candidates(args.candidates_out, proposals, args.force)
     else:
         path = args.candidates_in
         proposals = read_candidates(path)
@@ -467,15 +483,15 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         results = run(args)
-    except ValueError as error:  # ScoringError, and the flag errors of the task's helpers
-        print(f"error: {error}", file=sys.stderr)
+        if args.json is not None:
+            write_text(args.json, json.dumps(results, indent=2), args.force)
+    except (ValueError, OutputError) as error:  # ScoringError, the task helpers' flag errors
+        print(error_line(parser.prog, error), file=sys.stderr)
         return 2
     for line in report_lines(args.data, results):
         print(line)
     if args.candidates_out is not None:
         print(f"candidates written to {args.candidates_out}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2))
     return 0
 
 

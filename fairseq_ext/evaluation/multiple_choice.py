@@ -4,7 +4,7 @@
     python scripts/score_choices.py --path CKPT --data DATA --input ROWS.jsonl
         [--scoring full|infill] [--normalization token|none|char] [--r-bidir 1]
         [--template "{premise}, right? {choice}, {hypothesis}" --choices Yes,No,Also]
-        [--output PREDICTIONS.jsonl]
+        [--output PREDICTIONS.jsonl] [--force]
 
 **Input** (JSONL, one object per line; blank lines are skipped). Each row gives the text of every
 choice, in one of three forms:
@@ -57,7 +57,9 @@ the choice.
 
 The prediction is the best-scoring choice (ties: the first). Accuracy is printed when rows carry
 labels; ``--output`` writes one JSON line per row (``line``, ``choices``, ``scores``,
-``prediction``, ``predicted_choice``, ``label``, ``correct``).
+``prediction``, ``predicted_choice``, ``label``, ``correct``); an existing file is replaced only
+with ``--force`` (checked before anything is read), and written whole or not at all
+(:mod:`fairseq_ext.output_files`).
 """
 from __future__ import annotations
 
@@ -81,6 +83,7 @@ from fairseq_ext.evaluation.sequence_scoring import (
     require_capability,
     token_log_probs,
 )
+from fairseq_ext.output_files import OutputError, atomic_file, error_line, refuse_existing
 
 NORMALIZATIONS = ("token", "none", "char")
 SCORINGS = ("full", "infill")
@@ -369,6 +372,7 @@ token) and compares the choices' logits there, with n_bidir = round(R x n).""")
                              "spm.model encode the text")
     parser.add_argument("--input", type=Path, required=True, help="rows (JSONL; see below)")
     parser.add_argument("--output", type=Path, help="write per-row predictions (JSONL) there")
+    parser.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     parser.add_argument("--scoring", choices=SCORINGS, default="full",
                         help="full: full-sequence scoring, n_bidir = 0 (default; Table 7, Table "
                              "8's full); infill: direct infilling of single-token verbalizers "
@@ -423,6 +427,7 @@ def run(args) -> Dict[str, object]:
                                "comma-separated")
     if not (Path(args.data) / "dict.txt").is_file():
         raise ScoringError(f"--data {args.data}: no dict.txt there (give the data-bin directory)")
+    refuse_existing([args.output], args.force)  # before the rows are read and scored
     rows = read_rows(args.input, args.template, choices, args.separator)
     scoring = load_scoring_model(args.path, args.data, "--path", pick_device(args.cpu))
     encoder = TextEncoder.for_data(args.data, scoring.dictionary, args.tokenizer)
@@ -436,16 +441,17 @@ def run(args) -> Dict[str, object]:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         results = run(args)
-    except ValueError as error:  # ScoringError, and the flag errors of the task's helpers
-        print(f"error: {error}", file=sys.stderr)
+        if args.output is not None:
+            with atomic_file(args.output, args.force) as handle:
+                for row in results["rows"]:
+                    handle.write(json.dumps(row) + "\n")
+    except (ValueError, OutputError) as error:  # ScoringError, the task helpers' flag errors
+        print(error_line(parser.prog, error), file=sys.stderr)
         return 2
-    if args.output is not None:
-        with open(args.output, "w", encoding="utf-8") as handle:
-            for row in results["rows"]:
-                handle.write(json.dumps(row) + "\n")
     line = (f"score_choices | {args.input} | {len(results['rows'])} rows | {results['checkpoint']} "
             f"({results['variant']}) | {results['setting']}")
     if results["labelled"]:

@@ -4,9 +4,12 @@
 # (Table 5), each a stock `fairseq-validate --task bidirectional_lm --eval-mode ...` run, printed
 # as one table with a row per checkpoint ("-" where a checkpoint was never trained for a mode:
 # perplexity for msk_*, direct infilling for nxt_*).
-#   DATA=data-bin/python-docs-spm8000 recipes/bidirectional/evaluate.sh CKPT [CKPT ...]
+#   DATA=data-bin/python-docs-spm8000 recipes/bidirectional/evaluate.sh CKPT [CKPT ...] \
+#     [--json FILE] [--force]
 # R_BIDIR (default 0,0.25,0.5,0.75,1), VALID_SUBSET (valid), BATCH_SIZE (16), CPU=1 for CPUs,
-# LOG_DIR to keep each fairseq-validate log.
+# LOG_DIR to keep each fairseq-validate log (LOG_DIR/<checkpoint name>.<mode>.log). Arguments
+# after the checkpoints go to fairseq_ext.evaluation.bidirectional_report: --json FILE also writes
+# the rows as JSON; an existing --json file or LOG_DIR log is not overwritten without --force.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 

@@ -75,7 +75,9 @@ done
 if [[ "${DRY_RUN}" == 1 ]]; then echo "${runs} runs"; exit 0; fi
 
 report=("$(fairseq_cmd python)" -m fairseq_ext.finetune_grid "${SAVE_ROOT}" --tasks "${tasks[@]}")
-"${report[@]}" --tsv "${SAVE_ROOT}/grid.tsv" | tee "${SAVE_ROOT}/report.md"
+# grid.tsv and report.md are this grid's own summaries of SAVE_ROOT's runs: a resumed or
+# extended grid rewrites them (--force), as it adds to the runs
+"${report[@]}" --tsv "${SAVE_ROOT}/grid.tsv" --force | tee "${SAVE_ROOT}/report.md"
 # MNLI's mismatched dev set (valid1), when its runs scored one
 if [[ " ${tasks[*]} " == *" MNLI "* ]] \
     && grep -qs '"valid1_accuracy"' "${SAVE_ROOT}"/MNLI/r*/train.log; then
