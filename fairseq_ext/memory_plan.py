@@ -24,8 +24,14 @@ prints, before the run starts (every ``recipes/*/pretrain*.sh`` calls it through
   and 3ML share, lack it), and none of these models takes ``--offload-activations``, which the
   plan does not read;
 * **sharding** over the data-parallel world (``--world-size``, the recipes' ``NUM_GPUS`` x
-  ``NNODES``): ``--zero-sharding os`` divides the optimizer state and the master copy,
+  ``NNODES``): ``--zero-sharding os`` divides the optimizer state (fairscale's ``OSS`` wraps the
+  optimizer fairseq built, so the fp32 master copy of ``--fp16`` stays whole on every GPU),
   ``--ddp-backend fully_sharded`` (ZeRO-3) divides weights, gradients and optimizer state;
+* **DDP gradient buckets**: on more than one GPU, torch's ``DistributedDataParallel``
+  (``--ddp-backend pytorch_ddp`` / ``c10d``, fairseq's default) all-reduces through bucket
+  buffers that hold a second copy of every gradient, unless ``--gradient-as-bucket-view`` (see
+  fairseq's help for that flag); ``legacy_ddp`` and ``no_c10d`` use fairseq's own fixed-size
+  buffer (``--bucket-cap-mb``, counted as 0 here);
 * the **total per GPU**, without the framework's own buffers, the allocator's fragmentation
   and the CUDA context (budget a few GB more).
 
@@ -61,6 +67,7 @@ class MemoryPlan:
     master_weights: float
     optimizer_state: float
     activations: float
+    ddp_buckets: float
     sequences: int
     length: int
     world_size: int
@@ -69,7 +76,8 @@ class MemoryPlan:
 
     @property
     def model_states(self) -> float:
-        return self.weights + self.gradients + self.master_weights + self.optimizer_state
+        return (self.weights + self.gradients + self.master_weights + self.optimizer_state
+                + self.ddp_buckets)
 
     @property
     def total(self) -> float:
@@ -84,6 +92,7 @@ class MemoryPlan:
             f"  gradients        {format_bytes(self.gradients)}",
             f"  fp32 master copy {format_bytes(self.master_weights)}",
             f"  optimizer state  {format_bytes(self.optimizer_state)}",
+            f"  DDP grad buckets {format_bytes(self.ddp_buckets)}",
             f"  activations      {format_bytes(self.activations)}  (Korthikanti et al. 2022, "
             + ("full recomputation: every layer's input + one layer)" if self.recompute
                else "no recomputation)"),
@@ -116,6 +125,7 @@ def training_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ddp-backend", default="pytorch_ddp")
     parser.add_argument("--zero-sharding", default="none")
     parser.add_argument("--checkpoint-activations", action="store_true")
+    parser.add_argument("--gradient-as-bucket-view", action="store_true")
     for flag in ("--encoder-layers", "--encoder-embed-dim", "--encoder-ffn-embed-dim",
                  "--encoder-attention-heads", "--decoder-layers", "--decoder-embed-dim",
                  "--decoder-ffn-embed-dim", "--decoder-attention-heads"):
@@ -188,8 +198,11 @@ def plan(argv: Sequence[str], world_size: int = 1) -> MemoryPlan:
         arch=flags.arch, parameters=parameters,
         weights=weight_bytes * parameters / shards["model"],
         gradients=weight_bytes * parameters / shards["model"],
-        master_weights=master * parameters / shards["optimizer"],
+        master_weights=master * parameters / shards["model"],  # FSDP shards it; OSS does not
         optimizer_state=optimizer_bytes * parameters / shards["optimizer"],
+        ddp_buckets=(weight_bytes * parameters if world_size > 1
+                     and flags.ddp_backend in ("pytorch_ddp", "c10d")
+                     and not flags.gradient_as_bucket_view else 0.0),
         activations=activations, sequences=sequences, length=length, world_size=world_size,
         sharding=sharding, recompute=flags.checkpoint_activations)
 

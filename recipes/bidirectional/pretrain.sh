@@ -16,10 +16,10 @@
 # Memory (the plan printed before training; docs/scaling.md): at 2_7b and 6_7b the recipe shards
 # Adam's state (ZERO_SHARDING=os) and recomputes each layer's activations in the backward pass
 # (CHECKPOINT_ACTIVATIONS=1: --checkpoint-activations, one more forward, about 1/3 more compute).
-# 6.7B on 8 GPUs, 8 x 1024 tokens per GPU, fp32: 222 GB per GPU without recomputation, 72 GB with
-# it; but pytorch_ddp also keeps a bucket copy of the gradients (26.6 GB in fp32) that the plan
-# does not count, so on 80 GB GPUs run 6.7B with PRECISION=--memory-efficient-fp16 OPTIMIZER=adam
-# (41 GB planned + 13.3 GB of buckets).
+# 6.7B on 8 GPUs, 8 x 1024 tokens per GPU, fp32: 249 GB per GPU without recomputation and 99 GB
+# with it (26.6 GB of it pytorch_ddp's bucket copy of the gradients), which does not fit an 80 GB
+# GPU; so 6_7b defaults to PRECISION=--memory-efficient-fp16 OPTIMIZER=adam (fp16 weights and
+# gradients, fp32 Adam state, no fp32 copy): 54.5 GB planned. 2.7B in fp32: 44.5 GB.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
@@ -28,12 +28,14 @@ VARIANT="${VARIANT:-hyb_pre}"             # nxt_uni nxt_pre msk_uni msk_bi hyb_u
 SIZE="${SIZE:-125m}"                      # 125m 355m 1_3b 2_7b 6_7b (Table 2); small mini tiny for CPUs
 ARCH="${ARCH:-bidir_lm_${SIZE}}"
 sharding=none; recompute=0                # 2.7B, 6.7B: shard Adam's state, recompute activations (docs/scaling.md)
+precision=""; optimizer=fused_adamw       # 6.7B: memory-efficient fp16 with fairseq's adam, to fit 80 GB
 case "${SIZE}" in                         # Table 2: batch (tokens) and peak lr
   125m) table_batch=524288;  table_lr=0.0006 ;;
   355m) table_batch=524288;  table_lr=0.0003 ;;
   1_3b) table_batch=1048576; table_lr=0.0002 ;;
   2_7b) table_batch=1048576; table_lr=0.00016; sharding=os; recompute=1 ;;
-  6_7b) table_batch=2097152; table_lr=0.00012; sharding=os; recompute=1 ;;
+  6_7b) table_batch=2097152; table_lr=0.00012; sharding=os; recompute=1
+        precision=--memory-efficient-fp16; optimizer=adam ;;
   small|mini|tiny) table_batch=524288; table_lr=0.0006 ;;  # CPU sizes: 125m's settings
   *) die "SIZE=${SIZE}: use one of 125m 355m 1_3b 2_7b 6_7b (Table 2) or small mini tiny" ;;
 esac
@@ -57,13 +59,13 @@ CLIP_NORM="${CLIP_NORM:-1.0}"
 DROPOUT="${DROPOUT:-0.1}"
 ATTENTION_DROPOUT="${ATTENTION_DROPOUT:-0.1}"
 CRITERION="${CRITERION:-bidirectional_lm}"
-OPTIMIZER="${OPTIMIZER:-fused_adamw}"
+OPTIMIZER="${OPTIMIZER:-${optimizer}}"
 SEED="${SEED:-1}"
 LOG_INTERVAL="${LOG_INTERVAL:-100}"
 SAVE_INTERVAL_UPDATES="${SAVE_INTERVAL_UPDATES:-2000}"
 NUM_WORKERS="${NUM_WORKERS:-2}"
 CPU="${CPU:-0}"
-PRECISION="${PRECISION:-}"                # empty (fp32), --fp16 or --memory-efficient-fp16 on GPUs (bf16: docs/scaling.md)
+PRECISION="${PRECISION-${precision}}"     # empty (fp32), --fp16 or --memory-efficient-fp16 on GPUs (bf16: docs/scaling.md)
 ZERO_SHARDING="${ZERO_SHARDING:-${sharding}}"  # os: optimizer state sharded over the GPUs (more than one)
 CHECKPOINT_ACTIVATIONS="${CHECKPOINT_ACTIVATIONS:-${recompute}}"  # 1: --checkpoint-activations (each layer recomputed in the backward pass)
 
