@@ -228,9 +228,9 @@ def figure(curves, labels, metric: str = "loss"):
 def plot(curves, labels, out: Path, metric: str = "loss", force: bool = False) -> None:
     """Save the :func:`figure` of ``curves`` to ``out`` (its format from the file name's
     extension, PNG without one); an existing ``out`` is replaced only with ``force``."""
+    fig = figure(curves, labels, metric)  # first: it quiets matplotlib's loggers, then imports it
     import matplotlib.pyplot as plt
 
-    fig = figure(curves, labels, metric)
     try:
         with atomic_file(out, force, binary=True) as handle:
             fig.savefig(handle, dpi=120, format=Path(out).suffix.lstrip(".").lower() or "png")
