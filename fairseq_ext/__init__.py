@@ -4,7 +4,16 @@ Importing this package (``--user-dir fairseq_ext``, or ``import fairseq_ext``) r
 task, model, architecture, criterion and optimizer it defines, and lets fairseq checkpoints load
 on torch >= 2.6 with safe unpickling kept on (:mod:`fairseq_ext.checkpoint_loading`).
 """
-from fairseq_ext.checkpoint_loading import allow_fairseq_checkpoint_globals
+import warnings
+
+# fairscale 0.4.13 (the optional `sharding` extra, requirements-sharding.txt) decorates with
+# torch.cuda.amp.custom_fwd/custom_bwd, which torch deprecates with a FutureWarning at import;
+# fairseq imports fairscale when present. Where fairseq_ext is imported first (our scripts, `import
+# fairseq_ext`), that known noise is not printed; nothing else is filtered.
+warnings.filterwarnings("ignore", message=r"`torch\.cuda\.amp\.custom_(fwd|bwd)\(args\.\.\.\)` is "
+                        r"deprecated", category=FutureWarning, module=r"fairscale\.")
+
+from fairseq_ext.checkpoint_loading import allow_fairseq_checkpoint_globals  # noqa: E402
 
 allow_fairseq_checkpoint_globals()
 

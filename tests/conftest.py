@@ -91,6 +91,19 @@ def write_documents(path: Path, n_docs: int, seed: int) -> None:
             f.write("\n")
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (restored after): in-process model computations do not
+    depend on threads, and one beats two on a busy 2-core machine, leaving a core to the
+    fairseq subprocesses of the other pytest-xdist worker."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_data_bin(tmp_path_factory) -> Path:
     """A word-level fairseq data-bin (train/valid) with document boundaries."""

@@ -7,19 +7,12 @@ import re
 
 import numpy as np
 import pytest
-import torch
 
 from fairseq_ext.benchmarks import bidirectional as bench
 from fairseq_ext.data.bidirectional_sampling import ObjectiveSampler
 from fairseq_ext.model_building import MaskedLmTaskStub
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def test_main_prints_both_throughputs_and_the_ratio(capsys, tmp_path):

@@ -86,12 +86,7 @@ def half_up(ratio, count: int) -> int:
     return math.floor(Fraction(str(ratio)) * count + Fraction(1, 2))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 # --- 1. layouts by hand --------------------------------------------------------------------------

@@ -36,12 +36,7 @@ TABLE_11 = {"CoLA": (5336, 320, 16), "MNLI": (123873, 7432, 32), "MRPC": (2296, 
             "QNLI": (33112, 1986, 32), "RTE": (2036, 122, 16), "SST-2": (20935, 1256, 32)}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def tiny(r_bidir=None, seed=0, task=None, **overrides):

@@ -36,12 +36,7 @@ VOCAB = 40
 GPT2_DICTIONARY = 50265  # fairseq's GPT-2 BPE dict.txt (50,260) + 4 specials + <mask>
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def tiny_model(arch="bidir_lm_tiny", task=None, seed=0, **overrides):

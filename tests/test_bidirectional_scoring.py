@@ -55,12 +55,7 @@ N_WORDS = 40
 TOKENS_PER_SAMPLE = 64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def word_dictionary(reverse=False) -> Dictionary:

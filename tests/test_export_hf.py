@@ -45,12 +45,7 @@ HELD_OUT = [
 PAIR = ("the first sentence", "and the second one")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def training_text(path: Path) -> None:

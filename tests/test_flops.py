@@ -242,16 +242,6 @@ def test_cli_reads_vocab_size_from_a_data_bin(capsys, tiny_data_bin, tmp_path):
 
 # --- 4. against FlopCounterMode -------------------------------------------------------------------
 
-@pytest.fixture
-def one_thread():
-    """FLOP counts do not depend on threads; one thread beats two on a busy 2-core machine
-    (and leaves a core to the fairseq-train runs of this module)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
 def test_cli_measure_agrees_with_flop_counter(capsys, one_thread):
     """3ml_self_base (A) and roberta_base (B) at base size, L=64."""
