@@ -420,12 +420,14 @@ def tokenizer_files(state: dict, source: Path, dictionary: Optional[Path] = None
     return found[DATA_BIN_DICT], found[DATA_BIN_SENTENCEPIECE]
 
 
-def check_vocabulary(exported: dict, dictionary: Path) -> None:
-    """The model's embedding has one row per symbol of ``dictionary`` as its task builds it
-    (fairseq's four specials, the entries, and ``<mask>``, which ``masked_lm`` appends)."""
+def check_vocabulary(weights: dict, embedding_key: str, dictionary: Path) -> None:
+    """The model's embedding ``weights[embedding_key]`` has one row per symbol of
+    ``dictionary`` as its task builds it (fairseq's four specials, the entries, and ``<mask>``,
+    which ``masked_lm`` and ``bidirectional_lm`` append); else :class:`ExportError` naming the
+    file and both sizes."""
     from fairseq.data import Dictionary
 
-    rows = exported["model"][ENCODER + "embed_tokens.weight"].size(0)
+    rows = weights[embedding_key].size(0)
     try:
         symbols = Dictionary.load(str(dictionary))
     except Exception as e:  # fairseq raises ValueError/RuntimeError on a malformed line
@@ -567,7 +569,7 @@ def export_hub_directory(args) -> dict:
         exported = export(state, args.input)
     dictionary, sentencepiece_model = tokenizer_files(state, args.input, args.dict,
                                                       args.sentencepiece_model)
-    check_vocabulary(exported, dictionary)
+    check_vocabulary(exported["model"], ENCODER + "embed_tokens.weight", dictionary)
     write_hub_directory(with_sentencepiece(exported), args.output, dictionary,
                         sentencepiece_model, args.force)
     loader = ("fairseq_ext.models.three_ml.ThreeMLModel" if exported["export"].get("decoder_kept")
@@ -578,12 +580,18 @@ def export_hub_directory(args) -> dict:
     return exported
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def log_to_stderr(module_logger: logging.Logger) -> None:
+    """The exporters' command lines: INFO lines on stderr in fairseq's format (unless the
+    process already configured logging), so the log says what was written and from what."""
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                             datefmt="%Y-%m-%d %H:%M:%S", level=logging.INFO, stream=sys.stderr)
-    logger.setLevel(logging.INFO)
+    module_logger.setLevel(logging.INFO)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    log_to_stderr(logger)
     try:
         if args.print_finetune_args:
             print(" ".join(finetune_args(load_checkpoint(args.input), args.input)))

@@ -95,7 +95,9 @@ from fairseq_ext.export import (
     HUB_MODEL,
     HUB_SENTENCEPIECE,
     ExportError,
+    check_vocabulary,
     load_checkpoint,
+    log_to_stderr,
     model_name,
     tokenizer_files,
 )
@@ -180,20 +182,6 @@ def load_fairseq_model(state: dict, sources: Sources):
             [str(sources.checkpoint)], state=state)
     return model.eval(), task
 
-
-def check_dictionary(state: dict, dictionary_path: Path, embedding_key: str) -> None:
-    """The dictionary (plus the task's ``<mask>``) must have the embedding's rows."""
-    from fairseq.data import Dictionary
-
-    rows = state["model"][embedding_key].size(0)
-    try:
-        symbols = len(Dictionary.load(str(dictionary_path)))
-    except Exception as e:  # fairseq raises ValueError/RuntimeError on a malformed line
-        raise ExportError(f"{dictionary_path}: not a fairseq dictionary ({e})")
-    if symbols not in (rows, rows - 1):  # masked_lm and bidirectional_lm add <mask>
-        raise ExportError(f"{dictionary_path} has {symbols} symbols (with fairseq's 4 specials) but "
-                          f"the checkpoint's embedding has {rows} rows: pass the dictionary it was "
-                          "trained with as --dict")
 
 
 # --- which stock class -------------------------------------------------------------------------
@@ -583,7 +571,7 @@ def export(path: Path, out: Path, dictionary: Optional[Path] = None,
     sources = resolve_sources(path, state, dictionary, sentencepiece_model)
     embedding = ("encoder.sentence_encoder.embed_tokens.weight" if kind == "roberta"
                  else "decoder.embed_tokens.weight")
-    check_dictionary(state, sources.dictionary, embedding)
+    check_vocabulary(state["model"], embedding, sources.dictionary)
     fairseq_model, task = load_fairseq_model(state, sources)
     convert = convert_roberta if kind == "roberta" else convert_bidirectional_lm
     conversion = convert(fairseq_model, checkpoint)
@@ -649,10 +637,7 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
-                            datefmt="%Y-%m-%d %H:%M:%S", level=logging.INFO, stream=sys.stderr)
-    logger.setLevel(logging.INFO)
+    log_to_stderr(logger)
     try:
         try:
             from transformers.utils import logging as transformers_logging
