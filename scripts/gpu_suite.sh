@@ -27,10 +27,16 @@
 #   bench_3ml       scripts/bench_3ml.py --device cuda --dtype bf16: base/512 and large/128 at
 #                   15/40/50% masking (JSON too), and the bookkeeping profile at base/512.
 #   bench_bidir     scripts/bench_bidirectional.py --device cuda at 125m, seq 1024, bf16.
-#   train           300 updates (TRAIN_UPDATES) of fairseq-train --bf16 for each of 3ml_self_base,
-#                   3ml_cross_base and swishrnn_bert_base (TRAIN_ARCHS) through their recipes,
-#                   seq 512, batch 32, then checks: every update done, the loss fell, no NaN/inf
-#                   or overflow, words/s logged (OUTDIR/train-summary.tsv).
+#   train           300 updates (TRAIN_UPDATES) in bf16 (TRAIN_PRECISION) for each of
+#                   3ml_self_base, 3ml_cross_base, swishrnn_bert_base and bidir_lm_125m
+#                   (TRAIN_ARCHS), seq 512, batch 32 (bidir_lm: 32 x 512 tokens), through their
+#                   recipes' hydra YAML twins (recipes/config/3ml/pretrain_efficient.yaml,
+#                   swishrnn/pretrain_base.yaml, bidirectional/pretrain_125m.yaml) with
+#                   fairseq-hydra-train ... common.bf16=true: fairseq-train 0.12 makes --bf16
+#                   TPU training, and the shell recipes refuse it. Then checks each json log:
+#                   every update done, the loss fell, no NaN/inf, no gradient overflow (fp16:
+#                   only while its loss scaler settles), words/s logged, the precision in
+#                   fairseq's config, CUDA in use (OUTDIR/train-summary.tsv, train-ARCH.log).
 #
 # Training data: the embedded corpus's data-bin CARRIED in the tree, .gpu-data/python-docs-
 # spm8000 (scripts/gpu_wheels.sh copies it there from data-bin/python-docs-spm8000, which needs
@@ -60,8 +66,11 @@
 #   GPU_SUITE_PYTEST_WORKERS [4]    pytest-xdist processes (0: none)
 #   GPU_SUITE_REQUIRE_CUDA [1]      0: let setup/build/tests pass without a GPU (CPU trials)
 #   BENCH_3ML_ITERS [30]  BENCH_BIDIR_ROUNDS [20]
-#   TRAIN_UPDATES [300]  TRAIN_ARCHS [the three above]  TRAIN_SEQ_LEN [512]  TRAIN_BATCH [32]
-#   TRAIN_PRECISION [--bf16; empty: fp32]
+#   TRAIN_UPDATES [300]  TRAIN_ARCHS [the four above; also bert_rab_*, bert_orig_*, roberta_*,
+#                   any size]  TRAIN_SEQ_LEN [512]  TRAIN_BATCH [32]  TRAIN_LR [0.0003]
+#                   TRAIN_LOG_INTERVAL [25]  (warmup: a tenth of TRAIN_UPDATES, linear decay)
+#   TRAIN_PRECISION [bf16]          bf16 (common.bf16=true), fp16 (memory-efficient, with
+#                                   fairseq's adam) or fp32; checked before the first stage
 #   GPU_SUITE_CMD_<stage>           run this shell command instead of the stage (tests of the
 #                                   suite, e.g. GPU_SUITE_CMD_build=false)
 #   DRY_RUN=1 (--dry-run)           every stage prints the commands it would run, runs none
@@ -85,10 +94,12 @@ GPU_SUITE_BUDGET="${GPU_SUITE_BUDGET:-0}"
 BENCH_3ML_ITERS="${BENCH_3ML_ITERS:-30}"
 BENCH_BIDIR_ROUNDS="${BENCH_BIDIR_ROUNDS:-20}"
 TRAIN_UPDATES="${TRAIN_UPDATES:-300}"
-TRAIN_ARCHS="${TRAIN_ARCHS:-3ml_self_base 3ml_cross_base swishrnn_bert_base}"
+TRAIN_ARCHS="${TRAIN_ARCHS:-3ml_self_base 3ml_cross_base swishrnn_bert_base bidir_lm_125m}"
 TRAIN_SEQ_LEN="${TRAIN_SEQ_LEN:-512}"
 TRAIN_BATCH="${TRAIN_BATCH:-32}"
-TRAIN_PRECISION="${TRAIN_PRECISION---bf16}"
+TRAIN_PRECISION="${TRAIN_PRECISION-bf16}"
+TRAIN_LR="${TRAIN_LR:-0.0003}"
+TRAIN_LOG_INTERVAL="${TRAIN_LOG_INTERVAL:-25}"
 DRY_RUN="${DRY_RUN:-0}"
 export PYTHONUNBUFFERED=1
 
@@ -344,54 +355,138 @@ training_data() {
   echo "${dest}"
 }
 
+# The hydra overrides that make TRAIN_PRECISION's run; anything else is a one-line error.
+# fairseq-train 0.12 turns --bf16 into TPU training (it asks for torch_xla on any machine, and
+# the shell recipes refuse PRECISION=--bf16: docs/scaling.md, "Low precision"), so the stage
+# trains through the recipes' YAML twins with fairseq-hydra-train, where common.bf16=true is
+# bf16 on the GPU. fp16 is fairseq's memory-efficient form, with its own adam (our fused_adamw
+# wraps torch.optim.AdamW, which that wrapper does not take; tests/test_low_precision.py).
+train_precision_overrides() {
+  case "${TRAIN_PRECISION}" in
+    bf16) echo common.bf16=true ;;
+    fp16) echo common.fp16=true common.memory_efficient_fp16=true optimizer._name=adam ;;
+    fp32) ;;
+    *) echo "error: TRAIN_PRECISION=${TRAIN_PRECISION}: use bf16, fp16 (memory-efficient) or" \
+            "fp32 (the train stage runs fairseq-hydra-train; fairseq-train's --bf16 is TPU" \
+            "training in fairseq 0.12)" >&2
+       return 2 ;;
+  esac
+}
+
+# train_command ARRAY ARCH DATA: fill the array named ARRAY with the fairseq-hydra-train command
+# that trains ARCH for TRAIN_UPDATES updates of TRAIN_BATCH x TRAIN_SEQ_LEN tokens through the
+# YAML twin of its recipe (recipes/config/*), in TRAIN_PRECISION, json records on stdout, no
+# checkpoints; an arch with no YAML twin is a one-line error (status 2).
+train_command() {
+  local -n _train_cmd="$1"
+  local arch="$2" data="$3" config=() sizes=() precision=() overrides
+  local len="${TRAIN_SEQ_LEN}" batch="${TRAIN_BATCH}"
+  local mlm_sizes=("task.tokens_per_sample=${len}" "model.max_positions=${len}"
+                   "dataset.batch_size=${batch}")
+  case "${arch}" in
+    3ml_*) config=(3ml pretrain_efficient); sizes=("${mlm_sizes[@]}") ;;
+    swishrnn_bert_*) config=(swishrnn pretrain_base); sizes=("${mlm_sizes[@]}") ;;
+    # The baselines of the same YAML, without the keys their archs do not take (its comment).
+    bert_rab_*) config=(swishrnn pretrain_base)
+                sizes=("${mlm_sizes[@]}" "~model.swishrnn_step_sizes") ;;
+    bert_orig_*) config=(swishrnn pretrain_base)
+                 sizes=("${mlm_sizes[@]}" "~model.rab_num_buckets" "~model.rab_max_distance"
+                        "~model.swishrnn_step_sizes") ;;
+    roberta_*) config=(roberta pretrain); sizes=("${mlm_sizes[@]}") ;;
+    # The bidirectional_lm recipe batches by tokens: TRAIN_BATCH sequences' worth.
+    bidir_lm_*) config=(bidirectional pretrain_125m)
+                sizes=("task.tokens_per_sample=${len}" "model.max_target_positions=${len}"
+                       "dataset.max_tokens=$((batch * len))") ;;
+    *) echo "error: TRAIN_ARCHS: ${arch} has no recipe YAML here; use a 3ml_*, swishrnn_bert_*," \
+            "bert_rab_*, bert_orig_*, roberta_* or bidir_lm_* arch" >&2
+       return 2 ;;
+  esac
+  overrides="$(train_precision_overrides)" || return
+  read -r -a precision <<< "${overrides}"
+  _train_cmd=(
+    "${FAIRSEQ_BIN}/fairseq-hydra-train" --config-dir "${REPO}/recipes/config/${config[0]}"
+    --config-name "${config[1]}"
+    "task.data=${data}" "checkpoint.save_dir=${GPU_SUITE_WORK}/train/${arch}"
+    checkpoint.no_save=true common.log_format=json common.log_file=null
+    common.no_progress_bar=true "common.log_interval=${TRAIN_LOG_INTERVAL}"
+    "model._name=${arch}" "${sizes[@]}"
+    "optimization.max_update=${TRAIN_UPDATES}" "lr_scheduler.total_num_update=${TRAIN_UPDATES}"
+    "lr_scheduler.warmup_updates=$((TRAIN_UPDATES / 10))" "optimization.lr=[${TRAIN_LR}]"
+    "optimization.update_freq=[1]" distributed_training.distributed_world_size=1
+    dataset.num_workers=2 "${precision[@]}"
+  )
+}
+
+# check_train_settings: TRAIN_PRECISION, TRAIN_ARCHS and the sizes are usable (the driver runs
+# it before the first stage, so that a typo does not surface after the benchmarks' minutes).
+check_train_settings() {
+  # shellcheck disable=SC2034  # probe: filled by train_command through its name, not read
+  local name arch probe=()
+  for name in TRAIN_UPDATES TRAIN_SEQ_LEN TRAIN_BATCH TRAIN_LOG_INTERVAL; do
+    if ! [[ "${!name}" =~ ^[1-9][0-9]*$ ]]; then
+      echo "error: ${name}=${!name}: use a positive integer" >&2
+      return 2
+    fi
+  done
+  train_precision_overrides > /dev/null || return
+  for arch in ${TRAIN_ARCHS}; do FAIRSEQ_BIN=. train_command probe "${arch}" DATA || return; done
+}
+
 stage_train() {
   use_env
   cd "${REPO}"
-  local data arch recipe failed=0
+  local data arch cmd=() failed=0
   if [[ "${DRY_RUN}" == 1 ]]; then data="${GPU_SUITE_DATA}"; else data="$(training_data)"; fi
-  printf 'arch\tupdates\tfirst_loss\tlast_loss\tvalid_loss\twps_median\ts_per_update\tverdict\n' \
+  printf 'arch\tprecision\tupdates\tfirst_loss\tlast_loss\tvalid_loss\twps_median\ts_per_update\toverflows\tverdict\n' \
     > "${OUTDIR}/train-summary.tsv"
   for arch in ${TRAIN_ARCHS}; do
-    case "${arch}" in
-      3ml_*) recipe=recipes/3ml/pretrain_efficient.sh ;;
-      swishrnn_bert_* | bert_rab_* | bert_orig_*) recipe=recipes/swishrnn/pretrain.sh ;;
-      *) die "TRAIN_ARCHS: no recipe known for ${arch}" ;;
-    esac
-    echo "== ${arch}: ${recipe}, ${TRAIN_UPDATES} updates of ${TRAIN_BATCH} x ${TRAIN_SEQ_LEN}" \
-         "tokens, ${TRAIN_PRECISION:-fp32}"
+    train_command cmd "${arch}" "${data}"
+    echo "== ${arch}: ${cmd[2]#"${REPO}/"}/${cmd[4]}.yaml, ${TRAIN_UPDATES} updates of ${TRAIN_BATCH} x" \
+         "${TRAIN_SEQ_LEN} tokens, ${TRAIN_PRECISION}"
     local rc=0
-    x env DATA="${data}" ARCH="${arch}" SAVE_DIR="${GPU_SUITE_WORK}/train/${arch}" LOG_FILE= \
-      FAIRSEQ_BIN="${FAIRSEQ_BIN}" NUM_GPUS=1 CPU=0 PRECISION="${TRAIN_PRECISION}" \
-      TOTAL_UPDATES="${TRAIN_UPDATES}" WARMUP_UPDATES=30 TOKENS_PER_SAMPLE="${TRAIN_SEQ_LEN}" \
-      BATCH_SIZE="${TRAIN_BATCH}" MAX_SENTENCES="${TRAIN_BATCH}" PEAK_LR=0.0003 \
-      LOG_INTERVAL=25 SAVE_INTERVAL_UPDATES=0 NUM_WORKERS=2 "${recipe}" --no-save > "${OUTDIR}/train-${arch}.log" 2>&1 || rc=$?
+    # The command line is the first line of its log (x prints it on stderr).
+    x "${cmd[@]}" > "${OUTDIR}/train-${arch}.log" 2>&1 || rc=$?
     if (( rc != 0 )); then
-      echo "fairseq-train failed (exit ${rc}); the end of ${OUTDIR}/train-${arch}.log:"
+      echo "fairseq-hydra-train failed (exit ${rc}); the end of ${OUTDIR}/train-${arch}.log:"
       tail -n 40 "${OUTDIR}/train-${arch}.log"
-      printf '%s\t-\t-\t-\t-\t-\t-\tfailed(%s)\n' "${arch}" "${rc}" >> "${OUTDIR}/train-summary.tsv"
+      printf '%s\t%s\t-\t-\t-\t-\t-\t-\t-\tfailed(%s)\n' "${arch}" "${TRAIN_PRECISION}" "${rc}" \
+        >> "${OUTDIR}/train-summary.tsv"
       failed=1
       continue
     fi
-    x "${PY}" - "${OUTDIR}/train-${arch}.log" "${arch}" "${TRAIN_UPDATES}" \
-      >> "${OUTDIR}/train-summary.tsv" <<'EOF' || failed=1
-"""Check a fairseq-train log: every update done, loss fell, finite, no overflow, wps logged."""
+    x "${PY}" - "${OUTDIR}/train-${arch}.log" "${arch}" "${TRAIN_PRECISION}" "${TRAIN_UPDATES}" \
+      "${GPU_SUITE_REQUIRE_CUDA}" >> "${OUTDIR}/train-summary.tsv" <<'EOF' || failed=1
+"""Check a fairseq-hydra-train log (--log-format json records on stdout) and print its summary
+row: every update done, the loss fell, no NaN/inf, words/s logged, the precision asked for in
+fairseq's config, CUDA when the suite requires it. Gradient overflow: none in bf16 and fp32;
+in fp16 the dynamic loss scaler (starting at 128) skips a few updates while it settles, so
+overflow fails the run only when it persists (any in the second half of the run, or more than a
+tenth of the updates skipped) or the loss scale reaches fairseq's minimum (1e-4)."""
 import json, math, re, statistics, sys
-path, arch, updates = sys.argv[1], sys.argv[2], int(sys.argv[3])
-text = open(path).read()
-train, valid, done = [], [], 0
-for line in text.splitlines():
+path, arch, precision, updates, require_cuda = sys.argv[1:6]
+updates = int(updates)
+MIN_LOSS_SCALE = 1e-4  # fairseq's common.min_loss_scale, where it gives up
+# fairseq's output, without the command line the stage printed first (paths may say anything).
+lines = [line for line in open(path).read().splitlines() if not line.startswith("+ ")]
+train, valid, done, overflows, late_overflows, other_overflow = [], [], 0, 0, 0, []
+for line in lines:
     brace = line.find("{")
     try:
         record = json.loads(line[brace:]) if brace >= 0 else None
     except json.JSONDecodeError:
         record = None
-    if isinstance(record, dict) and "loss" in record and "num_updates" in record:
-        train.append(record)
-    elif isinstance(record, dict) and "valid_loss" in record:
-        valid.append(record)
     if isinstance(record, dict):
+        if "loss" in record and "num_updates" in record:
+            train.append(record)
+        elif "valid_loss" in record:
+            valid.append(record)
         for key in ("num_updates", "train_num_updates", "valid_num_updates"):
             done = max(done, int(float(record.get(key, 0))))
+    elif "gradient overflow detected" in line:
+        overflows += 1
+        late_overflows += done >= updates // 2
+    elif "overflow" in line.lower() and "overflow in param" not in line:
+        other_overflow.append(line)
 problems = []
 inner = [r for r in train if "wps" in r]
 if not inner:
@@ -402,19 +497,32 @@ else:
         problems.append(f"non-finite loss: {losses}")
     elif not losses[-1] < losses[0]:
         problems.append(f"the loss did not fall: {losses[0]} -> {losses[-1]}")
-    if done < updates:
-        problems.append(f"only {done} of {updates} updates")
-bad = [line for line in text.splitlines()
-       if "overflow" in line.lower() or re.search(r'"(-?inf|nan)"', line, re.I)]
+if done < updates:
+    problems.append(f"only {done} of {updates} updates")
+bad = [line for line in lines if re.search(r'"(-?inf|nan)"', line, re.I)] + other_overflow
 if bad:
     problems.append(f"{len(bad)} NaN/inf/overflow lines, first: {bad[0][:200]}")
+if overflows and precision != "fp16":  # no loss scaler: an overflow is a real one
+    problems.append(f"{overflows} gradient overflows in {precision}")
+elif late_overflows or overflows > updates // 10:
+    problems.append(f"the loss scale did not settle: {overflows} gradient overflows, "
+                    f"{late_overflows} in the second half of the run")
+scales = [float(r["loss_scale"]) for r in train if "loss_scale" in r]
+if any(s <= MIN_LOSS_SCALE for s in scales) or any("Minimum loss scale" in x for x in lines):
+    problems.append(f"the loss scale reached fairseq's minimum ({MIN_LOSS_SCALE})")
+# fairseq logs its config (a dict's repr) as it starts: the override reached the trainer.
+flag = {"bf16": "'bf16': True", "fp16": "'memory_efficient_fp16': True"}.get(precision)
+if flag and not any(flag in line for line in lines):
+    problems.append(f"fairseq's config does not say {flag}: not trained in {precision}")
+if require_cuda == "1" and not any("CUDA enviroments" in line for line in lines):
+    problems.append("fairseq trained without CUDA (no 'CUDA enviroments' banner in the log)")
 wps = [float(r["wps"]) for r in inner[1:] or inner]
 ups = [float(r["ups"]) for r in inner[1:] or inner if float(r.get("ups", 0)) > 0]
-row = [arch, done,
+row = [arch, precision, done,
        inner[0]["loss"] if inner else "-", inner[-1]["loss"] if inner else "-",
        valid[-1]["valid_loss"] if valid else "-",
        f"{statistics.median(wps):.0f}" if wps else "-",
-       f"{1 / statistics.median(ups):.3f}" if ups else "-",
+       f"{1 / statistics.median(ups):.3f}" if ups else "-", overflows,
        "ok" if not problems else "FAIL: " + "; ".join(problems)]
 print("\t".join(map(str, row)))
 for problem in problems:
@@ -479,6 +587,7 @@ for name in ${stages_arg//,/ }; do
   esac
 done
 if (( ${#stages[@]} == 0 )); then stages=("${ALL_STAGES[@]}"); fi
+if [[ " ${stages[*]} " == *" train "* ]]; then check_train_settings || exit 2; fi
 
 mkdir -p "${OUTDIR}"
 OUTDIR="$(cd "${OUTDIR}" && pwd)"

@@ -2,9 +2,14 @@
 stages run in order, each timed into stages.tsv with its own log; the first failing stage stops
 the suite with its log's tail and a non-zero exit; timeouts, the budget, --tar, --dry-run (the
 commands each stage would run) and, with the wheel this machine's `make install` built, the
-real setup stage (wheels into an environment beside this interpreter's torch).
+real setup stage (wheels into an environment beside this interpreter's torch). The train stage:
+its fairseq-hydra-train commands (bf16 as hydra's common.bf16), its check of fairseq's json logs
+on canned logs of a stand-in CLI (overflow, NaN, a loss that did not fall, ...), and a real run
+on the CPU at a tiny size.
 
 Stages are replaced by shell commands through GPU_SUITE_CMD_<stage>."""
+import json
+import math
 import os
 import shlex
 import shutil
@@ -147,10 +152,208 @@ def test_dry_run_prints_every_stages_commands_and_runs_none(tmp_path):
     assert "--size base --seq-len 512 --batch-size 32 --device cuda --dtype bf16" in logs["bench_3ml"]
     assert "--size large --seq-len 128 --batch-size 128 --device cuda --dtype bf16" in logs["bench_3ml"]
     assert "--arch-size 125m --seq-len 1024 --batch-size 8 --device cuda --dtype bf16" in logs["bench_bidir"]
-    for arch in ("3ml_self_base", "3ml_cross_base", "swishrnn_bert_base"):
-        train_log = (out / f"train-{arch}.log").read_text()
-        assert f"ARCH={arch}" in train_log and "PRECISION=--bf16" in train_log
-        assert "TOTAL_UPDATES=300" in train_log
+    # train: fairseq-hydra-train on each recipe's YAML twin, bf16 as hydra's common.bf16
+    # (fairseq-train's --bf16 is TPU training in fairseq 0.12), 300 updates of 32 x 512 tokens.
+    configs = {"3ml_self_base": "3ml --config-name pretrain_efficient",
+               "3ml_cross_base": "3ml --config-name pretrain_efficient",
+               "swishrnn_bert_base": "swishrnn --config-name pretrain_base",
+               "bidir_lm_125m": "bidirectional --config-name pretrain_125m"}
+    for arch, config in configs.items():
+        argv = train_argv(out, arch)
+        assert argv[0] == str(tmp_path / "env" / "bin" / "fairseq-hydra-train")
+        assert " ".join(argv[1:5]) == f"--config-dir {REPO_ROOT}/recipes/config/{config}"
+        overrides = dict(arg.split("=", 1) for arg in argv[5:])
+        assert overrides["model._name"] == arch and overrides["common.bf16"] == "true"
+        assert overrides["optimization.max_update"] == "300"
+        assert overrides["lr_scheduler.total_num_update"] == "300"
+        assert overrides["task.tokens_per_sample"] == "512"
+        assert overrides["checkpoint.no_save"] == "true"
+        assert overrides["common.log_format"] == "json"
+        assert overrides["common.log_file"] == "null"  # the records go to train-ARCH.log
+        if arch.startswith("bidir_lm"):  # batched by tokens
+            assert overrides["dataset.max_tokens"] == str(32 * 512)
+            assert overrides["model.max_target_positions"] == "512"
+        else:
+            assert overrides["dataset.batch_size"] == "32"
+            assert overrides["model.max_positions"] == "512"
+        assert not any("fp16" in key for key in overrides)
+
+
+def train_argv(outdir: Path, arch: str) -> list:
+    """The fairseq-hydra-train command the train stage printed (x) as train-ARCH.log's first line."""
+    first = (outdir / f"train-{arch}.log").read_text().splitlines()[0]
+    assert first.startswith("+ ")
+    return shlex.split(first[2:])
+
+
+@pytest.mark.parametrize("precision,wanted,unwanted", [
+    ("fp16", {"common.fp16": "true", "common.memory_efficient_fp16": "true",
+              "optimizer._name": "adam"}, ["common.bf16"]),
+    ("fp32", {}, ["common.bf16", "common.fp16", "common.memory_efficient_fp16"]),
+])
+def test_train_precision_is_a_hydra_override(tmp_path, precision, wanted, unwanted):
+    out = tmp_path / "out"
+    env = {"TRAIN_PRECISION": precision, "TRAIN_ARCHS": "3ml_self_tiny"}
+    proc = run_suite(tmp_path, "--dry-run", "--stages", "train", out, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    overrides = dict(arg.split("=", 1) for arg in train_argv(out, "3ml_self_tiny")[5:])
+    assert {key: overrides.get(key) for key in wanted} == wanted
+    assert not set(unwanted) & set(overrides)
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"TRAIN_PRECISION": "--bf16"}, "error: TRAIN_PRECISION=--bf16: use bf16, fp16"),
+    ({"TRAIN_PRECISION": ""}, "error: TRAIN_PRECISION=: use bf16, fp16"),
+    ({"TRAIN_ARCHS": "3ml_self_base gpt2_small"}, "error: TRAIN_ARCHS: gpt2_small has no recipe"),
+    ({"TRAIN_UPDATES": "3e2"}, "error: TRAIN_UPDATES=3e2: use a positive integer"),
+])
+def test_bad_train_settings_stop_the_suite_before_its_first_stage(tmp_path, env, message):
+    out, marker = tmp_path / "out", tmp_path / "setup-ran"
+    proc = run_suite(tmp_path, "--stages", "setup train", out,
+                     env={**env, "GPU_SUITE_CMD_setup": f"touch {marker}"})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
+    assert not marker.exists() and not out.exists()
+    # Without the train stage they do not matter.
+    assert run_suite(tmp_path, "--stages", "setup", out,
+                     env={**env, "GPU_SUITE_CMD_setup": "true"}).returncode == 0
+
+
+# --- the train stage's check, on logs of a stand-in fairseq-hydra-train ---------------------
+
+STAMP = "[2026-11-23 17:09:39,648]"
+
+
+def fairseq_log(precision="bf16", losses=None, *, updates=300, interval=25, overflow_at=(),
+                loss_scale="64", cuda=True):
+    """A fairseq-hydra-train log as fairseq 0.12 writes it with common.log_format=json: its
+    config (a dict's repr) saying which precision ran, CUDA's banner, a train_inner record every
+    `interval` updates (losses from 10 down to 5 unless given; wps 40000 + the update, 5 ups;
+    fp16's loss_scale), a gradient-overflow note after each update in `overflow_at` (those
+    updates are skipped: fairseq does not count them), then the valid and train records."""
+    config = {"_name": None, "common": {"fp16": precision == "fp16", "bf16": precision == "bf16",
+                                        "memory_efficient_fp16": precision == "fp16"}}
+    lines = [f"{STAMP}[fairseq_cli.train][INFO] - {config!r}"]
+    if cuda:
+        lines.append(f"{STAMP}[fairseq.utils][INFO] - {'*' * 23}CUDA enviroments for all 1 "
+                     f"workers{'*' * 23}")
+    records = updates // interval
+    losses = losses or [10 - 5 * k / (records - 1) for k in range(records)]
+    for update in range(1, updates + 1):
+        if update in overflow_at:
+            lines.append(f"{STAMP}[fairseq.trainer][INFO] - NOTE: gradient overflow detected, "
+                         "ignoring gradient, setting loss scale to: 32.0")
+        if update % interval == 0:
+            record = {"epoch": 1, "loss": f"{losses[update // interval - 1]:.3f}",
+                      "wps": str(40000 + update), "ups": "5", "num_updates": str(update)}
+            if precision == "fp16":
+                record["loss_scale"] = loss_scale
+            lines.append(f"{STAMP}[train_inner][INFO] - {json.dumps(record)}")
+    lines.append(f"{STAMP}[valid][INFO] - " + json.dumps(
+        {"epoch": 3, "valid_loss": "5.5", "valid_num_updates": str(updates)}))
+    lines.append(f"{STAMP}[train][INFO] - " + json.dumps(
+        {"epoch": 3, "train_loss": "7", "train_num_updates": str(updates)}))
+    return "\n".join(lines) + "\n"
+
+
+def run_train_stage(tmp_path, log_text, archs="3ml_self_tiny", **env):
+    """The real train stage (TRAIN_UPDATES=300) with fairseq-hydra-train replaced by a script
+    that prints `log_text` (and exits 3 for an arch named in FAKE_FAIL_ARCH); returns the
+    suite's process and the summary's rows as dicts."""
+    bin_dir, data = tmp_path / "env" / "bin", tmp_path / "data"
+    bin_dir.mkdir(parents=True)
+    data.mkdir()
+    (data / "dict.txt").write_text("a 1\n")
+    (tmp_path / "fairseq.log").write_text(log_text)
+    scripts = {"python": f'exec {shlex.quote(sys.executable)} "$@"\n',
+               "fairseq-hydra-train": (
+                   'if [[ -n "${FAKE_FAIL_ARCH:-}" && " $* " == *" model._name=${FAKE_FAIL_ARCH} "* ]]'
+                   f'; then echo crashed; exit 3; fi\ncat {shlex.quote(str(tmp_path / "fairseq.log"))}\n')}
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    out = tmp_path / "out"
+    proc = run_suite(tmp_path, "--stages", "train", out, env={
+        "GPU_SUITE_DATA": str(data), "TRAIN_ARCHS": archs, **env})
+    lines = (out / "train-summary.tsv").read_text().splitlines()
+    header = lines[0].split("\t")
+    return proc, [dict(zip(header, line.split("\t"))) for line in lines[1:]]
+
+
+def test_train_stage_summarises_a_good_run(tmp_path):
+    proc, rows = run_train_stage(tmp_path, fairseq_log("bf16"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert rows == [{"arch": "3ml_self_tiny", "precision": "bf16", "updates": "300",
+                     "first_loss": "10.000", "last_loss": "5.000", "valid_loss": "5.5",
+                     # the median of the records after the first: update 175's
+                     "wps_median": "40175", "s_per_update": "0.200", "overflows": "0",
+                     "verdict": "ok"}]
+
+
+def test_fp16_overflows_while_the_loss_scale_settles_are_allowed(tmp_path):
+    proc, rows = run_train_stage(tmp_path, fairseq_log("fp16", overflow_at=(1, 2, 4)),
+                                 TRAIN_PRECISION="fp16")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (rows[0]["overflows"], rows[0]["verdict"]) == ("3", "ok")
+
+
+@pytest.mark.parametrize("precision,log,problem", [
+    ("fp16", fairseq_log("fp16", overflow_at=(1, 2, 180)),
+     "the loss scale did not settle: 3 gradient overflows, 1 in the second half"),
+    ("fp16", fairseq_log("fp16", overflow_at=range(1, 32)),  # more than a tenth skipped
+     "the loss scale did not settle: 31 gradient overflows, 0 in the second half"),
+    ("fp16", fairseq_log("fp16", loss_scale="0.0001"), "the loss scale reached fairseq's minimum"),
+    ("bf16", fairseq_log("bf16", overflow_at=(2,)), "1 gradient overflows in bf16"),
+    ("bf16", fairseq_log("bf16", [5.0] * 11 + [5.2]), "the loss did not fall: 5.0 -> 5.2"),
+    ("bf16", fairseq_log("bf16", [5.0] * 11 + [math.nan]), "non-finite loss"),
+    ("bf16", fairseq_log("bf16", updates=275), "only 275 of 300 updates"),
+    ("bf16", fairseq_log("fp32"), "fairseq's config does not say 'bf16': True"),
+    ("fp16", fairseq_log("bf16"), "fairseq's config does not say 'memory_efficient_fp16': True"),
+    ("bf16", fairseq_log("bf16", cuda=False), "fairseq trained without CUDA"),
+], ids=["late-overflow", "many-overflows", "min-scale", "bf16-overflow", "no-fall", "nan",
+        "short", "not-bf16", "not-fp16", "cpu"])
+def test_train_stage_fails_a_bad_run_and_says_why(tmp_path, precision, log, problem):
+    proc, rows = run_train_stage(tmp_path, log, TRAIN_PRECISION=precision)
+    assert proc.returncode == 1
+    assert stage_rows(tmp_path / "out") == [("train", "failed(1)")]
+    assert rows[0]["verdict"].startswith("FAIL: ") and problem in rows[0]["verdict"], rows
+    assert f"3ml_self_tiny: {problem}" in proc.stdout  # in the failing stage's log tail
+
+
+def test_a_run_without_cuda_passes_where_the_suite_does_not_require_it(tmp_path):
+    proc, rows = run_train_stage(tmp_path, fairseq_log("bf16", cuda=False),
+                                 GPU_SUITE_REQUIRE_CUDA="0")
+    assert proc.returncode == 0 and rows[0]["verdict"] == "ok", proc.stdout
+
+
+def test_a_crashed_run_is_summarised_and_the_next_arch_still_trains(tmp_path):
+    proc, rows = run_train_stage(tmp_path, fairseq_log("bf16"), archs="3ml_self_tiny bidir_lm_tiny",
+                                 FAKE_FAIL_ARCH="3ml_self_tiny")
+    assert proc.returncode == 1
+    assert [(row["arch"], row["verdict"]) for row in rows] == [
+        ("3ml_self_tiny", "failed(3)"), ("bidir_lm_tiny", "ok")]
+    assert "crashed" in proc.stdout
+
+
+@pytest.mark.slow
+def test_train_stage_trains_for_real_on_the_cpu(tmp_path, tiny_data_bin):
+    """The stage's own fairseq-hydra-train commands, run on this machine in bf16 (hydra's
+    common.bf16 trains on the CPU too) at a tiny size: one masked-LM and one bidirectional_lm
+    arch through their YAML twins, checked as on the GPU (but for CUDA)."""
+    env = {"GPU_ENV": str(Path(sys.executable).parent.parent), "GPU_SUITE_REQUIRE_CUDA": "0",
+           "GPU_SUITE_DATA": str(tiny_data_bin), "TRAIN_ARCHS": "3ml_self_tiny bidir_lm_tiny",
+           "TRAIN_UPDATES": "12", "TRAIN_SEQ_LEN": "32", "TRAIN_BATCH": "4",
+           "TRAIN_LOG_INTERVAL": "3", "TRAIN_LR": "0.001", "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "out"
+    proc = run_suite(tmp_path, "--stages", "train", out, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = (out / "train-summary.tsv").read_text().splitlines()
+    rows = [dict(zip(lines[0].split("\t"), line.split("\t"))) for line in lines[1:]]
+    assert [(r["arch"], r["precision"], r["updates"], r["verdict"]) for r in rows] == [
+        ("3ml_self_tiny", "bf16", "12", "ok"), ("bidir_lm_tiny", "bf16", "12", "ok")]
+    for row in rows:
+        assert float(row["last_loss"]) < float(row["first_loss"])
+        assert float(row["wps_median"]) > 0 and math.isfinite(float(row["valid_loss"]))
 
 
 def test_the_bench_stages_arguments_parse(tmp_path, monkeypatch):
