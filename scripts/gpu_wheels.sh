@@ -8,7 +8,8 @@
 #               needs that the GPU image lacks (/work/.library/device/KINDS.md lists what it
 #               has: torch, numpy, regex, sacrebleu, tqdm, scikit-learn, PyYAML, sentencepiece,
 #               pytest, pytest-xdist... are there; hydra-core, omegaconf, antlr4, bitarray,
-#               cffi, pycparser, tensorboardX are not). Versions are constraints.txt's pins.
+#               cffi, pycparser, tensorboardX are not), and fairscale (the sharding extra).
+#               Versions are constraints.txt's pins.
 #   .gpu-data/python-docs-spm8000/
 #               the embedded corpus's data-bin (dict.txt and the train/valid/test .bin/.idx,
 #               about 4.5 MB; not the 17 MB of intermediates in its prep/), copied from
@@ -40,7 +41,10 @@ esac
 
 # Pure-Python or cp312 binary packages fairseq (and fairseq_ext) import that the GPU image lacks.
 BINARY_PACKAGES=(hydra-core omegaconf bitarray cffi pycparser tensorboardX)
-SDIST_ONLY_PACKAGES=(antlr4-python3-runtime)  # no wheel on PyPI: built here (pure Python)
+# No wheel on PyPI: built here (pure Python). fairscale is the optional `sharding` extra
+# (requirements-sharding.txt): fairseq's --zero-sharding os and the fully_sharded check owed in
+# docs/benchmarks.md ("GPU checks owed: scaling").
+SDIST_ONLY_PACKAGES=(antlr4-python3-runtime fairscale)
 
 pin() {  # pin NAME: NAME==VERSION from constraints.txt (case-insensitive)
   local line
