@@ -134,13 +134,15 @@ def training_parser() -> argparse.ArgumentParser:
 
 
 def vocab_size_of(data: Optional[str]) -> int:
-    """Embedding rows: the data-bin's dictionary + ``<mask>``, or RoBERTa's 50,265 without one."""
-    path = os.path.join(data.split(os.pathsep)[0], "dict.txt") if data else None
+    """Embedding rows: the data-bin's dictionary (as fairseq loads it, with its 4 specials) +
+    ``<mask>``, or RoBERTa's 50,265 without one."""
+    from fairseq.data import Dictionary
+    from fairseq.utils import split_paths
+
+    path = os.path.join(split_paths(data)[0], "dict.txt") if data else None
     if path is None or not os.path.isfile(path):
         return ROBERTA_VOCAB_SIZE
-    with open(path, encoding="utf-8") as f:
-        entries = sum(1 for line in f if line.strip())
-    return entries + 4 + 1  # <s> <pad> </s> <unk>, and <mask>
+    return len(Dictionary.load(path)) + 1  # + <mask>, added by the task
 
 
 def model_args(flags: argparse.Namespace) -> argparse.Namespace:
