@@ -183,7 +183,6 @@ def load_fairseq_model(state: dict, sources: Sources):
     return model.eval(), task
 
 
-
 # --- which stock class -------------------------------------------------------------------------
 
 def classify(state: dict, path: Path) -> str:
@@ -316,7 +315,7 @@ def convert_roberta(model, path: Path) -> Conversion:
         bos_token_id=0, eos_token_id=2,
         tie_word_embeddings=head.weight is encoder.embed_tokens.weight and scale == 1.0)
 
-    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    sd = model.state_dict()  # detached; build_hf_model's load_state_dict copies them
     src = "encoder.sentence_encoder."
     out = {
         prefix + "embeddings.word_embeddings.weight": sd[src + "embed_tokens.weight"] * scale,
@@ -381,7 +380,7 @@ def convert_bidirectional_lm(model, path: Path) -> Conversion:
         pad_token_id=decoder.padding_idx, bos_token_id=2, eos_token_id=2,
         enable_bias=True, layer_norm_elementwise_affine=True,
         tie_word_embeddings=scale == 1.0 and decoder.share_input_output_embed)
-    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    sd = model.state_dict()
     out = {
         "model.decoder.embed_tokens.weight": sd["decoder.embed_tokens.weight"] * scale,
         "model.decoder.embed_positions.weight": sd["decoder.embed_positions.weight"],
