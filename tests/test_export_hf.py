@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from fairseq import options, tasks
-from fairseq.data import Dictionary
+from fairseq.data import Dictionary, data_utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import OmegaConf
 
@@ -151,14 +151,8 @@ def fairseq_model(checkpoint: Path, data: Path):
 
 
 def padded(rows, pad: int, left: bool = False) -> torch.Tensor:
-    length = max(len(r) for r in rows)
-    batch = torch.full((len(rows), length), pad)
-    for i, row in enumerate(rows):
-        if left:
-            batch[i, length - len(row):] = torch.as_tensor(row)
-        else:
-            batch[i, :len(row)] = torch.as_tensor(row)
-    return batch
+    """Lists of ids as one batch, right- (or left-) padded as fairseq collates it."""
+    return data_utils.collate_tokens([torch.tensor(row) for row in rows], pad, left_pad=left)
 
 
 def max_logit_diff(ours, hf_model, batch, pad):
