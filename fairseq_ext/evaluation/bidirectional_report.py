@@ -26,15 +26,18 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_ext.data.bidirectional_eval_dataset import PAPER_R_VALUES, parse_r_bidir, r_label
+from fairseq_ext.data.bidirectional_eval_dataset import (
+    EVAL_MODES,
+    PAPER_R_VALUES,
+    parse_r_bidir,
+    r_label,
+)
 from fairseq_ext.log_records import parse_json_record
-from fairseq_ext.output_files import OutputError, error_line, refuse_existing, write_text
+from fairseq_ext.output_files import OutputError, error_line, refused, write_text
 from fairseq_ext.text_tables import ascii_table
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 BIN_DIR = Path(sys.executable).parent
-#: The ``--eval-mode`` runs of a report, in its column order.
-MODES = ("full_doc_ppl", "suffix_ppl", "infill")
 
 
 def checkpoint_capabilities(path: Path) -> Dict[str, object]:
@@ -180,12 +183,8 @@ def main(argv=None) -> int:
             parser.error(f"{path} does not exist")
     names = log_names(args.checkpoints)
     logs = ([] if args.log_dir is None else
-            [args.log_dir / f"{name}.{mode}.log" for name in names
-             for mode in MODES])
-    try:
-        refuse_existing([args.json, *logs], args.force)  # before the first fairseq-validate
-    except OutputError as error:
-        print(error_line(parser.prog, error), file=sys.stderr)
+            [args.log_dir / f"{name}.{mode}.log" for name in names for mode in EVAL_MODES])
+    if refused(parser.prog, [args.json, *logs], args.force):  # before the first fairseq-validate
         return 2
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
