@@ -346,11 +346,14 @@ def test_candidates_of_another_dictionary_are_refused(word_setup, tmp_path, caps
     assert code == 2 and error.count("\n") == 1
     assert f"--candidates-in {path}" in error and "another dictionary" in error
     assert "--scorer" in error and "token ids would mean different tokens" in error
-    # the scorer-level check names the scorer
+    # the check itself, against the dictionary the scorer loaded on the other data-bin
     proposals = infill_rescore.read_candidates(path)
     scorer = load_scoring_model(checkpoints["other_nxt_uni"], other, "--scorer")
-    with pytest.raises(ScoringError, match=r"--candidates-in .*another dictionary.* than --scorer "):
-        infill_rescore.check_fingerprint(proposals, path, scorer)
+    with pytest.raises(ScoringError, match=r"--candidates-in .*another dictionary.* than the one "
+                                           r"the --scorer checkpoints score with \(DATA "):
+        infill_rescore.check_fingerprint(proposals, path, scorer.dictionary, other)
+    infill_rescore.check_fingerprint(  # the proposer's own dictionary passes
+        proposals, path, load_scoring_model(checkpoints["msk_bi"], data).dictionary, data)
     # a file edited by hand: fingerprint or documents off
     lines = path.read_text().splitlines()
     header = json.loads(lines[0])

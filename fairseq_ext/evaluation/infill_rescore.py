@@ -257,17 +257,20 @@ def read_candidates(path: Path) -> ProposalSet:
     return ProposalSet(header, proposals)
 
 
-def check_fingerprint(proposals: ProposalSet, path: Path, scoring: ScoringModel) -> None:
-    """The candidate ids mean the same tokens for ``scoring`` (the bad-input rule of issue 13)."""
+def check_fingerprint(proposals: ProposalSet, path: Path, dictionary, data) -> None:
+    """The candidate ids mean the same tokens in ``dictionary``: ``DATA``'s ``dict.txt`` plus
+    ``<mask>``, the dictionary every ``--scorer`` scores ``DATA`` with (the bad-input rule of
+    issue 13)."""
     expected = proposals.header["dictionary_sha256"]
-    if expected != scoring.fingerprint:
+    fingerprint = dictionary_fingerprint(dictionary)
+    if expected != fingerprint:
         raise ScoringError(
             f"--candidates-in {path}: its candidates were proposed with another dictionary "
             f"(sha256 {str(expected)[:12]}..., {proposals.header['dictionary_size']} symbols) than "
-            f"{scoring.flag} {scoring.path} scores with (sha256 {scoring.fingerprint[:12]}..., "
-            f"{len(scoring.dictionary)} symbols, from the data-bin's dict.txt): token ids would "
-            "mean different tokens; make the candidates again on this data-bin with --proposer "
-            "... --candidates-out")
+            f"the one the --scorer checkpoints score with (DATA {data}'s dict.txt + <mask>: sha256 "
+            f"{fingerprint[:12]}..., {len(dictionary)} symbols): token ids would mean different "
+            "tokens; give the data-bin the candidates were made on, or make them again with "
+            "--proposer ... --candidates-out")
 
 
 def check_documents(proposals: ProposalSet, path: Path, dataset) -> None:
@@ -447,21 +450,11 @@ def run(args) -> Dict[str, object]:
         data_task, dataset = infill_eval_dataset(args.data, header["valid_subset"],
                                                  header["tokens_per_sample"], header["r_bidir"],
                                                  header["eval_seed"])
-        if dictionary_fingerprint(data_task.source_dictionary) != header["dictionary_sha256"]:
-            raise ScoringError(
-                f"--candidates-in {path}: its candidates were proposed with another dictionary "
-                f"(sha256 {str(header['dictionary_sha256'])[:12]}..., {header['dictionary_size']} "
-                f"symbols) than the one the --scorer checkpoints score with (DATA {args.data}'s "
-                f"dict.txt + <mask>: sha256 {dictionary_fingerprint(data_task.source_dictionary)[:12]}"
-                f"..., {len(data_task.source_dictionary)} symbols): token ids would mean different "
-                "tokens; give the data-bin the candidates were made on, or make them again with "
-                "--proposer ... --candidates-out")
+        check_fingerprint(proposals, path, data_task.source_dictionary, args.data)
         check_documents(proposals, path, dataset)
     scorer_rows = []
     for scorer_path in args.scorer:
         scorer = load_scoring_model(scorer_path, args.data, "--scorer", device)
-        if args.candidates_in is not None:
-            check_fingerprint(proposals, args.candidates_in, scorer)
         require_capability(scorer, "next", "full-sequence scoring (--scorer)",
                            "give it as --proposer (direct infilling) instead")
         longest = max((p.length for p in proposals.proposals), default=0)
