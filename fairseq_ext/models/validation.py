@@ -41,8 +41,10 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
-from fairseq.utils import safe_getattr
+from fairseq.utils import safe_getattr, split_paths
 from omegaconf import OmegaConf
+
+from fairseq_ext.data.data_bin import check_split_not_empty
 
 logger = logging.getLogger(__name__)
 
@@ -141,10 +143,9 @@ def check_run_config(model_cfg, arch: str) -> None:
     masking settings, and the criterion; under ``fairseq-validate``, which scores with the
     checkpoint's criterion, warnings instead (:func:`check_validate_criterion`)."""
     run = run_config_of(model_cfg)
-    if run.task == MASKED_LM_TASK:
-        check_masking(run.task_cfg)
     arguments = fairseq_validate_arguments()
     if run.task == MASKED_LM_TASK:
+        check_masking(run.task_cfg)
         check_validation_splits(model_cfg, run, fairseq_validate=arguments is not None)
     if arguments is not None:
         saved = run.criterion
@@ -166,8 +167,6 @@ def check_validation_splits(model_cfg, run: RunConfig, fairseq_validate: bool = 
     hydra the run's ``dataset`` node does (``fairseq_validate``: it scores ``--valid-subset``
     whatever the checkpoint's ``--disable-validation`` was). Only splits that exist are looked
     at, so a model loaded elsewhere (the hub, exports) from its saved config is never refused."""
-    from fairseq_ext.data.data_bin import check_split_not_empty
-
     dataset = model_cfg
     if not isinstance(model_cfg, argparse.Namespace):
         root = model_cfg._get_parent() if OmegaConf.is_config(model_cfg) else None
@@ -178,7 +177,7 @@ def check_validation_splits(model_cfg, run: RunConfig, fairseq_validate: bool = 
         return
     for split in (safe_getattr(dataset, "valid_subset", None) or "").split(","):
         if split:
-            check_split_not_empty(str(data).split(":")[0], split, validation=True)
+            check_split_not_empty(split_paths(str(data))[0], split, validation=True)
 
 
 # --- fairseq-validate --criterion ---------------------------------------------------------------
