@@ -14,6 +14,7 @@ import os
 from typing import Mapping, Optional
 
 import torch
+from fairseq.utils import split_paths
 
 from fairseq_ext.models.validation import run_config_of
 
@@ -31,7 +32,7 @@ def dictionary_file(model_args) -> Optional[str]:
     data = getattr(run_config_of(model_args).task_cfg, "data", None)
     if not data:
         return None
-    return os.path.join(str(data).split(os.pathsep)[0], "dict.txt")
+    return os.path.join(split_paths(str(data))[0], "dict.txt")
 
 
 def check_dictionary(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor],
