@@ -59,10 +59,6 @@ require_data_bin() {
       "DATA at a fairseq data-bin"
 }
 
-# print_memory_plan FAIRSEQ_TRAIN_CMD...: print the run's memory per GPU (weights, gradients,
-# optimizer state, activations, total; `python -m fairseq_ext.memory_plan`) on NUM_GPUS x NNODES
-# GPUs before it starts. Not for CPU=1 runs (the plan is per GPU), DRY_RUN=1 or MEMORY_PLAN=0; a
-# plan that cannot be made says why and the run goes on.
 # recipe_python: the Python beside fairseq (FAIRSEQ_BIN's), else the checkout's .venv, else python3.
 recipe_python() {
   if [[ -x "${FAIRSEQ_BIN:-}/python" ]]; then echo "${FAIRSEQ_BIN}/python"
@@ -70,6 +66,10 @@ recipe_python() {
   else echo python3; fi
 }
 
+# print_memory_plan FAIRSEQ_TRAIN_CMD...: print the run's memory per GPU (weights, gradients,
+# optimizer state, activations, total; `python -m fairseq_ext.memory_plan`) on NUM_GPUS x NNODES
+# GPUs before it starts. Not for CPU=1 runs (the plan is per GPU), DRY_RUN=1 or MEMORY_PLAN=0; a
+# plan that cannot be made says why and the run goes on.
 print_memory_plan() {
   if [[ "${DRY_RUN:-0}" == 1 || "${CPU:-0}" == 1 || "${MEMORY_PLAN:-1}" == 0 ]]; then return 0; fi
   local world
