@@ -560,13 +560,11 @@ def export_hub_directory(args) -> dict:
     state = load_checkpoint(args.input)
     arch = model_name(plain_config(state["cfg"]).get("model") or {})
     is_roberta = ARCH_MODEL_REGISTRY.get(arch) is MODEL_REGISTRY["roberta"]
-    if args.keep_decoder or is_roberta:
-        if is_roberta and args.keep_decoder:
-            raise ExportError(f"{args.input}: --keep-decoder is for 3ML checkpoints; this is a "
-                              f"RoBERTa one ('{arch}'), which has no decoder")
-        exported = full_model_export(state, args.input)
-    else:
-        exported = export(state, args.input)
+    if is_roberta and args.keep_decoder:
+        raise ExportError(f"{args.input}: --keep-decoder is for 3ML checkpoints; this is a "
+                          f"RoBERTa one ('{arch}'), which has no decoder")
+    exported = (full_model_export(state, args.input) if args.keep_decoder or is_roberta
+                else export(state, args.input))
     dictionary, sentencepiece_model = tokenizer_files(state, args.input, args.dict,
                                                       args.sentencepiece_model)
     check_vocabulary(exported["model"], ENCODER + "embed_tokens.weight", dictionary)
