@@ -180,7 +180,7 @@ def propose(proposer: ScoringModel, dataset, top_k: int, batch_size: int = 16) -
             proposals.append(Proposal(
                 document=document, length=len(dataset.documents[document]),
                 position=int(dataset.infill_positions[document]), answer=int(answers[row]),
-                candidates=[int(c) for c in candidates],
+                candidates=candidates,
                 log_probs=[float(log_probs[row, c]) for c in candidates]))
     return proposals
 
@@ -275,11 +275,11 @@ def check_fingerprint(proposals: ProposalSet, path: Path, dictionary, data) -> N
 
 def check_documents(proposals: ProposalSet, path: Path, dataset) -> None:
     """Every stored proposal's document, position and answer are ``DATA``'s."""
-    scorable = dict(scorable_items(dataset)[0])
-    by_document = {document: index for index, document in scorable.items()}
+    items, _ = scorable_items(dataset)
+    scorable = {document for _, document in items}
     for proposal in proposals.proposals:
-        index = by_document.get(proposal.document)
-        tokens = None if index is None else document_tokens(dataset, proposal.document)
+        tokens = (document_tokens(dataset, proposal.document)
+                  if proposal.document in scorable else None)
         if (tokens is None or len(tokens) != proposal.length
                 or dataset.infill_positions[proposal.document] != proposal.position
                 or int(tokens[proposal.position]) != proposal.answer):
@@ -287,9 +287,9 @@ def check_documents(proposals: ProposalSet, path: Path, dataset) -> None:
                 f"--candidates-in {path}: document {proposal.document} does not match DATA's "
                 f"{proposals.header['valid_subset']} split (length, masked position or answer "
                 "differ): the file was made from other data; make it again with --candidates-out")
-    if len(proposals.proposals) != len(scorable):
+    if len(proposals.proposals) != len(items):
         raise ScoringError(f"--candidates-in {path}: {len(proposals.proposals)} documents, DATA's "
-                           f"{proposals.header['valid_subset']} split has {len(scorable)}")
+                           f"{proposals.header['valid_subset']} split has {len(items)}")
 
 
 # --- re-ranking -------------------------------------------------------------------------------
