@@ -33,6 +33,8 @@ from typing import List, Sequence
 
 import torch
 
+from fairseq_ext.output_files import error_line
+
 logger = logging.getLogger(__name__)
 
 
@@ -188,7 +190,7 @@ def main(argv=None) -> int:
             rows.append([hub_dir.name, kind, str(result.masked_tokens),
                          f"{100 * result.accuracy:.2f}", f"{result.loss_bits:.3f}"])
     except FillMaskError as e:
-        print(f"compare_fill_mask.py: error: {e}", file=sys.stderr)
+        print(error_line("compare_fill_mask.py", e), file=sys.stderr)
         return 2
     from fairseq_ext.text_tables import ascii_table
 
