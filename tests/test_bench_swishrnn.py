@@ -28,8 +28,6 @@ def test_interleaved_rounds_alternate_and_drop_the_warm_up():
     assert common.quartiles([4.0, 1.0, 3.0, 2.0]) == (1.75, 2.5, 3.25)
 
 
-@pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,
-                    reason="fairseq_ext._C is not built (make install)")
 def printed_range(text: str):
     """The values a printed, rounded decimal can stand for: ``0.021`` is 0.0205 .. 0.0215."""
     decimals = len(text.split(".")[1]) if "." in text else 0
@@ -37,6 +35,8 @@ def printed_range(text: str):
     return max(float(text) - half, 1e-12), float(text) + half
 
 
+@pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,
+                    reason="fairseq_ext._C is not built (make install)")
 def test_part_b_tiny_prints_the_ratio_to_the_fair_loop_and_the_roofline(capsys):
     assert bench_swishrnn.main(["--part", "b", "--seq-len", "24", "--batch-size", "2",
                                 "--hidden", "16", "--steps", "1,4", "--warmup", "1",
