@@ -133,6 +133,23 @@ def infill_layout(n: int, position: int, r_bidir: float) -> DocumentLayout:
     return DocumentLayout(masked=(position,), n_bidir=round_half_up(r_bidir, n), n_predict=1)
 
 
+def layout_item(tokens: np.ndarray, layout: DocumentLayout, mask_idx: int,
+                pad_idx: int) -> Dict[str, torch.Tensor]:
+    """One document (``int64`` tokens) arranged by ``layout`` (:func:`arrange_document`), as the
+    row fields :func:`collate_rows` pads: ``source``, ``positions``, ``target``, ``doc_ids``
+    (all 0: the row is this document) and ``bidir_lens``."""
+    source, positions, target = arrange_document(
+        tokens, np.asarray(layout.masked, dtype=np.int64), layout.n_predict, mask_idx, pad_idx)
+    n = len(tokens)
+    return {
+        "source": torch.from_numpy(source),
+        "positions": torch.from_numpy(positions),
+        "target": torch.from_numpy(target),
+        "doc_ids": torch.zeros(n, dtype=torch.long),
+        "bidir_lens": torch.full((n,), layout.n_bidir, dtype=torch.long),
+    }
+
+
 class BidirectionalEvalDataset(RowSizedDataset):
     """Every scorable document of ``documents`` once per R value of the mode, one document per
     row (module docstring).
@@ -211,20 +228,8 @@ class BidirectionalEvalDataset(RowSizedDataset):
         if (tokens == self.mask_idx).any():
             raise ValueError(f"document {document} contains the <mask> token itself; the batch "
                              "uses it to mark masked positions, so the data must not contain it")
-        layout = self.layout(index)
-        source, positions, target = arrange_document(
-            tokens, np.asarray(layout.masked, dtype=np.int64), layout.n_predict, self.mask_idx,
-            self.pad_idx)
-        n = len(tokens)
-        return {
-            "id": index,
-            "group": int(self.item_group[index]),
-            "source": torch.from_numpy(source),
-            "positions": torch.from_numpy(positions),
-            "target": torch.from_numpy(target),
-            "doc_ids": torch.zeros(n, dtype=torch.long),
-            "bidir_lens": torch.full((n,), layout.n_bidir, dtype=torch.long),
-        }
+        item = layout_item(tokens, self.layout(index), self.mask_idx, self.pad_idx)
+        return {"id": index, "group": int(self.item_group[index]), **item}
 
     def collater(self, samples: List[Dict]) -> Dict:
         """The training batch (one document per row) plus ``eval_group``."""

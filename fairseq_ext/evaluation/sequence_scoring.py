@@ -241,17 +241,16 @@ def sequence_log_likelihoods(scoring: ScoringModel, sequences: Sequence[Sequence
 
 # --- direct infilling ---------------------------------------------------------------------------
 
-def infill_row(tokens: Sequence[int], position: int, r_bidir: float, mask_idx: int, pad_idx: int):
-    """``(source, positions, n_bidir)`` of one document with ``position`` masked and moved to the
-    end (Figure 3), ``n_bidir = round(R x n)``: ``--eval-mode infill``'s arrangement."""
-    from fairseq_ext.data.bidirectional_eval_dataset import infill_layout
-    from fairseq_ext.data.bidirectional_lm_dataset import arrange_document
+def infill_item(tokens: Sequence[int], position: int, r_bidir: float, mask_idx: int,
+                pad_idx: int):
+    """One document with ``position`` masked and moved to the end (Figure 3), ``n_bidir =
+    round(R x n)``: the item ``--eval-mode infill`` makes of it
+    (:func:`~fairseq_ext.data.bidirectional_eval_dataset.layout_item`)."""
+    from fairseq_ext.data.bidirectional_eval_dataset import infill_layout, layout_item
 
     tokens = np.asarray(tokens, dtype=np.int64)
-    layout = infill_layout(len(tokens), int(position), r_bidir)
-    source, order, _ = arrange_document(tokens, np.asarray(layout.masked, dtype=np.int64),
-                                        layout.n_predict, mask_idx, pad_idx)
-    return source, order, layout.n_bidir
+    return layout_item(tokens, infill_layout(len(tokens), int(position), r_bidir), mask_idx,
+                       pad_idx)
 
 
 @torch.no_grad()
@@ -271,28 +270,19 @@ def infill_logits(scoring: ScoringModel, documents: Sequence[Sequence[int]],
             raise ScoringError(f"document {index}: position {position} outside its {len(doc)} tokens")
         if scoring.mask_idx in doc:
             raise ScoringError(f"document {index} contains {MASK_SYMBOL} itself")
+    from fairseq_ext.data.bidirectional_lm_dataset import collate_rows
+
     step = batch_size or len(documents)
     out = []
     for start in range(0, len(documents), step):
-        rows = [infill_row(doc, pos, r_bidir, scoring.mask_idx, scoring.pad)
-                for doc, pos in zip(documents[start:start + step], positions[start:start + step])]
-        width = max(len(source) for source, _, _ in rows)
-        shape = (len(rows), width)
-        tokens = torch.full(shape, scoring.pad, dtype=torch.long)
-        order = torch.zeros(shape, dtype=torch.long)
-        doc_ids = torch.full(shape, -1, dtype=torch.long)
-        bidir_lens = torch.zeros(shape, dtype=torch.long)
-        slot = torch.zeros(shape, dtype=torch.bool)
-        for row, (source, source_order, n_bidir) in enumerate(rows):
-            n = len(source)
-            tokens[row, :n] = torch.from_numpy(source)
-            order[row, :n] = torch.from_numpy(source_order)
-            doc_ids[row, :n] = 0
-            bidir_lens[row, :n] = n_bidir
-            slot[row, n - 1] = True  # the <mask>, moved to the end
-        device = scoring.device
-        logits, _ = scoring.model(tokens.to(device), src_positions=order.to(device),
-                                  doc_ids=doc_ids.to(device), bidir_lens=bidir_lens.to(device),
-                                  masked_tokens=slot.to(device))
+        items = [dict(infill_item(doc, pos, r_bidir, scoring.mask_idx, scoring.pad), id=start + i)
+                 for i, (doc, pos) in enumerate(zip(documents[start:start + step],
+                                                    positions[start:start + step]))]
+        net_input = {key: value.to(scoring.device)
+                     for key, value in collate_rows(items, scoring.pad)["net_input"].items()}
+        lengths = net_input["src_lengths"]
+        columns = torch.arange(net_input["src_tokens"].size(1), device=scoring.device)
+        slot = columns[None, :] == (lengths[:, None] - 1)  # the <mask>, moved to the end
+        logits, _ = scoring.model(**net_input, masked_tokens=slot)
         out.append(logits.float().cpu())
     return torch.cat(out)
