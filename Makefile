@@ -5,8 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
-# The optional extras, `hf` (requirements-hf.txt) and `sharding` (requirements-sharding.txt):
-# the tests need them, install and demo do not.
+# The optional extras, `hf` (requirements-hf.txt) and `sharding` (requirements-sharding.txt),
+# and CUDA's compiler as wheels (requirements-nvcc.txt): the tests need them, install and demo
+# do not.
 EXTRAS_STAMP := $(VENV)/.installed-extras
 PYTEST_ARGS ?=
 # The suite runs on this many pytest-xdist processes, one torch thread each (most tests drive
@@ -35,8 +36,10 @@ $(STAMP): requirements.txt requirements-fairseq.txt constraints.txt setup.py \
 	$(PY) -c "import fairseq, fairseq_ext, torch; print('fairseq', fairseq.__version__, '| torch', torch.__version__)"
 	@touch $@
 
-$(EXTRAS_STAMP): $(STAMP) requirements-hf.txt requirements-sharding.txt constraints.txt
-	$(PIP) install -q -r requirements-hf.txt -r requirements-sharding.txt -c constraints.txt
+$(EXTRAS_STAMP): $(STAMP) requirements-hf.txt requirements-sharding.txt requirements-nvcc.txt \
+		constraints.txt
+	$(PIP) install -q -r requirements-hf.txt -r requirements-sharding.txt \
+		-r requirements-nvcc.txt -c constraints.txt
 	@touch $@
 
 demo: install

@@ -67,7 +67,15 @@ if platform.machine().lower() in ("x86_64", "amd64"):
 CUDA_SOURCES = ["fairseq_ext/csrc/swish_recurrence_cuda.cpp",
                 "fairseq_ext/csrc/swish_recurrence_kernels.cu"]
 COMPILE_ARGS = {"cxx": ["-O3", "-fopenmp"], "nvcc": ["-O3", "--use_fast_math"]}
+# The GPU architectures the CUDA kernels are compiled for, in torch's TORCH_CUDA_ARCH_LIST syntax
+# (a TORCH_CUDA_ARCH_LIST set by the user wins): machine code for Ampere (A100, A10/RTX 30),
+# Ada (L4/L40/RTX 40) and Hopper (H100/H200), and Hopper PTX that newer GPUs compile at load
+# time. Without it torch would build for the GPUs visible at build time, or for every
+# architecture of its CUDA build where none is. tests/test_cuda_source.py compiles the kernels
+# for this list with nvcc (from requirements-nvcc.txt) in every `make test`.
+CUDA_ARCH_LIST = "8.0;8.6;8.9;9.0+PTX"
 if torch.version.cuda is not None and CUDA_HOME is not None:
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", CUDA_ARCH_LIST)
     native_ops = CUDAExtension("fairseq_ext._C", CPU_SOURCES + CUDA_SOURCES,
                                extra_compile_args=COMPILE_ARGS, extra_link_args=["-fopenmp"],
                                optional=True)

@@ -1,33 +1,160 @@
-"""The CUDA kernels of fairseq_ext::swish_recurrence compile with nvcc, also on a CPU machine.
+"""The CUDA kernels of fairseq_ext::swish_recurrence compile with nvcc, on every ``make test``.
 
 ``swish_recurrence_kernels.cu`` includes no torch header (the CPU torch wheel lacks the CUDA
-ones), so CI can compile-check it wherever a CUDA toolkit is installed; running the kernels
-needs a GPU (``tests/test_swish_rnn.py`` runs the op on every device that has a kernel).
+ones), so it compiles on a machine with no GPU and no CUDA toolkit: ``make test`` installs CUDA's
+compiler as wheels (``requirements-nvcc.txt``, unpacked to ``site-packages/nvidia/cu13``). The
+compile uses the flags the real build gives nvcc (torch's ``COMMON_NVCC_FLAGS``, setup.py's
+``COMPILE_ARGS["nvcc"]``, C++20 as torch's ``BuildExtension`` adds it) for every architecture of
+setup.py's ``CUDA_ARCH_LIST``. Running the kernels needs a GPU
+(``tests/test_swish_recurrence_op.py``); ``tests/test_cuda_host_emulation.py`` runs their lines on
+the CPU.
 """
+import ast
+import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+from torch.utils import cpp_extension
 
 from conftest import REPO_ROOT
 
 KERNELS = REPO_ROOT / "fairseq_ext" / "csrc" / "swish_recurrence_kernels.cu"
+NVCC_WHEEL = "nvidia-cuda-nvcc"
+DTYPE_SUFFIXES = ("f32", "f64", "f16", "bf16")
+
+
+def setup_constant(name: str):
+    """The literal value of the module-level assignment ``name = ...`` in setup.py (read, not
+    run: running setup.py would build)."""
+    tree = ast.parse((REPO_ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == name for target in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"setup.py has no module-level {name} = <literal>")
+
+
+def wheel_nvcc():
+    """nvcc of the ``nvidia-cuda-nvcc`` wheel (requirements-nvcc.txt), or None if not installed."""
+    try:
+        distribution = importlib.metadata.distribution(NVCC_WHEEL)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in distribution.files or ():
+        if file.name == "nvcc" and file.parent.name == "bin":
+            return Path(distribution.locate_file(file))
+    return None
+
+
+def find_nvcc() -> Path:
+    """The wheel's nvcc; without the wheel, a CUDA toolkit's (the lent GPU machines have one and
+    reach no registry), except on CI, which must not depend on one."""
+    nvcc = wheel_nvcc()
+    if nvcc is not None:
+        return nvcc
+    install = "pip install -r requirements-nvcc.txt -c constraints.txt (make test does)"
+    if os.environ.get("CI"):
+        pytest.fail(f"the {NVCC_WHEEL} wheel is not installed: {install}")
+    toolkit = shutil.which("nvcc") or (
+        cpp_extension.CUDA_HOME and shutil.which("nvcc", path=str(Path(cpp_extension.CUDA_HOME,
+                                                                        "bin"))))
+    if not toolkit:
+        pytest.fail(f"no nvcc: {install}")
+    return Path(toolkit)
+
+
+def nvcc_include_flags(nvcc: Path) -> list:
+    """The wheel's headers (cuda_runtime.h, cuda_fp16.h...) are beside its bin/; a toolkit's nvcc
+    finds its own."""
+    include = nvcc.parent.parent / "include"
+    return ["-I", str(include)] if (include / "cuda_runtime.h").is_file() else []
+
+
+def arch_flags() -> list:
+    """The -gencode flags torch gives nvcc for setup.py's CUDA_ARCH_LIST (torch's own
+    translation, as setup.py's build does through TORCH_CUDA_ARCH_LIST)."""
+    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = setup_constant("CUDA_ARCH_LIST")
+    try:
+        return cpp_extension._get_cuda_arch_flags()
+    finally:
+        if saved is None:
+            del os.environ["TORCH_CUDA_ARCH_LIST"]
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+
+
+def build_flags() -> list:
+    """nvcc's flags in the real build of the .cu (torch's BuildExtension: COMMON_NVCC_FLAGS,
+    -fPIC for the host code, setup.py's nvcc args, the architectures, -std=c++20)."""
+    return (cpp_extension.COMMON_NVCC_FLAGS + ["--compiler-options", "-fPIC"]
+            + setup_constant("COMPILE_ARGS")["nvcc"] + arch_flags() + ["-std=c++20"])
+
+
+def run_nvcc(nvcc: Path, args: list) -> None:
+    proc = subprocess.run([str(nvcc), *nvcc_include_flags(nvcc), *args], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, f"nvcc {' '.join(args)}\n{proc.stdout}\n{proc.stderr}"
+
+
+@pytest.fixture(scope="module")
+def nvcc() -> Path:
+    return find_nvcc()
+
+
+@pytest.fixture(scope="module")
+def kernels_object(nvcc, tmp_path_factory) -> Path:
+    """The .cu compiled as setup.py's build compiles it."""
+    out = tmp_path_factory.mktemp("nvcc") / "swish_recurrence_kernels.o"
+    run_nvcc(nvcc, ["-c", *build_flags(), str(KERNELS), "-o", str(out)])
+    return out
+
+
+def test_setup_builds_for_named_architectures():
+    """setup.py names its architectures (not torch's default, the GPUs visible at build time),
+    and the compile below gets machine code for each and PTX for those marked +PTX."""
+    arch_list = setup_constant("CUDA_ARCH_LIST").split(";")
+    flags = arch_flags()
+    assert arch_list and len(flags) == len(arch_list) + sum("+PTX" in a for a in arch_list)
+    for arch in arch_list:
+        number = arch.replace("+PTX", "").replace(".", "")
+        assert f"-gencode=arch=compute_{number},code=sm_{number}" in flags
+        assert (f"-gencode=arch=compute_{number},code=compute_{number}" in flags) == (
+            "+PTX" in arch)
+
+
+def test_ci_uses_the_wheels_nvcc(nvcc):
+    """make test installs requirements-nvcc.txt, so the wheel's nvcc is the one used (never a
+    toolkit that happens to be on the developer's machine), at the pinned version."""
+    if os.environ.get("CI") or wheel_nvcc() is not None:
+        assert nvcc == wheel_nvcc()
+        pinned = re.search(r"^nvidia-cuda-nvcc==(\S+)", (REPO_ROOT / "requirements-nvcc.txt")
+                           .read_text(), re.M).group(1)
+        assert importlib.metadata.version(NVCC_WHEEL) == pinned
+        version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
+                                 check=True).stdout
+        assert f"release {'.'.join(pinned.split('.')[:2])}" in version, version
+    else:
+        pytest.skip(f"{NVCC_WHEEL} is not installed here; compiling with {nvcc}")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no CUDA toolkit (nvcc) on this machine")
-def test_cuda_kernels_compile_with_nvcc(tmp_path):
-    proc = subprocess.run(
-        ["nvcc", "-c", "-std=c++17", "-O3", "-arch=sm_90", str(KERNELS),
-         "-o", str(tmp_path / "kernels.o")],
-        capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    symbols = subprocess.run(["nm", "-C", str(tmp_path / "kernels.o")], capture_output=True,
-                             text=True).stdout
-    for suffix in ("f32", "f64", "f16", "bf16"):  # the launchers the torch binding calls
-        assert f"launch_swish_recurrence_forward_{suffix}" in symbols
-        assert f"launch_swish_recurrence_backward_{suffix}" in symbols
+def test_cuda_kernels_compile_with_nvcc(kernels_object):
+    """Every launcher the torch binding calls is defined, with the binding's signature."""
+    symbols = subprocess.run(["nm", "-C", str(kernels_object)], capture_output=True, text=True,
+                             check=True).stdout
+    for suffix in DTYPE_SUFFIXES:
+        assert f"T fairseq_ext::launch_swish_recurrence_forward_{suffix}(" in symbols
+        assert f"T fairseq_ext::launch_swish_recurrence_backward_{suffix}(" in symbols
+    assert ("launch_swish_recurrence_backward_f64(double const*, double const*, double const*, "
+            "double const*, double const*, double*, double*, double*") in symbols
+    assert ("launch_swish_recurrence_backward_bf16(__nv_bfloat16 const*, __nv_bfloat16 const*, "
+            "__nv_bfloat16 const*, __nv_bfloat16 const*, __nv_bfloat16 const*, __nv_bfloat16*, "
+            "float*, float*") in symbols
 
 
 def ptx_entries(ptx: str) -> dict:
@@ -37,15 +164,15 @@ def ptx_entries(ptx: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no CUDA toolkit (nvcc) on this machine")
-def test_fp64_kernels_compute_in_double(tmp_path):
+def test_fp64_kernels_compute_in_double(nvcc, tmp_path):
     """fp64 inputs are computed in fp64 (gradcheck needs it), not narrowed to fp32: the double
-    instantiations convert nothing to f32 and use exp, not the fp32 fast ex2.approx of __expf,
-    and the backward's alpha/beta partial sums are double (the launcher's signature)."""
+    instantiations convert nothing to f32 and use exp, not the fp32 fast ex2.approx of __expf
+    (also under setup.py's --use_fast_math). Compiled as C++17 here, which the kernels also
+    keep to (an older torch's BuildExtension gives nvcc -std=c++17)."""
     ptx = tmp_path / "kernels.ptx"
-    proc = subprocess.run(["nvcc", "-ptx", "-std=c++17", "-O3", "-arch=sm_90", str(KERNELS),
-                           "-o", str(ptx)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
+    run_nvcc(nvcc, ["-ptx", "-std=c++17", *cpp_extension.COMMON_NVCC_FLAGS,
+                    *setup_constant("COMPILE_ARGS")["nvcc"], "-arch=sm_90", str(KERNELS),
+                    "-o", str(ptx)])
     entries = ptx_entries(ptx.read_text())
     double = {name: body for name, body in entries.items() if "_kernelIdE" in name}
     single = {name: body for name, body in entries.items() if "_kernelIfE" in name}
@@ -55,9 +182,3 @@ def test_fp64_kernels_compute_in_double(tmp_path):
         assert "ex2.approx" not in body, f"{name} uses the fp32 fast exp"
     for body in single.values():  # the fp32 kernels keep the fast exp
         assert "ex2.approx" in body
-    subprocess.run(["nvcc", "-c", "-std=c++17", "-O3", "-arch=sm_90", str(KERNELS), "-o",
-                    str(tmp_path / "kernels.o")], check=True, capture_output=True, timeout=600)
-    symbols = subprocess.run(["nm", "-C", str(tmp_path / "kernels.o")], capture_output=True,
-                             text=True).stdout
-    assert ("launch_swish_recurrence_backward_f64(double const*, double const*, double const*, "
-            "double const*, double const*, double*, double*, double*") in symbols
