@@ -11,7 +11,10 @@ task prepares, and in the attention mask, which this model builds from the batch
   earlier documents of its row (footnote 4) unless ``no_cross_document_attention``; never to
   later documents or padding (:mod:`fairseq_ext.modules.bidirectional_attention_mask`). The
   mask is built once per batch, shared by all layers, and applied by
-  ``scaled_dot_product_attention`` (:class:`~fairseq_ext.modules.sdpa_attention.MaskedSelfAttention`).
+  ``scaled_dot_product_attention`` as a dense mask, or by FlexAttention as a block mask that
+  skips the empty blocks (:mod:`fairseq_ext.modules.block_sparse_attention`), both through
+  :class:`~fairseq_ext.modules.sdpa_attention.MaskedSelfAttention`; ``--attention-impl``
+  (below) picks the path.
 * **Positions** (§2: masked tokens move "along with their positional embeddings"): learned
   positional embeddings looked up at each token's index in its original document
   (``src_positions``), fairseq's convention ``padding_idx + 1 + index``.
@@ -43,6 +46,17 @@ document. Without the last three the model is a plain causal LM over each row (p
 ``0 .. len - 1``; with the default ``--r-bidir 0``, see "Classification" below), so fairseq's
 ``language_modeling`` task, ``fairseq-eval-lm`` and the sequence generator (incremental decoding
 through fairseq's own attention path) work unchanged.
+
+Attention path (``--attention-impl``, default ``auto``): ``sdpa`` (the dense mask) or ``flex``
+(FlexAttention). FlexAttention computes no attention dropout and has no CPU backward, so it runs
+on CUDA and, without gradients, on CPU (``fairseq-validate``, ``scripts/infill_rescore.py``,
+``scripts/score_choices.py``, fairseq-train's validation), while attention dropout is inactive.
+``auto`` picks ``flex`` for each batch where it runs and the rows span more than one block of
+128 tokens, ``sdpa`` elsewhere; ``flex`` where it cannot run is refused: when ``fairseq-train``
+or ``fairseq-hydra-train`` reads the config (training on CPU: ``--cpu`` or no CUDA device;
+``--attention-dropout`` above 0), else at the batch. Both paths compute the same attention with
+the same parameters, so the state dict does not depend on the choice and a checkpoint runs on
+either (``fairseq-validate --model-overrides "{'attention_impl': 'sdpa'}"`` changes it).
 
 ``no_cross_document_attention`` is not a flag of this model: it is read from the run's
 arguments (where the ``bidirectional_lm`` task's ``--no-cross-document-attention`` lands under
@@ -93,11 +107,21 @@ from fairseq_ext.models.sizes import (
     register_sized_architecture,
     set_encoder_size,
 )
-from fairseq_ext.models.validation import BIDIRECTIONAL_LM_TASK, run_config_of
+from fairseq_ext.models.validation import (
+    BIDIRECTIONAL_LM_TASK,
+    fairseq_training_program,
+    run_config_of,
+)
 from fairseq_ext.modules.bidirectional_attention_mask import (
     additive_attention_mask,
     causal_layout,
     may_attend,
+)
+from fairseq_ext.modules.block_sparse_attention import (
+    ATTENTION_IMPLS,
+    choose_attention_impl,
+    document_block_mask,
+    flex_unsupported_reason,
 )
 from fairseq_ext.modules.classification_heads import (
     PositionClassificationHead,
@@ -115,6 +139,8 @@ NO_CROSS_DOCUMENT_ATTENTION = "no_cross_document_attention"
 DEFAULT_MAX_TARGET_POSITIONS = 1024
 #: The model's args key of ``--r-bidir`` (batches without a layout).
 R_BIDIR = "r_bidir"
+#: The model's args key of ``--attention-impl``.
+ATTENTION_IMPL = "attention_impl"
 
 
 def validate_bidirectional_lm_config(args) -> None:
@@ -135,6 +161,38 @@ def validate_bidirectional_lm_config(args) -> None:
                                                                            False):
         raise ValueError("bidirectional_lm has no adaptive input/softmax; drop "
                          "--adaptive-softmax-cutoff / --adaptive-input")
+    check_attention_impl(args)
+
+
+def trains_on_cpu(args) -> bool:
+    """Whether the run trains on the CPU: ``--cpu`` (``common.cpu`` under hydra) or no CUDA
+    device, as fairseq-train decides."""
+    cpu = safe_getattr(args, "cpu", None)
+    if cpu is None and OmegaConf.is_config(args):
+        root = args._get_parent()
+        common = root.get("common") if root is not None and "common" in root else None
+        cpu = safe_getattr(common, "cpu", None)
+    return bool(cpu) or not torch.cuda.is_available()
+
+
+def check_attention_impl(args, program=None) -> None:
+    """``--attention-impl``: one of :data:`ATTENTION_IMPLS`; ``flex`` is refused where the run
+    trains and FlexAttention cannot (CPU training, attention dropout), as fairseq-train reads
+    the config. ``program``: the running fairseq CLI (default: :func:`fairseq_training_program`)."""
+    impl = safe_getattr(args, ATTENTION_IMPL, None) or "auto"
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"--attention-impl {impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
+    program = fairseq_training_program() if program is None else program
+    if impl != "flex" or program is None:
+        return
+    device = torch.device("cpu" if trains_on_cpu(args) else "cuda")
+    dropout = safe_getattr(args, "attention_dropout", 0.0) or 0.0
+    reason = flex_unsupported_reason(device, needs_grad=True, attention_dropout=dropout)
+    if reason is not None:
+        raise ValueError(f"--attention-impl flex cannot train here ({program} on "
+                         f"{device.type.upper()}): {reason}. Use --attention-impl auto "
+                         "(FlexAttention where it runs: on CUDA without attention dropout, "
+                         "and for evaluation) or sdpa")
 
 
 def no_cross_document_attention(args, task=None) -> bool:
@@ -210,10 +268,12 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
     positions and the generalized-bidirectionality mask (module doc)."""
 
     def __init__(self, args, dictionary, embed_tokens, cross_document: bool = True,
-                 r_bidir: float = 0.0):
+                 r_bidir: float = 0.0, attention_impl: str = "auto"):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=True)
         self.cross_document = cross_document
         self.r_bidir = r_bidir  # batches without a layout: n_bidir = round(R x n) per row
+        self.attention_impl = attention_impl  # auto | sdpa | flex (choose_attention_impl)
+        self._logged_paths = set()
 
     def build_decoder_layer(self, cfg, no_encoder_attn=True):
         """As fairseq's, with our layer: activation checkpointing and FSDP wrapping honoured."""
@@ -265,12 +325,38 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
         if not given:
             src_positions, doc_ids, bidir_lens = example_layout(tokens, self.padding_idx,
                                                                 self.r_bidir)
-        allowed = may_attend(doc_ids, bidir_lens, self.cross_document)
-        return self.extract_features_with_layout(tokens, src_positions, allowed)
+        return self.extract_features_with_layout(tokens, src_positions, doc_ids, bidir_lens)
 
-    def extract_features_with_layout(self, tokens, positions, allowed):
-        """The decoder on ``tokens`` ``(B, T)`` at 0-based ``positions``, each query attending
-        to the keys ``allowed`` ``(B, 1, T, T)`` bool."""
+    def attention_path(self, tokens) -> str:
+        """``"sdpa"`` or ``"flex"`` for this batch (``--attention-impl``; module doc): whether
+        the call needs gradients, the device, attention dropout in effect, the row length."""
+        needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        dropout = max((m.dropout_module.p for m in self.modules()
+                       if isinstance(m, MaskedSelfAttention)
+                       and (m.training or m.dropout_module.apply_during_inference)), default=0.0)
+        path = choose_attention_impl(self.attention_impl, tokens.device, needs_grad, dropout,
+                                     tokens.size(1))
+        key = (path, tokens.device.type, needs_grad)
+        if key not in self._logged_paths:
+            self._logged_paths.add(key)
+            logger.info("bidirectional_lm attention: %s (--attention-impl %s; %s, %s)",
+                        "FlexAttention" if path == "flex" else "SDPA with a dense mask",
+                        self.attention_impl, tokens.device.type,
+                        "with gradients" if needs_grad else "no gradients")
+        return path
+
+    def attention_mask(self, tokens, doc_ids, bidir_lens, dtype):
+        """The batch's mask for every layer: SDPA's additive ``(B, 1, T, T)`` float mask, or
+        FlexAttention's :class:`~fairseq_ext.modules.block_sparse_attention.DocumentBlockMask`
+        (:meth:`attention_path`), from the same rule."""
+        if self.attention_path(tokens) == "flex":
+            return document_block_mask(doc_ids, bidir_lens, self.cross_document)
+        return additive_attention_mask(may_attend(doc_ids, bidir_lens, self.cross_document), dtype)
+
+    def extract_features_with_layout(self, tokens, positions, doc_ids, bidir_lens):
+        """The decoder on ``tokens`` ``(B, T)`` at 0-based ``positions``, attending as the
+        layout ``doc_ids`` / ``bidir_lens`` ``(B, T)`` allows (the mask built once, for every
+        layer)."""
         x = self.embed_scale * self.embed_tokens(tokens)
         if self.quant_noise is not None:
             x = self.quant_noise(x)
@@ -283,7 +369,7 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
             x = self.layernorm_embedding(x)
         x = self.dropout_module(x)
         x = x.transpose(0, 1)  # (T, B, C)
-        attn_mask = additive_attention_mask(allowed, x.dtype)  # once for all layers
+        attn_mask = self.attention_mask(tokens, doc_ids, bidir_lens, x.dtype)  # once per batch
         inner_states = [x]
         for layer in self.layers:
             x, _, _ = layer(x, None, None, None, self_attn_mask=attn_mask)
@@ -335,6 +421,13 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
                             help="classification heads: dropout (default 0)")
         parser.add_argument("--load-checkpoint-heads", action="store_true",
                             help="(re-)register the checkpoint's classification heads")
+        parser.add_argument("--attention-impl", choices=ATTENTION_IMPLS,
+                            help="attention path (default auto): sdpa, a dense mask through "
+                                 "scaled_dot_product_attention; flex, FlexAttention's block "
+                                 "mask, which skips empty blocks (CUDA; CPU without gradients; "
+                                 "no attention dropout); auto, flex where it runs and rows "
+                                 "span more than 128 tokens, else sdpa. Same results and "
+                                 "state dict either way")
         # No default (not even None): fairseq-train declares the model's flags and then the
         # task's on one parser and keeps the first declaration, so under --task
         # bidirectional_lm this flag is the task's evaluation --r-bidir, which must stay unset
@@ -368,7 +461,8 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
         dictionary = task.source_dictionary
         embed_tokens = Embedding(len(dictionary), args.decoder_embed_dim, dictionary.pad())
         decoder = BidirectionalTransformerDecoder(args, dictionary, embed_tokens,
-                                                  cross_document=not no_cross, r_bidir=r_bidir)
+                                                  cross_document=not no_cross, r_bidir=r_bidir,
+                                                  attention_impl=args.attention_impl)
         if OmegaConf.is_config(args):
             OmegaConf.set_struct(args, True)
         return cls(args, decoder)
@@ -457,6 +551,7 @@ def bidirectional_lm_defaults(args, size: DecoderSize) -> None:
         args, "share_decoder_input_output_embed", True)
     args.pooler_activation_fn = safe_getattr(args, "pooler_activation_fn", "tanh")
     args.pooler_dropout = safe_getattr(args, "pooler_dropout", 0.0)
+    args.attention_impl = safe_getattr(args, "attention_impl", None) or "auto"
     base_lm_architecture(args)
 
 

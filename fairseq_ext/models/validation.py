@@ -24,15 +24,16 @@ run's ``DictConfig``, whose parent holds ``task`` and ``criterion`` (:func:`run_
 
 ``fairseq-validate`` builds the criterion from the checkpoint's saved config and silently
 ignores ``--criterion``; that flag reaches no plugin code, so
-:func:`fairseq_validate_arguments` reads it off ``sys.argv`` (the one place fairseq-ext reads
-the command line) and :func:`warn_if_validate_ignores_criterion` says so, naming the saved
-criterion where it is known (from our criteria's constructors, when the checkpoint's criterion
-is ours, and from a hydra checkpoint's config; a ``fairseq-train`` checkpoint's Namespace has
-had its ``criterion`` overwritten by the flag by then), and how to score with the flag's
-criterion after all: ``--model-overrides "{'criterion': {'_name': X}}"`` replaces the saved
-criterion's name (:func:`criterion_override`; between criteria with the same config fields, as
-``masked_lm``, ``masked_lm_categories`` and ``masked_lm_flops``). Under ``fairseq-validate`` the
-criterion check above is a warning: the saved criterion cannot be changed there.
+:func:`fairseq_validate_arguments` reads it off ``sys.argv`` (:func:`fairseq_program`, the one
+place fairseq-ext reads the command line) and :func:`warn_if_validate_ignores_criterion` says
+so, naming the saved criterion where it is known (from our criteria's constructors, when the
+checkpoint's criterion is ours, and from a hydra checkpoint's config; a ``fairseq-train``
+checkpoint's Namespace has had its ``criterion`` overwritten by the flag by then), and how to
+score with the flag's criterion after all: ``--model-overrides "{'criterion': {'_name':
+X}}"`` replaces the saved criterion's name (:func:`criterion_override`; between criteria with
+the same config fields, as ``masked_lm``, ``masked_lm_categories`` and ``masked_lm_flops``).
+Under ``fairseq-validate`` the criterion check above is a warning: the saved criterion cannot be
+changed there.
 """
 import argparse
 import dataclasses
@@ -182,19 +183,44 @@ def check_validation_splits(model_cfg, run: RunConfig, fairseq_validate: bool = 
 
 # --- fairseq-validate --criterion ---------------------------------------------------------------
 
-def fairseq_validate_arguments(argv: Optional[Sequence[str]] = None) -> Optional[List[str]]:
-    """The arguments of the running ``fairseq-validate`` (``python -m fairseq_cli.validate``
-    included), or ``None`` in any other program. Reads ``sys.argv`` unless given ``argv``: the
-    one place fairseq-ext reads the command line, because fairseq-validate hands ``--criterion``
-    to no plugin code."""
+#: fairseq's console scripts fairseq-ext asks about, and the ``fairseq_cli`` module behind each.
+FAIRSEQ_PROGRAMS = {"fairseq-train": "train.py", "fairseq-hydra-train": "hydra_train.py",
+                    "fairseq-validate": "validate.py"}
+#: The ones that train.
+TRAINING_PROGRAMS = ("fairseq-train", "fairseq-hydra-train")
+
+
+def fairseq_program(argv: Optional[Sequence[str]] = None) -> Optional[str]:
+    """The console script running (a key of :data:`FAIRSEQ_PROGRAMS`; ``python -m
+    fairseq_cli.validate`` is ``fairseq-validate``), or ``None`` in any other program. Reads
+    ``sys.argv`` unless given ``argv``: the one place fairseq-ext reads the command line, for
+    what fairseq hands no plugin code (fairseq-validate's ``--criterion``; whether the model
+    is built to be trained)."""
     argv = sys.argv if argv is None else argv
     if not argv:
         return None
     program = Path(argv[0])
-    if program.name == "fairseq-validate" or (program.name == "validate.py"
-                                               and program.parent.name == "fairseq_cli"):
-        return list(argv[1:])
+    for name, module in FAIRSEQ_PROGRAMS.items():
+        if program.name == name or (program.name == module
+                                    and program.parent.name == "fairseq_cli"):
+            return name
     return None
+
+
+def fairseq_validate_arguments(argv: Optional[Sequence[str]] = None) -> Optional[List[str]]:
+    """The arguments of the running ``fairseq-validate`` (``python -m fairseq_cli.validate``
+    included), or ``None`` in any other program (:func:`fairseq_program`)."""
+    argv = sys.argv if argv is None else argv
+    if fairseq_program(argv) != "fairseq-validate":
+        return None
+    return list(argv[1:])
+
+
+def fairseq_training_program(argv: Optional[Sequence[str]] = None) -> Optional[str]:
+    """``fairseq-train`` or ``fairseq-hydra-train`` when one of them is running (the model is
+    built to be trained), else ``None`` (:func:`fairseq_program`)."""
+    program = fairseq_program(argv)
+    return program if program in TRAINING_PROGRAMS else None
 
 
 def criterion_flag(arguments: Sequence[str]) -> Optional[str]:

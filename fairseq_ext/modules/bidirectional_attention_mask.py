@@ -53,33 +53,58 @@ def index_in_document(doc_ids: Tensor) -> Tensor:
     return torch.where(doc_ids >= 0, columns - start_column, torch.zeros_like(columns))
 
 
+def attention_rule(query_doc: Tensor, query_index: Tensor, query_bidir_len: Tensor,
+                   key_doc: Tensor, key_index: Tensor, same_position: Tensor,
+                   cross_document: bool = True) -> Tensor:
+    """Whether a query may attend to a key (§2 and footnote 4), from their documents (``-1``:
+    padding), their indices within their documents, the query's document's ``n_bidir`` and
+    whether they are the same position: the one statement of the rule, elementwise on tensors
+    that broadcast together (0-d ones under FlexAttention's ``vmap``).
+
+    A key of the query's document is allowed iff ``key_index <= query_index`` or ``key_index <
+    n_bidir``; keys of earlier documents of the row are allowed when ``cross_document``; later
+    documents and padding never are. A padding query attends to itself only (no empty row)."""
+    key_real = key_doc >= 0
+    same_document = (query_doc == key_doc) & key_real
+    within = (key_index <= query_index) | (key_index < query_bidir_len)
+    allowed = same_document & within
+    if cross_document:
+        allowed = allowed | (key_real & (key_doc < query_doc))
+    return allowed | (same_position & (query_doc < 0))
+
+
+def layout_mask_mod(doc_ids: Tensor, bidir_lens: Tensor, cross_document: bool = True,
+                    index: Optional[Tensor] = None):
+    """The rule (:func:`attention_rule`) as a FlexAttention ``mask_mod(b, h, q_idx, kv_idx)``
+    over the ``(B, T)`` layout: row ``b``, query column ``q_idx``, key column ``kv_idx`` (the
+    same for every head ``h``). Its arguments are index tensors that broadcast together: 0-d
+    under :func:`torch.nn.attention.flex_attention.create_block_mask`, or grids, as
+    :func:`may_attend` evaluates it."""
+    check_layout(doc_ids, bidir_lens)
+    if index is None:
+        index = index_in_document(doc_ids)
+
+    def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return attention_rule(doc_ids[b, q_idx], index[b, q_idx], bidir_lens[b, q_idx],
+                              doc_ids[b, kv_idx], index[b, kv_idx], q_idx == kv_idx,
+                              cross_document)
+
+    return mask_mod
+
+
 def may_attend(doc_ids: Tensor, bidir_lens: Tensor, cross_document: bool = True,
                index: Optional[Tensor] = None) -> Tensor:
     """The boolean "query may attend to key" mask ``(B, 1, T, T)`` (``[b, 0, i, j]``: query
     ``i``, key ``j``) of §2 and footnote 4, given the layout ``doc_ids`` / ``bidir_lens``
     ``(B, T)`` and, optionally, each token's ``index`` within its document (else derived from
-    ``doc_ids``).
-
-    Key ``j`` is allowed for query ``i`` of the same document iff ``index_j <= index_i`` or
-    ``index_j < n_bidir``; keys of earlier documents of the row are allowed when
-    ``cross_document``; later documents and padding never are. A padding query attends to
-    itself only.
-    """
-    check_layout(doc_ids, bidir_lens)
-    if index is None:
-        index = index_in_document(doc_ids)
-    query_doc, key_doc = doc_ids.unsqueeze(2), doc_ids.unsqueeze(1)  # (B, T, 1), (B, 1, T)
-    query_index, key_index = index.unsqueeze(2), index.unsqueeze(1)
-    key_real = key_doc >= 0
-    same_document = (query_doc == key_doc) & key_real
-    within = (key_index <= query_index) | (key_index < bidir_lens.unsqueeze(2))
-    allowed = same_document & within
-    if cross_document:
-        allowed = allowed | (key_real & (key_doc < query_doc))
-    length = doc_ids.size(1)
-    diagonal = torch.eye(length, dtype=torch.bool, device=doc_ids.device)
-    allowed = allowed | (diagonal & (query_doc < 0))  # padding: itself only
-    return allowed.unsqueeze(1)
+    ``doc_ids``): :func:`layout_mask_mod` evaluated on broadcast index grids, so the dense mask
+    SDPA takes and FlexAttention's block mask follow the same rule (:func:`attention_rule`)."""
+    batch, length = doc_ids.shape
+    mask_mod = layout_mask_mod(doc_ids, bidir_lens, cross_document, index)
+    columns = torch.arange(length, device=doc_ids.device)
+    rows = torch.arange(batch, device=doc_ids.device).view(batch, 1, 1, 1)
+    head = torch.zeros((), dtype=torch.long, device=doc_ids.device)
+    return mask_mod(rows, head, columns.view(1, 1, length, 1), columns.view(1, 1, 1, length))
 
 
 def additive_attention_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:

@@ -1,0 +1,224 @@
+"""FlexAttention for the attention mask of generalized bidirectionality (Artetxe et al., 2022,
+§2, §3.1 footnote 4): the same rule as the dense mask SDPA takes, with the empty blocks skipped.
+
+With a dense ``(B, 1, T, T)`` mask, ``scaled_dot_product_attention`` computes every score, even
+where a whole block of queries may attend to none of a block of keys: later documents, and the
+part above the diagonal outside each document's bidirectional prefix. FlexAttention
+(:func:`torch.nn.attention.flex_attention.flex_attention`) takes a ``BlockMask``: per block of
+``BLOCK_SIZE`` queries, the blocks of keys to compute, those that are *full* (every pair allowed:
+no mask evaluated) apart from the *partial* ones (the ``mask_mod`` decides each pair). Every
+other block is skipped; :meth:`DocumentBlockMask.skipped_fraction` is the share of the dense
+work skipped, the bound on the gain.
+
+**One rule.** The ``mask_mod`` is
+:func:`~fairseq_ext.modules.bidirectional_attention_mask.layout_mask_mod`, which states the rule
+once (:func:`~fairseq_ext.modules.bidirectional_attention_mask.attention_rule`); the dense mask
+(:func:`~fairseq_ext.modules.bidirectional_attention_mask.may_attend`) is that function evaluated
+on broadcast index grids, and so are the block flags here.
+
+**The packed layout.** The ``B`` rows of a batch are laid end to end, each padded to
+``T_pad``, the next multiple of ``BLOCK_SIZE``: FlexAttention sees one sequence of ``L = B x
+T_pad`` tokens, ``(1, H, L, d)``, and the ``mask_mod`` also requires query and key to share their
+row. So the compiled kernel sees batch 1 always, and only ``L`` changes from batch to batch.
+Padding queries attend to themselves only (the rule's padding case), so no row of the softmax is
+empty and no NaN can arise; their outputs are dropped.
+
+**Compilation.** ``flex_attention`` is compiled once per process
+(:func:`compiled_flex_attention`; uncompiled, it is PyTorch's dense reference). The first call
+compiles for its ``L``; the first call with another ``L`` recompiles once with ``L`` symbolic
+(PyTorch's automatic dynamic shapes), and later lengths reuse that graph. A batch of one block
+(``L = BLOCK_SIZE``) is specialised once more; another dtype, or switching between calls that
+need gradients and calls that do not, compiles again. Each compile takes about 3-12 s on 2 CPU
+cores (torch 2.13; inductor's on-disk cache shortens the next process's). Packing is what keeps
+this small: with ``B`` a dimension of its own, a batch of another size recompiles, and in torch
+2.13 the CPU kernel compiled with a symbolic batch size fails to build (a C++ compile error).
+
+**Where it runs** (:func:`flex_unsupported_reason`). FlexAttention computes no attention dropout
+and, in the torch this project pins, has no CPU backward (``NotImplementedError``). So it runs on
+CUDA, and on CPU for calls that need no gradient (``fairseq-validate``,
+``scripts/infill_rescore.py``, ``scripts/score_choices.py``, fairseq-train's validation), in
+both cases only while attention dropout is inactive (evaluation, or ``--attention-dropout 0``).
+:func:`choose_attention_impl` turns ``--attention-impl auto | sdpa | flex`` into the path of a
+batch.
+"""
+import dataclasses
+import functools
+import math
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+from fairseq_ext.modules.bidirectional_attention_mask import (
+    check_layout,
+    index_in_document,
+    layout_mask_mod,
+    may_attend,
+)
+
+#: ``--attention-impl`` choices: ``auto`` picks per batch (:func:`choose_attention_impl`).
+ATTENTION_IMPLS = ("auto", "sdpa", "flex")
+#: Queries and keys per block of the BlockMask (FlexAttention's default).
+BLOCK_SIZE = 128
+
+
+def flex_attention_available() -> bool:
+    """Whether this torch has FlexAttention (``torch.nn.attention.flex_attention``, torch >=
+    2.5)."""
+    try:
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_flex_attention() -> Callable:
+    """``torch.compile(flex_attention)``, made on first use and kept for the process (module
+    doc, "Compilation")."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention)
+
+
+def flex_unsupported_reason(device: torch.device, needs_grad: bool,
+                            attention_dropout: float) -> Optional[str]:
+    """Why FlexAttention cannot run a call on ``device`` (``needs_grad``: the call's outputs
+    need gradients; ``attention_dropout``: the dropout probability on attention weights in
+    effect), or ``None`` when it can."""
+    if not flex_attention_available():
+        return f"torch {torch.__version__} has no FlexAttention (torch >= 2.5 has)"
+    if attention_dropout > 0:
+        return (f"FlexAttention computes no attention dropout, and this call trains with "
+                f"--attention-dropout {attention_dropout:g}")
+    if device.type == "cuda":
+        return None
+    if device.type == "cpu":
+        if needs_grad:
+            return (f"FlexAttention has no CPU backward in torch {torch.__version__} "
+                    "(training on CPU needs gradients)")
+        return None
+    return f"FlexAttention runs on CUDA, and on CPU without gradients; not on {device.type}"
+
+
+def choose_attention_impl(requested: str, device: torch.device, needs_grad: bool,
+                          attention_dropout: float, length: int) -> str:
+    """The path, ``"sdpa"`` or ``"flex"``, of a call with rows of ``length`` tokens.
+
+    ``sdpa`` always; ``flex`` where FlexAttention can run (:func:`flex_unsupported_reason`),
+    else a ``ValueError`` naming the flag; ``auto``: ``flex`` where it can run and the rows span
+    more than one block (a single block has nothing to skip), else ``sdpa``."""
+    if requested not in ATTENTION_IMPLS:
+        raise ValueError(f"--attention-impl {requested!r}: choose one of "
+                         f"{', '.join(ATTENTION_IMPLS)}")
+    if requested == "sdpa":
+        return "sdpa"
+    reason = flex_unsupported_reason(device, needs_grad, attention_dropout)
+    if requested == "flex":
+        if reason is not None:
+            raise ValueError(f"--attention-impl flex cannot run here: {reason}. Use "
+                             "--attention-impl auto (FlexAttention where it runs, SDPA "
+                             "elsewhere) or sdpa")
+        return "flex"
+    return "flex" if reason is None and length > BLOCK_SIZE else "sdpa"
+
+
+def padded_length(length: int, block_size: int = BLOCK_SIZE) -> int:
+    """``length`` rounded up to a whole number of blocks (at least one)."""
+    return max(1, math.ceil(length / block_size)) * block_size
+
+
+def packed_kv_blocks(flags: Tensor):
+    """``(counts (1, 1, N), indices (1, 1, N, N))`` int32, FlexAttention's per-query-block key
+    lists, from ``flags`` ``(B, n, n)`` (row ``b``'s query block ``i`` computes key block
+    ``j``): rows packed end to end, so ``N = B n``, block ``(b, i)`` becomes ``b n + i`` and no
+    block of one row meets another row. Listed blocks come first, in increasing order."""
+    batch, blocks, _ = flags.shape
+    packed = flags.new_zeros(batch, blocks, batch, blocks)
+    rows = torch.arange(batch, device=flags.device)
+    packed[rows, :, rows, :] = flags
+    packed = packed.view(batch * blocks, batch * blocks)
+    counts = packed.sum(dim=-1, dtype=torch.int32)
+    indices = torch.argsort(packed.to(torch.int8), dim=-1, descending=True, stable=True)
+    return counts[None, None], indices.to(torch.int32)[None, None]
+
+
+@dataclasses.dataclass
+class DocumentBlockMask:
+    """A batch's FlexAttention ``BlockMask`` over the packed layout (module doc), built once
+    per batch by :func:`document_block_mask` and shared by every layer; :meth:`attend` runs one
+    layer's attention with it."""
+
+    block_mask: object  # torch.nn.attention.flex_attention.BlockMask
+    batch: int
+    length: int
+    padded_length: int
+    #: per row, query block, key block: computed at all (partial or full), and full
+    computed_blocks: Tensor
+    full_blocks: Tensor
+
+    def skipped_fraction(self) -> float:
+        """The share of the dense ``B x T_pad x T_pad`` scores the BlockMask skips (blocks
+        neither partial nor full), the bound on FlexAttention's gain over dense SDPA."""
+        return 1.0 - float(self.computed_blocks.float().mean())
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, num_heads: int, scale: float) -> Tensor:
+        """``softmax(q k^T scale + mask) v`` for ``q``, ``k``, ``v`` ``(T, B, C)`` (fairseq's
+        layout, ``C = num_heads x d``) -> ``(T, B, C)``."""
+        length, batch, channels = q.shape
+        if (length, batch) != (self.length, self.batch):
+            raise ValueError(f"the block mask was built for {self.batch} rows of {self.length} "
+                             f"tokens; got {batch} rows of {length}")
+        head_dim, padded = channels // num_heads, self.padded_length
+
+        def pack(x: Tensor) -> Tensor:  # (T, B, C) -> (1, H, B * T_pad, d), one copy
+            x = x.view(length, batch, num_heads, head_dim).permute(2, 1, 0, 3)
+            if padded != length:
+                x = torch.cat([x, x.new_zeros(num_heads, batch, padded - length, head_dim)],
+                              dim=2)
+            return x.reshape(1, num_heads, batch * padded, head_dim)
+
+        out = compiled_flex_attention()(pack(q), pack(k), pack(v), block_mask=self.block_mask,
+                                        scale=scale)
+        out = out.view(num_heads, batch, padded, head_dim)[:, :, :length]
+        return out.permute(2, 1, 0, 3).reshape(length, batch, channels)
+
+
+def document_block_mask(doc_ids: Tensor, bidir_lens: Tensor, cross_document: bool = True,
+                        block_size: int = BLOCK_SIZE) -> DocumentBlockMask:
+    """The :class:`DocumentBlockMask` of the layout ``doc_ids`` / ``bidir_lens`` ``(B, T)``
+    (the batch fields, ``-1`` / ``0`` at padding): each row padded to ``T_pad`` (padding
+    columns), the block flags from :func:`may_attend` on that padded layout, the rows packed
+    end to end, and the ``mask_mod`` the same rule on the packed layout, restricted to pairs of
+    one row."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    check_layout(doc_ids, bidir_lens)
+    batch, length = doc_ids.shape
+    padded = padded_length(length, block_size)
+    extra = padded - length
+    doc_ids = torch.nn.functional.pad(doc_ids, (0, extra), value=-1)
+    bidir_lens = torch.nn.functional.pad(bidir_lens, (0, extra), value=0)
+    index = index_in_document(doc_ids)
+    blocks = padded // block_size
+    with torch.no_grad():
+        allowed = may_attend(doc_ids, bidir_lens, cross_document, index)
+        allowed = allowed.view(batch, blocks, block_size, blocks, block_size)
+        computed = allowed.any(dim=4).any(dim=2)
+        full = allowed.all(dim=4).all(dim=2)
+    kv_counts, kv_indices = packed_kv_blocks(computed & ~full)
+    full_counts, full_indices = packed_kv_blocks(full)
+    # the same rule over the packed sequence (row 0 of a 1 x B T_pad layout: indices within
+    # documents computed per row), and pairs of one row only
+    row_mask = layout_mask_mod(doc_ids.reshape(1, -1), bidir_lens.reshape(1, -1),
+                               cross_document, index.reshape(1, -1))
+    row_of = torch.arange(batch, device=doc_ids.device).repeat_interleave(padded)
+
+    def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return (row_of[q_idx] == row_of[kv_idx]) & row_mask(b, h, q_idx, kv_idx)
+
+    total = batch * padded
+    block_mask = BlockMask.from_kv_blocks(kv_counts, kv_indices, full_counts, full_indices,
+                                          BLOCK_SIZE=block_size, mask_mod=mask_mod,
+                                          seq_lengths=(total, total))
+    return DocumentBlockMask(block_mask, batch, length, padded, computed, full)

@@ -1,0 +1,418 @@
+"""FlexAttention for generalized bidirectionality (issue 24; Artetxe et al., 2022, §2, footnote 4):
+the block mask against PyTorch's own ``create_block_mask`` on the same rule, the model's outputs
+with FlexAttention against SDPA's dense mask (fp32 and bf16; odd lengths, padding, one-token
+documents, empty and whole-document prefixes, every variant of Table 1), which path
+``--attention-impl`` takes where, its refusals, and the state dict, which does not depend on
+the path.
+
+FlexAttention's backward needs a GPU (torch has no CPU backward): its equality test is skipped
+without CUDA and runs in ``scripts/gpu_suite.sh`` (its tests stage takes every test file that
+mentions CUDA, and fails on a test skipped for want of a GPU). Every CPU test here that runs the
+compiled kernel shares one rows x length shape and head layout, so a pytest worker compiles it
+once per dtype and cross-document setting.
+"""
+import argparse
+import random
+
+import pytest
+import torch
+from fairseq.data import Dictionary
+from omegaconf import OmegaConf
+
+import fairseq_ext  # noqa: F401  (registers the archs)
+from conftest import USER_DIR, fairseq_cli, run_cli
+from fairseq_ext.benchmarks.bidirectional import build_batches
+from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
+from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
+from fairseq_ext.models.bidirectional_lm import check_attention_impl
+from fairseq_ext.modules import block_sparse_attention
+from fairseq_ext.modules.bidirectional_attention_mask import (
+    additive_attention_mask,
+    index_in_document,
+    layout_mask_mod,
+    may_attend,
+)
+from fairseq_ext.modules.block_sparse_attention import (
+    BLOCK_SIZE,
+    choose_attention_impl,
+    document_block_mask,
+    flex_attention_available,
+)
+from fairseq_ext.modules.sdpa_attention import MaskedSelfAttention
+
+pytestmark = [pytest.mark.usefixtures("one_thread"),  # conftest.py
+              pytest.mark.skipif(not flex_attention_available(),
+                                 reason="this torch has no FlexAttention")]
+
+VOCAB = 40
+#: Every compiled CPU call here: rows x length (an odd length: 300 = 2 blocks + 44).
+ROWS, LENGTH = 5, 300
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def tiny_model(impl="auto", seed=0, **overrides):
+    """bidir_lm_tiny (2 layers x 64, 2 heads) with no dropout and 512 positions, in eval mode."""
+    torch.manual_seed(seed)
+    task = MaskedLmTaskStub(VOCAB)
+    overrides = {"dropout": 0.0, "attention_dropout": 0.0, **overrides}
+    model = build_arch("bidir_lm_tiny", task, 512, attention_impl=impl, **overrides)
+    return model.eval(), task
+
+
+# --- layouts ---------------------------------------------------------------------------------
+
+#: (document lengths, n_bidir of each) per row; the rest of the row is padding.
+HAND_ROWS = [
+    ([1, 1, 150, 1, 100], [1, 0, 0, 1, 100]),  # one-token documents, empty and whole prefixes
+    ([300], [0]),                              # one causal document filling the row
+    ([300], [300]),                            # one document, bidirectional throughout
+    ([130, 129], [64, 1]),                     # documents straddling block boundaries
+    ([], []),                                  # a row of padding only
+]
+
+
+def hand_batch(task, rows=HAND_ROWS, length=LENGTH, seed=0):
+    """The batch fields (``src_tokens`` ... ``bidir_lens``) of ``rows``: random words, each
+    token's position its index in its document, right padding."""
+    pad = task.source_dictionary.pad()
+    generator = torch.Generator().manual_seed(seed)
+    fields = {name: torch.full((len(rows), length), value, dtype=torch.long)
+              for name, value in (("src_tokens", pad), ("src_positions", 0), ("doc_ids", -1),
+                                  ("bidir_lens", 0))}
+    for b, (lengths, prefixes) in enumerate(rows):
+        column = 0
+        for d, (n, n_bidir) in enumerate(zip(lengths, prefixes)):
+            span = slice(column, column + n)
+            fields["src_tokens"][b, span] = torch.randint(task.source_dictionary.nspecial,
+                                                          task.mask_idx, (n,), generator=generator)
+            fields["src_positions"][b, span] = torch.arange(n)
+            fields["doc_ids"][b, span] = d
+            fields["bidir_lens"][b, span] = n_bidir
+            column += n
+    return fields
+
+
+def random_layout(rng, rows, length):
+    """``doc_ids`` / ``bidir_lens`` of random rows: documents of 1 to ``length`` tokens, random
+    prefixes (0 and n included), padding after."""
+    doc_ids = torch.full((rows, length), -1, dtype=torch.long)
+    bidir_lens = torch.zeros(rows, length, dtype=torch.long)
+    for b in range(rows):
+        column, d = 0, 0
+        end = rng.randint(length // 2, length)
+        while column < end:
+            n = min(rng.choice([1, 2, rng.randint(1, length)]), end - column)
+            doc_ids[b, column:column + n] = d
+            bidir_lens[b, column:column + n] = rng.choice([0, n, rng.randint(0, n)])
+            column, d = column + n, d + 1
+    return doc_ids, bidir_lens
+
+
+def real_tokens(net_input):
+    return net_input["doc_ids"].ge(0)
+
+
+# --- 1. the block mask -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("cross_document", [True, False])
+@pytest.mark.parametrize("seed", range(3))
+def test_block_mask_equals_torchs_create_block_mask(cross_document, seed):
+    """Our packed BlockMask (block flags from the dense rule) against PyTorch's
+    ``create_block_mask`` evaluating the same mask_mod pair by pair: the same partial and full
+    blocks; and the mask_mod on the packed layout is the dense mask of each row, nothing
+    across rows."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    rng = random.Random(seed)
+    rows, length = 3, rng.choice([130, 256, 300])
+    doc_ids, bidir_lens = random_layout(rng, rows, length)
+    ours = document_block_mask(doc_ids, bidir_lens, cross_document)
+    padded = ours.padded_length
+    assert padded % BLOCK_SIZE == 0 and padded - BLOCK_SIZE < length <= padded
+    total = rows * padded
+    mask_mod = ours.block_mask.mask_mod
+    reference = create_block_mask(mask_mod, 1, 1, total, total, device="cpu")
+    for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
+        ref, got = getattr(reference, name), getattr(ours.block_mask, name)
+        if name.endswith("indices"):  # only the listed entries are defined
+            counts = getattr(reference, name.replace("indices", "num_blocks"))
+            listed = torch.arange(ref.size(-1)) < counts.unsqueeze(-1)
+            ref, got = ref[listed], got[listed]
+        assert torch.equal(ref, got), name
+    columns = torch.arange(total)
+    packed = mask_mod(torch.tensor(0), torch.tensor(0), columns.view(-1, 1), columns.view(1, -1))
+    dense = may_attend(doc_ids, bidir_lens, cross_document)[:, 0]
+    for b in range(rows):
+        block = packed[b * padded:(b + 1) * padded]
+        assert torch.equal(block[:length, b * padded:b * padded + length], dense[b])
+        assert not block[:, :b * padded].any() and not block[:, (b + 1) * padded:].any()
+    # the skipped fraction counts the blocks neither listed nor full, per row
+    computed = int(ours.block_mask.kv_num_blocks.sum() + ours.block_mask.full_kv_num_blocks.sum())
+    assert ours.skipped_fraction() == pytest.approx(1 - computed / (rows * (padded // 128) ** 2))
+
+
+def test_mask_mod_is_the_dense_rule_on_grids():
+    """``may_attend`` is the mask_mod evaluated on index grids; a query-key pair read off the
+    mask_mod with 0-d indices (as FlexAttention's vmap calls it) agrees."""
+    doc_ids = torch.tensor([[0, 0, 0, 1, 1, 2, -1]])
+    bidir_lens = torch.tensor([[2, 2, 2, 0, 0, 1, 0]])
+    mask_mod = layout_mask_mod(doc_ids, bidir_lens, True, index_in_document(doc_ids))
+    dense = may_attend(doc_ids, bidir_lens)
+    for i in range(7):
+        for j in range(7):
+            pair = mask_mod(torch.tensor(0), torch.tensor(0), torch.tensor(i), torch.tensor(j))
+            assert bool(pair) == bool(dense[0, 0, i, j]), (i, j)
+
+
+# --- 2. FlexAttention against SDPA (forward, CPU) --------------------------------------------
+
+def features(model, net_input, impl):
+    """The model's features on ``impl``'s path (same parameters), without gradients."""
+    model.decoder.attention_impl = impl
+    with torch.no_grad():
+        return model(**net_input, features_only=True)[0]
+
+
+def assert_paths_agree(model, net_input, atol):
+    """Both paths: equal on real tokens within ``atol``, nothing but finite numbers anywhere
+    (padding included)."""
+    flex, sdpa = features(model, net_input, "flex"), features(model, net_input, "sdpa")
+    assert flex.isfinite().all() and sdpa.isfinite().all()
+    real = real_tokens(net_input)
+    difference = float((flex.float() - sdpa.float())[real].abs().max())
+    assert difference <= atol, difference
+    return flex, sdpa
+
+
+@pytest.mark.parametrize("cross_document", [True, False])
+def test_flex_equals_sdpa_on_hand_layouts_fp32(cross_document):
+    model, task = tiny_model(no_cross_document_attention=not cross_document)
+    net_input = hand_batch(task)
+    assert net_input["src_tokens"].shape == (ROWS, LENGTH)
+    assert_paths_agree(model, net_input, atol=1e-5)
+
+
+def test_flex_equals_sdpa_on_hand_layouts_bf16():
+    """bf16: FlexAttention is as close to the fp32 model as SDPA in bf16 is (the tolerance of
+    the dtype), and the two bf16 paths agree to a few bf16 steps."""
+    model, task = tiny_model()
+    net_input = hand_batch(task)
+    reference = features(model, net_input, "sdpa")
+    model = model.to(torch.bfloat16)
+    flex, sdpa = assert_paths_agree(model, net_input, atol=0.1)
+    real = real_tokens(net_input)
+    flex_error = float((flex.float() - reference)[real].abs().max())
+    sdpa_error = float((sdpa.float() - reference)[real].abs().max())
+    assert flex_error <= 1.5 * sdpa_error, (flex_error, sdpa_error)
+
+
+def variant_batch(task, variant, seed):
+    """A batch of ``ROWS`` rows of ``LENGTH`` tokens through the real pipeline
+    (TokenBlockDataset ``complete`` + BidirectionalLMDataset with the variant's sampler), the
+    last row cut short (padding)."""
+    sampler = ObjectiveSampler.from_flags(variant)
+    batch = build_batches(task, sampler, 1, ROWS, LENGTH, 1, 160, seed)["bidirectional_lm"][0]
+    net_input = {k: v for k, v in batch["net_input"].items() if k != "src_lengths"}
+    cut = slice(LENGTH - 37, None)
+    for name, value in (("src_tokens", task.source_dictionary.pad()), ("src_positions", 0),
+                        ("doc_ids", -1), ("bidir_lens", 0)):
+        net_input[name][-1, cut] = value
+    return net_input
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_flex_equals_sdpa_for_every_table_1_variant(dtype):
+    model, task = tiny_model()
+    seen_prefixes = set()
+    for seed, variant in enumerate(sorted(VARIANTS)):
+        net_input = variant_batch(task, variant, seed)
+        real = real_tokens(net_input)
+        seen_prefixes.add(bool((net_input["bidir_lens"][real] > 0).any()))
+        if dtype == "fp32":
+            assert_paths_agree(model, net_input, atol=1e-5)
+        else:
+            reference = features(model, net_input, "sdpa")
+            model = model.to(torch.bfloat16)
+            flex, sdpa = assert_paths_agree(model, net_input, atol=0.1)
+            flex_error = float((flex.float() - reference)[real].abs().max())
+            sdpa_error = float((sdpa.float() - reference)[real].abs().max())
+            assert flex_error <= 1.5 * sdpa_error, (variant, flex_error, sdpa_error)
+            model = model.float()
+    assert seen_prefixes == {True, False}  # causal variants and bidirectional prefixes
+
+
+def test_attention_module_flex_equals_sdpa_on_random_layouts():
+    """One MaskedSelfAttention (2 heads of 32, as bidir_lm_tiny: no new compile) on both paths,
+    random layouts: the same output everywhere (padding queries attend to themselves on both
+    paths)."""
+    torch.manual_seed(0)
+    attention = MaskedSelfAttention(64, 2).eval()
+    doc_ids, bidir_lens = random_layout(random.Random(7), ROWS, LENGTH)
+    x = torch.randn(LENGTH, ROWS, 64)
+    with torch.no_grad():
+        block_mask = document_block_mask(doc_ids, bidir_lens)
+        flex = attention(x, x, x, attn_mask=block_mask, need_weights=False)[0]
+        dense = additive_attention_mask(may_attend(doc_ids, bidir_lens), torch.float32)
+        sdpa = attention(x, x, x, attn_mask=dense, need_weights=False)[0]
+        with pytest.raises(ValueError, match="no attention weights"):
+            attention(x, x, x, attn_mask=block_mask, need_weights=True)
+    assert torch.allclose(flex, sdpa, atol=1e-5, rtol=0)
+
+
+# --- 3. which path, where --------------------------------------------------------------------
+
+@pytest.mark.parametrize("requested, device, needs_grad, dropout, length, expected", [
+    ("auto", CPU, False, 0.0, 300, "flex"),    # fairseq-validate, scoring scripts
+    ("auto", CPU, True, 0.0, 300, "sdpa"),     # CPU training: no CPU backward
+    ("auto", CPU, False, 0.0, 128, "sdpa"),    # one block: nothing to skip
+    ("auto", CUDA, True, 0.0, 2048, "flex"),   # GPU training
+    ("auto", CUDA, True, 0.1, 2048, "sdpa"),   # attention dropout
+    ("sdpa", CPU, False, 0.0, 300, "sdpa"),
+    ("sdpa", CUDA, True, 0.1, 2048, "sdpa"),
+    ("flex", CPU, False, 0.0, 64, "flex"),
+    ("flex", CUDA, True, 0.0, 2048, "flex"),
+    ("flex", CPU, True, 0.0, 300, "no CPU backward"),
+    ("flex", CUDA, True, 0.1, 300, "attention dropout"),
+    ("flex", torch.device("meta"), False, 0.0, 300, "not on meta"),
+])
+def test_choice_of_path(requested, device, needs_grad, dropout, length, expected):
+    if expected in ("flex", "sdpa"):
+        assert choose_attention_impl(requested, device, needs_grad, dropout, length) == expected
+    else:
+        with pytest.raises(ValueError, match=f"--attention-impl flex.*{expected}"):
+            choose_attention_impl(requested, device, needs_grad, dropout, length)
+
+
+def test_auto_follows_gradients_and_mode_in_the_model(monkeypatch):
+    """``auto`` in the model: FlexAttention without gradients, SDPA when the call trains or
+    computes gradients, or when attention dropout is in effect; each batch's mask built once
+    (not per layer), on the path chosen."""
+    model, task = tiny_model(attention_dropout=0.1)
+    net_input = hand_batch(task)
+    built = []
+    monkeypatch.setattr(block_sparse_attention, "compiled_flex_attention",
+                        lambda: built.append("flex call") or fake_flex)
+    for name in ("document_block_mask", "additive_attention_mask"):
+        original = getattr(fairseq_ext.models.bidirectional_lm, name)
+        monkeypatch.setattr(fairseq_ext.models.bidirectional_lm, name,
+                            lambda *a, _name=name, _f=original, **k: built.append(_name) or _f(*a, **k))
+    with torch.no_grad():
+        model(**net_input)  # eval, no gradients: flex, once for both layers
+    assert built == ["document_block_mask", "flex call", "flex call"]
+    built.clear()
+    model(**net_input)  # eval with gradients (CPU): sdpa
+    model.train()
+    with torch.no_grad():
+        model(**net_input)  # training mode, attention dropout 0.1: sdpa
+    assert built == ["additive_attention_mask"] * 2
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    built.clear()
+    model.eval()
+    model(**net_input)  # gradients enabled, but nothing requires them: flex
+    assert built[0] == "document_block_mask"
+
+
+def fake_flex(q, k, v, block_mask, scale):
+    """Dense attention with the BlockMask's own mask (to_dense at token level): the shapes and
+    calling convention of flex_attention, without compiling."""
+    columns = torch.arange(q.size(2))
+    allowed = block_mask.mask_mod(torch.tensor(0), torch.tensor(0), columns.view(-1, 1),
+                                  columns.view(1, -1))
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
+                                                            scale=scale)
+
+
+def test_explicit_flex_refused_in_a_cpu_training_call():
+    model, task = tiny_model(impl="flex")
+    model.train()
+    with pytest.raises(ValueError, match="--attention-impl flex cannot run here: FlexAttention "
+                                         "has no CPU backward"):
+        model(**hand_batch(task))
+
+
+def namespace(**values):
+    return argparse.Namespace(**{"attention_impl": "flex", "attention_dropout": 0.0, **values})
+
+
+def test_config_time_refusals():
+    """fairseq-train / fairseq-hydra-train refuse --attention-impl flex where it cannot train,
+    when they read the config; fairseq-validate and other programs do not (no gradients)."""
+    with pytest.raises(ValueError, match=r"cannot train here \(fairseq-train on CPU\): "
+                                         "FlexAttention has no CPU backward"):
+        check_attention_impl(namespace(cpu=True), program="fairseq-train")
+    with pytest.raises(ValueError, match="--attention-dropout 0.1"):
+        check_attention_impl(namespace(cpu=False, attention_dropout=0.1), program="fairseq-train")
+    hydra = OmegaConf.create({"common": {"cpu": True}, "model": {"attention_impl": "flex",
+                                                                 "attention_dropout": 0.0}})
+    with pytest.raises(ValueError, match=r"fairseq-hydra-train on CPU"):
+        check_attention_impl(hydra.model, program="fairseq-hydra-train")
+    check_attention_impl(namespace(cpu=True))  # not a training program: allowed
+    check_attention_impl(namespace(cpu=True, attention_impl="auto"), program="fairseq-train")
+    with pytest.raises(ValueError, match="--attention-impl 'dense': choose one of auto, sdpa, "
+                                         "flex"):
+        check_attention_impl(namespace(attention_impl="dense"))
+
+
+@pytest.mark.slow
+def test_fairseq_train_refuses_flex_on_cpu_before_training(tmp_path):
+    """The real command line, fine-tuning path included (--task sentence_prediction with a
+    bidir_lm arch reads the same model flag)."""
+    dictionary = Dictionary()
+    for i in range(20):
+        dictionary.add_symbol(f"w{i}")
+    data = tmp_path / "bin"
+    data.mkdir()
+    dictionary.save(str(data / "dict.txt"))
+    proc = run_cli([fairseq_cli("fairseq-train"), data, "--user-dir", USER_DIR, "--task",
+                    "language_modeling", "--arch", "bidir_lm_tiny", "--attention-impl", "flex",
+                    "--attention-dropout", "0", "--cpu", "--optimizer", "adam", "--lr", "1e-3",
+                    "--max-tokens", "64", "--save-dir", tmp_path / "ckpt"], check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "--attention-impl flex cannot train here (fairseq-train on CPU)" in output, output[-3000:]
+    assert not (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
+
+
+def test_state_dict_does_not_depend_on_the_path():
+    """Same seed, either path: the same parameter names and values, so checkpoints move
+    between paths."""
+    flex, _ = tiny_model(impl="flex")
+    sdpa, _ = tiny_model(impl="sdpa")
+    flex_state, sdpa_state = flex.state_dict(), sdpa.state_dict()
+    assert list(flex_state) == list(sdpa_state)
+    assert all(torch.equal(flex_state[k], sdpa_state[k]) for k in flex_state)
+    assert flex.args.attention_impl == "flex" and sdpa.args.attention_impl == "sdpa"
+    sdpa.load_state_dict(flex_state)
+
+
+# --- 4. GPU: backward ------------------------------------------------------------------------
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward needs CUDA")
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 2e-4), (torch.bfloat16, 5e-2)])
+def test_flex_backward_equals_sdpa_on_cuda(dtype, atol):
+    """Training step on CUDA: the loss and every parameter's gradient on the FlexAttention path
+    equal those on the SDPA path (same model, no dropout), on hand layouts and a Table 1
+    variant."""
+    model, task = tiny_model()
+    model = model.cuda().train()
+    batches = [hand_batch(task), variant_batch(task, "hyb_pre", 3)]
+    for net_input in batches:
+        net_input = {k: v.cuda() for k, v in net_input.items()}
+        real = real_tokens(net_input)
+        grads = {}
+        for impl in ("flex", "sdpa"):
+            model.zero_grad()
+            model.decoder.attention_impl = impl
+            with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+                out = model(**net_input, features_only=True)[0]
+            assert model.decoder.attention_path(net_input["src_tokens"]) == impl
+            loss = (out.float()[real] ** 2).mean()
+            loss.backward()
+            grads[impl] = (float(loss), {n: p.grad.float().clone()
+                                         for n, p in model.named_parameters()})
+        assert grads["flex"][0] == pytest.approx(grads["sdpa"][0], abs=atol)
+        for name, grad in grads["flex"][1].items():
+            scale = float(grads["sdpa"][1][name].abs().max()) + 1e-6
+            difference = float((grad - grads["sdpa"][1][name]).abs().max())
+            assert difference <= atol * max(1.0, scale), (name, difference, scale)
