@@ -1,7 +1,8 @@
-"""Evaluation modes of ``bidirectional_lm`` (issue 13; Artetxe et al. 2022, §3.2, Tables 3-5):
-fairseq_ext.data.bidirectional_eval_dataset, the task's ``--eval-mode`` / ``--r-bidir`` /
-``--suffix-fraction`` / ``--eval-seed`` and the criterion's per-R metrics, each against a hand
-computation.
+"""Evaluation modes of ``bidirectional_lm`` (issues 13 and 23; Artetxe et al. 2022, §3.2,
+Tables 3-5): fairseq_ext.data.bidirectional_eval_dataset, the task's ``--eval-mode`` /
+``--r-bidir`` / ``--suffix-fraction`` / ``--eval-seed`` / ``--infill-positions`` /
+``--eval-scores-out`` / ``--document-format`` and the criterion's per-R metrics with their
+standard errors, each against a hand computation.
 
 1. the layouts (``suffix_split`` / ``suffix_layout`` / ``infill_layout`` / ``full_doc_layout``)
    by hand, and no predicted position can see its target for any n in 2..40 and R of Table 4;
@@ -9,7 +10,8 @@ computation.
    counted; infill positions fixed per (eval seed, document), never a special token);
 3. the criterion's metrics on a tiny model against per-token log-probabilities computed here,
    one document at a time (full-document ppl, suffix ppl per R, infill accuracy / loss / ppl per
-   R, and the report lines);
+   R, their standard errors against the delta method / binomial written out here, and the report
+   lines), on documents separated by empty lines (the default) and one per line;
 4. (slow) stock ``fairseq-train`` then ``fairseq-validate --eval-mode ...`` on its checkpoints:
    printed lines and JSON metrics against the same hand computation on the checkpoint loaded
    in-process, every document accounted for, and the errors that name their flag.
@@ -27,7 +29,7 @@ import torch
 from fairseq import checkpoint_utils, metrics
 from fairseq.criterions.masked_lm import MaskedLmConfig
 from fairseq.data import Dictionary, ListDataset
-from test_bidirectional_lm_data import write_data_bin
+from test_bidirectional_lm_data import reference_documents, write_data_bin
 from test_bidirectional_lm_model import tiny_model
 
 import fairseq_ext  # noqa: F401  (registers the task, model and criterion)
@@ -45,11 +47,9 @@ from fairseq_ext.data.bidirectional_eval_dataset import (
     suffix_layout,
     suffix_split,
 )
-from fairseq_ext.data.bidirectional_lm_dataset import (
-    BidirectionalLMDataset,
-    arrange_document,
-    split_lengths,
-)
+from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset, arrange_document
+from fairseq_ext.data.documents import BLANK_LINE_SEPARATED, DOCUMENT_FORMATS, LINES
+from fairseq_ext.evaluation.eval_scores import read_eval_scores
 from fairseq_ext.modules.bidirectional_attention_mask import may_attend
 from fairseq_ext.tasks.bidirectional_lm import BidirectionalLMConfig, BidirectionalLMTask
 
@@ -219,11 +219,11 @@ HAND_DOCUMENTS = [
 P = PAD
 
 
-def eval_dataset(documents, mode, r_values=(), suffix_fraction=0.2, eval_seed=1):
+def eval_dataset(documents, mode, r_values=(), suffix_fraction=0.2, eval_seed=1, positions=1):
     sizes = np.array([len(d) for d in documents])
     lines = ListDataset([torch.tensor(d, dtype=torch.long) for d in documents], sizes)
     return BidirectionalEvalDataset(lines, sizes, mode, list(r_values), suffix_fraction,
-                                    eval_seed, MASK, PAD, SPECIALS)
+                                    eval_seed, MASK, PAD, SPECIALS, positions_per_document=positions)
 
 
 def items_by_document(dataset):
@@ -279,13 +279,19 @@ def test_full_doc_ppl_items_by_hand_have_one_group():
     assert batch["eval_group"].tolist() == [0, 0, 0, 0]
 
 
-def spec_infill_position(tokens, document, eval_seed):
-    """The module docstring's rule: uniform among the non-special positions, drawn from
+def spec_infill_positions(tokens, document, eval_seed, count=1):
+    """The module docstring's rule: ``count`` positions uniformly without replacement among the
+    non-special positions, one ``integers(remaining)`` draw after the other from
     ``numpy.random.default_rng((eval_seed, document))``."""
     candidates = [p for p, token in enumerate(tokens) if token not in SPECIALS]
-    if not candidates:
-        return None
-    return candidates[int(np.random.default_rng((eval_seed, document)).integers(len(candidates)))]
+    rng = np.random.default_rng((eval_seed, document))
+    return [candidates.pop(int(rng.integers(len(candidates))))
+            for _ in range(min(count, len(candidates)))]
+
+
+def spec_infill_position(tokens, document, eval_seed):
+    positions = spec_infill_positions(tokens, document, eval_seed)
+    return positions[0] if positions else None
 
 
 def test_infill_items_by_hand():
@@ -374,32 +380,65 @@ def test_infill_position_is_uniform_over_seeds():
     document = [A, UNK, B, C, EOS, D, MADEUP, E, EOS]  # words at 0, 2, 3, 5, 7
     counts = {p: 0 for p in (0, 2, 3, 5, 7)}
     for seed in range(2000):
-        counts[eval_dataset([document], "infill", [0], eval_seed=seed).infill_positions[0]] += 1
+        counts[eval_dataset([document], "infill", [0], eval_seed=seed).infill_positions[0][0]] += 1
     expected = 2000 / 5
     chi2 = sum((c - expected) ** 2 / expected for c in counts.values())
     assert chi2 < 18.47  # chi-square, 4 degrees of freedom, p = 0.001
 
 
+def test_k_infill_positions_per_document_by_hand():
+    """--infill-positions 3: each document's positions drawn one after the other without
+    replacement, each in a row of its own with one <mask>; a document with fewer non-special
+    tokens gives them all; the first position is K = 1's."""
+    dataset = eval_dataset(HAND_DOCUMENTS, "infill", [0, 1], eval_seed=7, positions=3)
+    single = eval_dataset(HAND_DOCUMENTS, "infill", [0, 1], eval_seed=7)
+    expected = {d: spec_infill_positions(HAND_DOCUMENTS[d], d, 7, 3) for d in (0, 2, 4)}
+    assert [len(expected[d]) for d in (0, 2, 4)] == [3, 1, 3]  # document 2 has one word
+    assert dataset.infill_positions == expected
+    assert all(dataset.infill_positions[d][:1] == single.infill_positions[d] for d in expected)
+    assert (dataset.scored, dataset.skipped, dataset.rows_per_group, len(dataset)) == (3, 2, 7, 14)
+    rows = {}
+    for index in range(len(dataset)):
+        item = dataset[index]
+        document, position = item["document"], item["position"]
+        tokens, n = HAND_DOCUMENTS[document], len(HAND_DOCUMENTS[document])
+        kept = [q for q in range(n) if q != position]
+        assert_item(item, [tokens[q] for q in kept] + [MASK], kept + [position],
+                    [P] * (n - 1) + [tokens[position]], half_up([0, 1][item["group"]], n))
+        rows.setdefault(document, []).append((position, item["group"]))
+    assert {d: sorted(r) for d, r in rows.items()} == \
+        {d: sorted((p, g) for p in expected[d] for g in (0, 1)) for d in expected}
+    batch = dataset.collater([dataset[i] for i in range(4)])
+    assert batch["eval_document"].tolist() == [int(dataset.item_document[i]) for i in range(4)]
+    assert batch["eval_position"].tolist() == [int(dataset.item_position[i]) for i in range(4)]
+    assert batch["eval_split"] == "valid"
+
+
+def test_positions_are_nested_in_k_and_cover_the_document():
+    rng = np.random.default_rng(5)
+    documents = random_documents(rng, 30, 2, 25, special_rate=0.2)
+    by_k = {k: eval_dataset(documents, "infill", [1], eval_seed=3, positions=k).infill_positions
+            for k in (1, 4, 100)}
+    for document, everything in by_k[100].items():
+        words = [p for p, t in enumerate(documents[document]) if t not in SPECIALS]
+        assert sorted(everything) == words  # K >= the words: every word once
+        assert by_k[4][document] == everything[:4] and by_k[1][document] == everything[:1]
+
+
 # --- 3. metrics by hand on a tiny model ----------------------------------------------------------
 
-def eval_task(data, mode, r_bidir=None, **overrides):
+def eval_task(data, mode, r_bidir=None, document_format=BLANK_LINE_SEPARATED, **overrides):
     cfg = BidirectionalLMConfig(data=str(data), seed=1, tokens_per_sample=TOKENS_PER_SAMPLE,
-                                eval_mode=mode, r_bidir=r_bidir, **overrides)
+                                eval_mode=mode, r_bidir=r_bidir, document_format=document_format,
+                                **overrides)
     task = BidirectionalLMTask.setup_task(cfg)
     task.load_dataset("valid", combine=False)
     return task
 
 
-def split_documents(lines):
-    """The documents of a split: each line, one longer than --tokens-per-sample cut into
-    near-equal pieces (first ones longer)."""
-    documents = []
-    for line in lines:
-        start = 0
-        for length in split_lengths(len(line), TOKENS_PER_SAMPLE):
-            documents.append(line[start:start + length])
-            start += length
-    return documents
+def split_documents(lines, document_format=BLANK_LINE_SEPARATED):
+    """The documents of a split (reference_documents at --tokens-per-sample)."""
+    return reference_documents(lines, document_format, TOKENS_PER_SAMPLE)
 
 
 def special_ids_of(dictionary):
@@ -424,74 +463,93 @@ def log_probs(model, inputs, positions=None, n_bidir=None):
 
 def hand_full_doc(model, documents):
     """Summed -ln p(x_{t+1} | x_<=t) over every document (causal), tokens, documents."""
-    nats, tokens, scored = 0.0, 0, 0
-    for doc in documents:
+    rows = []
+    for document, doc in enumerate(documents):
         if len(doc) < 2:
             continue
         lp = log_probs(model, doc)
-        nats -= sum(float(lp[t, doc[t + 1]]) for t in range(len(doc) - 1))
-        tokens, scored = tokens + len(doc) - 1, scored + 1
-    return {"loss": nats, "n": tokens, "docs": scored}
+        rows.append((document, -sum(float(lp[t, doc[t + 1]]) for t in range(len(doc) - 1)),
+                     len(doc) - 1))
+    return hand_totals(rows)
 
 
 def hand_suffix(model, documents, r_bidir, fraction):
-    nats, tokens, scored = 0.0, 0, 0
-    for doc in documents:
+    rows = []
+    for document, doc in enumerate(documents):
         n = len(doc)
         if n < 2:
             continue
         n_suffix = min(max(half_up(fraction, n), 1), n - 1)
         n_prefix = n - n_suffix
         lp = log_probs(model, doc, list(range(n)), half_up(r_bidir, n_prefix))
-        nats -= sum(float(lp[t, doc[t + 1]]) for t in range(n_prefix - 1, n - 1))
-        tokens, scored = tokens + n_suffix, scored + 1
-    return {"loss": nats, "n": tokens, "docs": scored}
+        rows.append((document, -sum(float(lp[t, doc[t + 1]]) for t in range(n_prefix - 1, n - 1)),
+                     n_suffix))
+    return hand_totals(rows)
 
 
-def hand_infill(model, documents, r_bidir, eval_seed, specials):
+def hand_totals(rows, correct=None):
+    """Sums over scored rows ``(document, nats, tokens)`` (and ``correct`` 0/1 per row), with
+    the standard errors written out from their definitions (not from the package's formulas):
+    the loss as a ratio of means over documents, linearised (delta method), and the binomial
+    error of accuracy."""
+    nats = np.array([row[1] for row in rows])
+    tokens = np.array([row[2] for row in rows], dtype=np.float64)
+    mean_loss = nats.sum() / tokens.sum()
+    linearised = (nats - mean_loss * tokens) / tokens.mean()  # d(mean l / mean n)
+    loss_se = linearised.std(ddof=1) / math.sqrt(len(rows))
+    hand = {"loss": float(nats.sum()), "n": int(tokens.sum()), "docs": len(rows), "rows": rows,
+            "loss_se_bits": loss_se / math.log(2), "ppl_se": math.exp(mean_loss) * loss_se}
+    if correct is not None:
+        share = float(np.mean(correct))
+        hand["correct"] = int(np.sum(correct))
+        hand["acc_se"] = 100 * math.sqrt(share * (1 - share) / len(correct))
+    return hand
+
+
+def hand_infill(model, documents, r_bidir, eval_seed, specials, positions=1):
     """Masked-token loss and argmax accuracy (over the vocabulary without ``specials``) of each
-    document's infill position; also how often the unrestricted argmax was a special token,
-    and the smallest margin between the two best non-special logits."""
-    nats, correct, scored, special_argmax, margin = 0.0, 0, 0, 0, math.inf
+    document's ``positions`` infill positions (each a row: ``(document, nats, 1, position,
+    correct)``); also how often the unrestricted argmax was a special token, and the smallest
+    margin between the two best non-special logits."""
+    rows, correct, special_argmax, margin = [], [], 0, math.inf
     for document, doc in enumerate(documents):
-        candidates = [p for p, token in enumerate(doc) if token not in specials]
-        if not candidates:
-            continue
-        p = candidates[int(np.random.default_rng((eval_seed, document)).integers(len(candidates)))]
-        n, kept = len(doc), [q for q in range(len(doc)) if q != p]
-        lp = log_probs(model, [doc[q] for q in kept] + [MASK], kept + [p],
-                       half_up(r_bidir, n))[-1]
-        nats -= float(lp[doc[p]])
-        words = lp.clone()
-        words[specials] = -math.inf
-        top2 = torch.topk(words, 2).values
-        margin = min(margin, float(top2[0] - top2[1]))
-        correct += int(int(words.argmax()) == doc[p])
-        special_argmax += int(int(lp.argmax()) in specials)
-        scored += 1
-    return {"loss": nats, "n": scored, "docs": scored, "correct": correct,
-            "special_argmax": special_argmax, "margin": margin}
+        for p in spec_infill_positions(doc, document, eval_seed, positions):
+            n, kept = len(doc), [q for q in range(len(doc)) if q != p]
+            lp = log_probs(model, [doc[q] for q in kept] + [MASK], kept + [p],
+                           half_up(r_bidir, n))[-1]
+            words = lp.clone()
+            words[specials] = -math.inf
+            top2 = torch.topk(words, 2).values
+            margin = min(margin, float(top2[0] - top2[1]))
+            correct.append(int(int(words.argmax()) == doc[p]))
+            special_argmax += int(int(lp.argmax()) in specials)
+            rows.append((document, -float(lp[doc[p]]), 1, p, correct[-1]))
+    hand = hand_totals(rows, correct)
+    hand.update(special_argmax=special_argmax, margin=margin)
+    return hand
 
 
 def run_criterion(task, model, batch_size=5):
-    """The criterion over the evaluation batches as fairseq-validate forms them, reduced by
-    the task; ``(logging outputs, smoothed metrics)``."""
+    """The criterion over the evaluation batches as fairseq-validate forms them (through the
+    task's ``valid_step``), reduced by the task; ``(logging outputs, smoothed metrics)``."""
     criterion = BidirectionalLmLoss(MaskedLmConfig(tpu=False), task)
     dataset = task.dataset("valid")
     iterator = task.get_batch_iterator(dataset, max_sentences=batch_size,
                                        max_positions=TOKENS_PER_SAMPLE, seed=1)
     logs = []
-    with torch.no_grad():
-        for batch in iterator.next_epoch_itr(shuffle=False):
-            logs.append(criterion(model, batch)[2])
+    model.eval()
+    for batch in iterator.next_epoch_itr(shuffle=False):
+        logs.append(task.valid_step(batch, model, criterion)[2])
+        assert "eval_rows" not in logs[-1]  # the task keeps the per-row scores to itself
     with metrics.aggregate() as aggregated:
         task.reduce_metrics(logs, criterion)
     return logs, aggregated.get_smoothed_values()
 
 
-LINE = re.compile(r"(?P<mode>\w+)(?: \| r_bidir (?P<r>[\d.]+))? \| documents (?P<docs>\d+) \| "
-                  r"tokens (?P<n>\d+) \| loss (?P<loss>[-\d.]+|nan) \| ppl (?P<ppl>[-\d.]+|nan|inf)"
-                  r"(?: \| accuracy (?P<acc>[\d.]+))?$")
+LINE = re.compile(r"(?P<mode>\w+)(?: \| r_bidir (?P<r>[\d.]+))? \| (?:documents|positions) "
+                  r"(?P<docs>\d+) \| tokens (?P<n>\d+) \| loss (?P<loss>[-\d.]+|nan) ± "
+                  r"(?P<loss_se>[\d.]+|nan) \| ppl (?P<ppl>[-\d.]+|nan|inf) ± (?P<ppl_se>[\d.]+|nan|inf)"
+                  r"(?: \| accuracy (?P<acc>[\d.]+) ± (?P<acc_se>[\d.]+|nan))? \(± 1 standard error")
 
 
 def parse_report(text):
@@ -512,39 +570,63 @@ def assert_line(fields, hand):
     loss = hand["loss"] / hand["n"] / math.log(2)
     assert float(fields["loss"]) == pytest.approx(loss, abs=6e-4)
     assert float(fields["ppl"]) == pytest.approx(2 ** loss, abs=6e-3, rel=2e-4)
+    assert float(fields["loss_se"]) == pytest.approx(hand["loss_se_bits"], abs=6e-4)
+    assert float(fields["ppl_se"]) == pytest.approx(hand["ppl_se"], abs=6e-3, rel=2e-4)
     if "correct" in hand:
         assert float(fields["acc"]) == pytest.approx(100 * hand["correct"] / hand["n"], abs=6e-3)
+        assert float(fields["acc_se"]) == pytest.approx(hand["acc_se"], abs=6e-3)
 
 
 def assert_stats(stats, hand):
     """The criterion's summed per-group statistics against the hand sums (float32 forward
     batched and padded vs one document at a time)."""
     assert stats["loss"] == pytest.approx(hand["loss"], rel=2e-5)
-    for key in ("n", "docs", "correct"):
+    assert int(stats["rows"]) == hand["docs"]
+    for key in ("n", "correct"):
         if key in hand:
             assert int(stats[key]) == hand[key], key
 
 
+def assert_errors(values, name, hand):
+    """The logged ``<name>_se`` metrics against the hand standard errors."""
+    assert values[f"{name}_se".replace("ppl", "loss", 1)] == pytest.approx(hand["loss_se_bits"],
+                                                                          abs=6e-4)
+    assert values[f"{name}_se"] == pytest.approx(hand["ppl_se"], abs=6e-3, rel=2e-4)
+
+
 @pytest.fixture(scope="module")
-def metric_data(tmp_path_factory):
-    """A data-bin whose valid split holds ordinary documents, a blank line (``</s>`` alone),
-    a document of specials only and a line longer than --tokens-per-sample (two pieces)."""
+def metric_bin(tmp_path_factory):
+    """A data-bin whose valid split holds ordinary lines, empty lines (``</s>`` alone; a
+    document boundary by default), a line of specials only between two empty lines (a document
+    with nothing to infill), a line longer than --tokens-per-sample (two pieces) and a document
+    of many lines (several pieces of whole lines)."""
     rng = np.random.default_rng(11)
-    lines = (random_documents(rng, 14, 2, 30) + [[EOS], [UNK, EOS]]
-             + random_documents(rng, 1, 100, 100) + random_documents(rng, 3, 3, 12))
-    data = write_data_bin(tmp_path_factory.mktemp("eval_bin"), {"valid": lines}, padded_dictionary())
-    return data, split_documents(lines)
+    lines = (random_documents(rng, 14, 2, 30) + [[EOS], [UNK, EOS], [EOS]]
+             + random_documents(rng, 1, 100, 100) + random_documents(rng, 3, 3, 12) + [[EOS]]
+             + random_documents(rng, 2, 2, 6))
+    return write_data_bin(tmp_path_factory.mktemp("eval_bin"), {"valid": lines},
+                          padded_dictionary()), lines
+
+
+@pytest.fixture(params=DOCUMENT_FORMATS)
+def metric_data(request, metric_bin):
+    """``(data, documents, document_format)`` for each --document-format."""
+    data, lines = metric_bin
+    return data, split_documents(lines, request.param), request.param
 
 
 def biased_tiny_model(task):
     """A random tiny model (fixed seed), nudged so that its argmax is informative: a bias on the
-    final layer norm aligned with a madeupword (the unrestricted argmax is then often that
-    special) and, less, with the frequent word w0 (the best word is then often right)."""
+    final layer norm aligned with a madeupword (the unrestricted argmax is then that special)
+    and, less, with the frequent word w0 (the best word is then w0, right 40% of the time),
+    its weight scaled down so that the context moves the logits less than the bias does (but
+    still moves them: R and the context change every score)."""
     model, _ = tiny_model(task=task, seed=0)
     decoder = model.decoder
     with torch.no_grad():
         direction = torch.randn(decoder.layer_norm.bias.shape, generator=torch.Generator().manual_seed(1))
         direction /= direction.norm()
+        decoder.layer_norm.weight.mul_(0.3)
         decoder.layer_norm.bias.copy_(2.0 * direction)
         decoder.embed_tokens.weight[MADEUP] += 3.0 * direction
         decoder.embed_tokens.weight[W[0]] += 1.5 * direction
@@ -552,12 +634,17 @@ def biased_tiny_model(task):
 
 
 def test_task_serves_the_eval_dataset_for_validation_splits_only(metric_data):
-    data, documents = metric_data
-    task = eval_task(data, "suffix_ppl", "0,1")
+    data, documents, document_format = metric_data
+    task = eval_task(data, "suffix_ppl", "0,1", document_format)
     dataset = task.dataset("valid")
     assert isinstance(dataset, BidirectionalEvalDataset)
+    assert [dataset.documents[i].tolist() for i in range(len(dataset.documents))] == documents
     assert dataset.scored + dataset.skipped == len(documents)
-    assert dataset.skipped == sum(len(d) < 2 for d in documents) == 1
+    # one document per line: the three empty lines are 1-token documents; by default none
+    assert dataset.skipped == sum(len(d) < 2 for d in documents) == \
+        {LINES: 3, BLANK_LINE_SEPARATED: 0}[document_format]
+    if document_format == BLANK_LINE_SEPARATED:
+        assert len(documents) < 10 and sum(doc.count(EOS) > 1 for doc in documents) >= 3
     # what fairseq-train loads for training (combine=True) keeps the training objective
     task.load_dataset("valid", combine=True)
     assert isinstance(task.dataset("valid"), BidirectionalLMDataset)
@@ -567,19 +654,21 @@ def test_task_serves_the_eval_dataset_for_validation_splits_only(metric_data):
 
 
 def test_full_doc_ppl_by_hand(metric_data, caplog):
-    data, documents = metric_data
-    task = eval_task(data, "full_doc_ppl")
+    data, documents, document_format = metric_data
+    task = eval_task(data, "full_doc_ppl", document_format=document_format)
     model = biased_tiny_model(task)
     with caplog.at_level("INFO"):
         logs, values = run_criterion(task, model)
     hand = hand_full_doc(model, documents)
-    assert hand["docs"] == len(documents) - 1  # all but the blank line
+    assert hand["docs"] == sum(len(d) >= 2 for d in documents)  # not the empty lines
     (((mode, label), stats),) = evaluation_stats(logs).items()
     assert (mode, label) == ("full_doc_ppl", "full")
     assert_stats(stats, hand)
     loss = hand["loss"] / hand["n"] / math.log(2)
     assert values["loss"] == pytest.approx(loss, abs=6e-4)
     assert values["ppl"] == pytest.approx(2 ** loss, abs=6e-3, rel=2e-4)
+    assert_errors(values, "ppl", hand)
+    assert 0 < hand["ppl_se"] < values["ppl"]  # finite and positive: there is noise
     assert values["documents"] == hand["docs"] == values["bsz"]
     assert sum(int(log["sample_size"]) for log in logs) == hand["n"]
     (line,) = evaluation_report_lines(logs)
@@ -590,9 +679,10 @@ def test_full_doc_ppl_by_hand(metric_data, caplog):
 
 @pytest.mark.parametrize("fraction", [0.2, 0.5])
 def test_suffix_ppl_per_r_by_hand(metric_data, fraction):
-    data, documents = metric_data
+    data, documents, document_format = metric_data
     r_values = ["0", "0.25", "0.5", "0.75", "1"]
-    task = eval_task(data, "suffix_ppl", ",".join(r_values), suffix_fraction=fraction)
+    task = eval_task(data, "suffix_ppl", ",".join(r_values), document_format,
+                     suffix_fraction=fraction)
     model = biased_tiny_model(task)
     logs, values = run_criterion(task, model, batch_size=7)
     stats = evaluation_stats(logs)
@@ -607,6 +697,7 @@ def test_suffix_ppl_per_r_by_hand(metric_data, fraction):
         loss = hand["loss"] / hand["n"] / math.log(2)
         assert values[f"suffix_loss_r{r}"] == pytest.approx(loss, abs=6e-4)
         assert values[f"suffix_ppl_r{r}"] == pytest.approx(2 ** loss, abs=6e-3, rel=2e-4)
+        assert_errors(values, f"suffix_ppl_r{r}", hand)
         assert_line(report["suffix_ppl", r], hand)
     assert len({round(h["loss"], 6) for h in hands.values()}) > 1  # R changes the scores
     assert values["bsz"] == len(r_values) * hands["0"]["docs"]
@@ -614,19 +705,25 @@ def test_suffix_ppl_per_r_by_hand(metric_data, fraction):
     assert values["loss"] == pytest.approx(total / math.log(2), abs=6e-4)
 
 
-def test_infill_per_r_by_hand(metric_data, caplog):
-    data, documents = metric_data
-    task = eval_task(data, "infill", "0,0.5,1", eval_seed=4)
+@pytest.mark.parametrize("positions", [1, 3])
+def test_infill_per_r_by_hand(metric_data, caplog, positions):
+    data, documents, document_format = metric_data
+    task = eval_task(data, "infill", "0,0.5,1", document_format, eval_seed=4,
+                     infill_positions=positions)
     model = biased_tiny_model(task)
     with caplog.at_level("INFO"):
         logs, values = run_criterion(task, model, batch_size=4)
     stats = evaluation_stats(logs)
     report = parse_report(caplog.text)
     assert set(report) == {("infill", r) for r in ("0", "0.5", "1")}
+    words = [sum(t not in SPECIALS for t in doc) for doc in documents]
     for r in ("0", "0.5", "1"):
-        hand = hand_infill(model, documents, float(r), 4, SPECIALS)
+        hand = hand_infill(model, documents, float(r), 4, SPECIALS, positions)
         assert hand["margin"] > 1e-3  # no near-tie the batched forward could flip
-        assert hand["docs"] == len(documents) - 2  # not the blank line nor <unk> </s>
+        assert hand["docs"] == sum(min(w, positions) for w in words)  # rows: positions
+        assert values[f"positions_r{r}"] == hand["docs"]
+        assert values[f"infill_acc_r{r}_se"] == pytest.approx(hand["acc_se"], abs=6e-3)
+        assert_errors(values, f"infill_ppl_r{r}", hand)
         # the test means something: the right word is sometimes the argmax, and the argmax over
         # the whole vocabulary is sometimes a special token
         assert 0 < hand["correct"] < hand["n"] and hand["special_argmax"] > 0
@@ -637,17 +734,63 @@ def test_infill_per_r_by_hand(metric_data, caplog):
         assert values[f"infill_loss_r{r}"] == pytest.approx(loss, abs=6e-4)
         assert values[f"infill_ppl_r{r}"] == pytest.approx(2 ** loss, abs=6e-3, rel=2e-4)
         assert_line(report["infill", r], hand)
-    assert values["bsz"] == 3 * (len(documents) - 2)
+    assert values["bsz"] == 3 * sum(min(w, positions) for w in words)
 
 
 def test_report_lines_only_outside_training(metric_data, caplog):
-    data, _ = metric_data
-    task = eval_task(data, "suffix_ppl", "0.5")
+    data, _, document_format = metric_data
+    task = eval_task(data, "suffix_ppl", "0.5", document_format)
     model = biased_tiny_model(task)
     task.begin_valid_epoch(1, model)  # fairseq-train's validation
     with caplog.at_level("INFO"):
         logs, values = run_criterion(task, model)
     assert "suffix_loss_r0.5" in values and not parse_report(caplog.text)
+
+
+@pytest.mark.parametrize("mode, r_bidir", [("full_doc_ppl", None), ("suffix_ppl", "0,1"),
+                                           ("infill", "0,1")])
+def test_eval_scores_out_lists_every_row_by_hand(metric_bin, tmp_path, mode, r_bidir):
+    """--eval-scores-out: one JSON line per scored row (document, position, R, tokens, loss in
+    nats, correct), equal to the hand computation row by row; an existing file is refused when
+    the config is read."""
+    data, lines = metric_bin
+    documents = split_documents(lines)
+    path = tmp_path / "scores.jsonl"
+    task = eval_task(data, mode, r_bidir, eval_seed=4, eval_scores_out=str(path),
+                     **({"infill_positions": 2} if mode == "infill" else {}))
+    model = biased_tiny_model(task)
+    run_criterion(task, model, batch_size=3)
+    settings, rows = read_eval_scores(path)
+    assert settings["eval_mode"] == mode and settings["document_format"] == BLANK_LINE_SEPARATED
+    for label in task.eval_group_labels:
+        r = 0.0 if label == "full" else float(label[1:])
+        hand = {"full_doc_ppl": lambda: hand_full_doc(model, documents),
+                "suffix_ppl": lambda: hand_suffix(model, documents, r, 0.2),
+                "infill": lambda: hand_infill(model, documents, r, 4, SPECIALS, 2)}[mode]()
+        expected = {("valid", row[0], row[3] if mode == "infill" else -1, label): row
+                    for row in hand["rows"]}
+        got = {key: row for key, row in rows.items() if key[3] == label}
+        assert got.keys() == expected.keys()
+        for key, row in got.items():
+            assert row["loss"] == pytest.approx(expected[key][1], rel=2e-5, abs=1e-5)
+            assert row["tokens"] == expected[key][2]
+            assert row["correct"] == (expected[key][4] if mode == "infill" else None)
+    with pytest.raises(ValueError, match=f"--eval-scores-out {path} exists; remove it"):
+        eval_task(data, mode, r_bidir, eval_scores_out=str(path))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(eval_mode="suffix_ppl", r_bidir="0", infill_positions=4),
+     "--infill-positions 4 belongs to --eval-mode infill"),
+    (dict(eval_mode="infill", r_bidir="0", infill_positions=0),
+     "--infill-positions 0 must be at least 1"),
+    (dict(eval_scores_out="scores.jsonl"), "--eval-scores-out scores.jsonl needs --eval-mode"),
+    (dict(eval_mode="full_doc_ppl", eval_scores_out="/no/such/dir/s.jsonl"),
+     "the directory /no/such/dir does not exist"),
+])
+def test_evaluation_flags_are_checked_at_setup(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        BidirectionalLMTask.setup_task(BidirectionalLMConfig(data="unused", seed=1, **overrides))
 
 
 # --- 4. end to end: fairseq-train, then fairseq-validate -----------------------------------------
@@ -664,11 +807,16 @@ TRAIN_FLAGS = ["--arch", "bidir_lm_tiny", "--tokens-per-sample", str(TOKENS_PER_
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: variant: updates (nxt_uni and msk_bi only serve the errors)
 TRAINED_VARIANTS = {"hyb_pre": 6, "nxt_uni": 1, "msk_bi": 1}
+#: SCORES stands for the fixture's --eval-scores-out file.
 VALIDATE_RUNS = {
     "suffix_ppl": ["--eval-mode", "suffix_ppl", "--r-bidir", "0,0.5,1", "--batch-size", "5"],
     "infill": ["--eval-mode", "infill", "--r-bidir", "0,1", "--eval-seed", "9",
                "--batch-size", "3"],
     "full_doc_ppl": ["--eval-mode", "full_doc_ppl", "--max-tokens", "256"],
+    "full_doc_ppl_lines": ["--eval-mode", "full_doc_ppl", "--document-format", "lines",
+                           "--max-tokens", "256"],
+    "infill_k3": ["--eval-mode", "infill", "--r-bidir", "0,1", "--eval-seed", "9",
+                  "--infill-positions", "3", "--batch-size", "4", "--eval-scores-out", "SCORES"],
 }
 #: name: (checkpoint, flags after --task bidirectional_lm, what the error must say)
 ERROR_RUNS = {
@@ -684,6 +832,9 @@ ERROR_RUNS = {
                                       "--suffix-fraction", "1"],
                           ["--suffix-fraction 1.0 must lie in (0, 1)"]),
     "r_without_mode": ("hyb_pre", ["--r-bidir", "0.5"], ["--r-bidir 0.5 without --eval-mode"]),
+    "positions_without_infill": ("hyb_pre", ["--eval-mode", "suffix_ppl", "--r-bidir", "0",
+                                             "--infill-positions", "2"],
+                                 ["--infill-positions 2 belongs to --eval-mode infill"]),
 }
 
 
@@ -702,24 +853,29 @@ def validate_command(data, checkpoint, *flags):
 
 @pytest.fixture(scope="module")
 def end_to_end(tmp_path_factory):
-    """A data-bin whose valid split has ordinary lines, two blank lines (``</s>`` alone), a line
-    of specials only and one longer than --tokens-per-sample; a checkpoint per variant of
-    TRAINED_VARIANTS by fairseq-train; then every fairseq-validate run. Returns a dict: the valid
-    documents, the hyb_pre model loaded in-process, the outputs of VALIDATE_RUNS and the
-    completed processes of ERROR_RUNS."""
+    """A data-bin whose splits have documents of several lines between empty lines (the
+    default --document-format), a line of specials only and one longer than
+    --tokens-per-sample; a checkpoint per variant of TRAINED_VARIANTS by fairseq-train; then
+    every fairseq-validate run. Returns a dict: the valid documents (both formats), the hyb_pre
+    model loaded in-process, the outputs of VALIDATE_RUNS, the scores file and the completed
+    processes of ERROR_RUNS."""
     root = tmp_path_factory.mktemp("eval_e2e")
     rng = np.random.default_rng(21)
     valid_lines = (random_documents(rng, 12, 2, 40) + [[EOS]] + random_documents(rng, 3, 2, 8)
-                   + [[UNK, EOS]] + random_documents(rng, 1, 90, 90) + [[EOS]])
-    data = write_data_bin(root / "bin", {"train": random_documents(rng, 160, 2, 40),
-                                         "valid": valid_lines}, padded_dictionary())
+                   + [[EOS], [UNK, EOS], [EOS]] + random_documents(rng, 1, 90, 90) + [[EOS]])
+    train_lines = [line for index, line in enumerate(random_documents(rng, 160, 2, 40))
+                   for line in ([line, [EOS]] if index % 5 == 4 else [line])]
+    data = write_data_bin(root / "bin", {"train": train_lines, "valid": valid_lines},
+                          padded_dictionary())
     run_concurrently([[fairseq_cli("fairseq-train"), data, "--user-dir", USER_DIR,
                        "--task", "bidirectional_lm", "--criterion", "bidirectional_lm",
                        "--variant", variant, *TRAIN_FLAGS, "--max-update", str(updates),
                        "--save-dir", root / variant]
                       for variant, updates in TRAINED_VARIANTS.items()])
     checkpoints = {variant: root / variant / "checkpoint_last.pt" for variant in TRAINED_VARIANTS}
-    commands = [validate_command(data, checkpoints["hyb_pre"], *flags)
+    scores = root / "infill_k3.scores.jsonl"
+    commands = [validate_command(data, checkpoints["hyb_pre"],
+                                 *[str(scores) if flag == "SCORES" else flag for flag in flags])
                 for flags in VALIDATE_RUNS.values()]
     commands += [validate_command(data, checkpoints[variant], "--batch-size", "4", *flags)
                  for variant, flags, _ in ERROR_RUNS.values()]
@@ -728,9 +884,10 @@ def end_to_end(tmp_path_factory):
     for mode in VALIDATE_RUNS:
         assert runs[mode].returncode == 0, runs[mode].stderr[-3000:]
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(checkpoints["hyb_pre"])])
-    return {"documents": split_documents(valid_lines), "model": models[0].eval(),
+    return {"documents": split_documents(valid_lines),
+            "line_documents": split_documents(valid_lines, LINES), "model": models[0].eval(),
             "outputs": {mode: runs[mode].stdout + runs[mode].stderr for mode in VALIDATE_RUNS},
-            "errors": {name: runs[name] for name in ERROR_RUNS}}
+            "scores": scores, "errors": {name: runs[name] for name in ERROR_RUNS}}
 
 
 def final_record(output):
@@ -746,13 +903,14 @@ def scored_and_skipped(output):
     return int(match[1]), int(match[2])
 
 
-def check_full_doc_ppl(run):
-    documents, output = run["documents"], run["outputs"]["full_doc_ppl"]
+def check_full_doc_ppl(run, documents_key="documents", name="full_doc_ppl"):
+    documents, output = run[documents_key], run["outputs"][name]
     hand = hand_full_doc(run["model"], documents)
     scored, skipped = scored_and_skipped(output)
-    assert (scored, skipped) == (hand["docs"], 2)  # the two blank lines
-    assert scored + skipped == len(documents) == 20  # 19 lines, the long one in two pieces
+    assert (scored, skipped) == (hand["docs"], sum(len(d) < 2 for d in documents))
+    assert scored + skipped == len(documents)
     record = final_record(output)
+    assert record["valid_ppl_se"] == pytest.approx(hand["ppl_se"], abs=6e-3, rel=2e-4)
     loss = hand["loss"] / hand["n"] / math.log(2)
     assert record["valid_loss"] == pytest.approx(loss, abs=6e-4)
     assert record["valid_ppl"] == pytest.approx(2 ** loss, abs=6e-3, rel=2e-4)
@@ -762,12 +920,21 @@ def check_full_doc_ppl(run):
     assert_line(report["full_doc_ppl", None], hand)
 
 
+def check_full_doc_ppl_lines(run):
+    """--document-format lines on a checkpoint trained on blank-line documents: every line
+    scored on its own, the four empty lines skipped."""
+    assert len(run["line_documents"]) == 22  # 21 lines, the long one in two pieces
+    assert len(run["documents"]) < 10
+    check_full_doc_ppl(run, "line_documents", "full_doc_ppl_lines")
+    assert scored_and_skipped(run["outputs"]["full_doc_ppl_lines"])[1] == 4
+
+
 def check_suffix_ppl(run):
     documents, output = run["documents"], run["outputs"]["suffix_ppl"]
     record, report = final_record(output), parse_report(output)
     assert set(report) == {("suffix_ppl", r) for r in ("0", "0.5", "1")}
     scored, skipped = scored_and_skipped(output)
-    assert scored + skipped == len(documents) and skipped == 2
+    assert scored + skipped == len(documents) and skipped == sum(len(d) < 2 for d in documents)
     assert record["valid_bsz"] == 3 * scored
     hands = []
     for r in ("0", "0.5", "1"):
@@ -782,16 +949,20 @@ def check_suffix_ppl(run):
     assert record["valid_loss"] == pytest.approx(total, abs=6e-4)
 
 
-def check_infill(run):
-    documents, output = run["documents"], run["outputs"]["infill"]
+def check_infill(run, name="infill", positions=1):
+    documents, output = run["documents"], run["outputs"][name]
     record, report = final_record(output), parse_report(output)
     assert set(report) == {("infill", "0"), ("infill", "1")}
     scored, skipped = scored_and_skipped(output)
-    assert scored + skipped == len(documents) and skipped == 3  # blank lines, <unk> </s>
-    assert record["valid_bsz"] == 2 * scored
+    words = [sum(t not in SPECIALS for t in doc) for doc in documents]
+    assert scored + skipped == len(documents) and skipped == words.count(0) == 1  # <unk> </s>
+    rows = sum(min(w, positions) for w in words)
+    assert record["valid_bsz"] == 2 * rows
     for r in ("0", "1"):
-        hand = hand_infill(run["model"], documents, float(r), 9, SPECIALS)
-        assert hand["docs"] == scored and hand["margin"] > 1e-4
+        hand = hand_infill(run["model"], documents, float(r), 9, SPECIALS, positions)
+        assert hand["docs"] == rows and hand["margin"] > 1e-4
+        assert record[f"valid_positions_r{r}"] == rows
+        assert record[f"valid_infill_acc_r{r}_se"] == pytest.approx(hand["acc_se"], abs=6e-3)
         assert hand["correct"] > 0  # the trained model gets some right (w0 is 40% of the words)
         loss = hand["loss"] / hand["n"] / math.log(2)
         assert record[f"valid_infill_acc_r{r}"] == pytest.approx(
@@ -799,6 +970,22 @@ def check_infill(run):
         assert record[f"valid_infill_loss_r{r}"] == pytest.approx(loss, abs=6e-4)
         assert record[f"valid_infill_ppl_r{r}"] == pytest.approx(2 ** loss, abs=6e-3, rel=2e-4)
         assert_line(report["infill", r], hand)
+
+
+def check_infill_k3(run):
+    """--infill-positions 3 with --eval-scores-out: three rows per document, each row in the
+    scores file equal to the hand computation."""
+    check_infill(run, "infill_k3", positions=3)
+    settings, rows = read_eval_scores(run["scores"])
+    assert settings["infill_positions"] == "3" and settings["eval_mode"] == "infill"
+    for r in ("0", "1"):
+        hand = hand_infill(run["model"], run["documents"], float(r), 9, SPECIALS, 3)
+        expected = {("valid", row[0], row[3], f"r{r}"): row for row in hand["rows"]}
+        got = {key: row for key, row in rows.items() if key[3] == f"r{r}"}
+        assert got.keys() == expected.keys()
+        for key, row in got.items():
+            assert row["loss"] == pytest.approx(expected[key][1], rel=2e-5, abs=1e-5)
+            assert row["correct"] == expected[key][4]
 
 
 def check_errors(run):
@@ -815,7 +1002,8 @@ def check_errors(run):
 def test_fairseq_validate_end_to_end(end_to_end):
     """Every check of the end-to-end runs; all failures reported together."""
     failures = []
-    for check in (check_full_doc_ppl, check_suffix_ppl, check_infill, check_errors):
+    for check in (check_full_doc_ppl, check_full_doc_ppl_lines, check_suffix_ppl, check_infill,
+                  check_infill_k3, check_errors):
         try:
             check(end_to_end)
         except AssertionError as error:

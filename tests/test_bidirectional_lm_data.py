@@ -16,18 +16,21 @@ from fairseq.data import Dictionary, ListDataset, TokenBlockDataset, indexed_dat
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 import fairseq_ext  # noqa: F401  (registers the task)
-from fairseq_ext.data.bidirectional_lm_dataset import (
-    BidirectionalLMDataset,
-    arrange_document,
-    split_lengths,
-    split_long_documents,
-)
+from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset, arrange_document
 from fairseq_ext.data.bidirectional_sampling import (
     VARIANTS,
     DocumentObjective,
     ObjectiveSampler,
     largest_safe_n_predict,
     parse_count_expression,
+)
+from fairseq_ext.data.documents import (
+    BLANK_LINE_SEPARATED,
+    DOCUMENT_FORMATS,
+    LINES,
+    format_mismatch,
+    read_documents,
+    split_lengths,
 )
 from fairseq_ext.tasks.bidirectional_lm import (
     BidirectionalLMConfig,
@@ -58,13 +61,15 @@ def random_documents(rng, count, low, high):
             for n in rng.integers(low, high + 1, size=count)]
 
 
-def build_dataset(documents, variant="hyb_pre", tokens_per_sample=64, break_mode="complete",
-                  seed=1, epoch=1, **flags):
+def build_dataset(lines, variant="hyb_pre", tokens_per_sample=64, break_mode="complete",
+                  seed=1, epoch=1, document_format="lines", **flags):
+    """The training dataset over ``lines`` (token lists, each ending in ``</s>``; ``[</s>]`` is
+    an empty line), read as ``document_format`` (by default each line a document)."""
     sampler = ObjectiveSampler.from_flags(variant, **flags)
     sampler.check_targets_stay_hidden(tokens_per_sample)
-    sizes = np.array([len(d) for d in documents])
-    lines = ListDataset([torch.tensor(d, dtype=torch.long) for d in documents], sizes)
-    docs = split_long_documents(lines, sizes, tokens_per_sample)
+    sizes = np.array([len(d) for d in lines])
+    lines = ListDataset([torch.tensor(d, dtype=torch.long) for d in lines], sizes)
+    docs = read_documents(lines, sizes, document_format, tokens_per_sample, PAD, EOS)
     blocks = TokenBlockDataset(docs, docs.sizes, tokens_per_sample, pad=PAD, eos=EOS,
                                break_mode=break_mode, document_sep_len=1)
     dataset = BidirectionalLMDataset(blocks, docs.sizes, sampler, mask_idx=MASK, pad_idx=PAD,
@@ -106,6 +111,43 @@ def attention(doc_ids, bidir_lens, cross_document=True):
             a, b = i - start[i], j - start[i]
             allowed[i][j] = b <= a or b < bidir_lens[i]
     return allowed
+
+
+def reference_documents(lines, document_format, max_length):
+    """fairseq_ext.data.documents's rule written plainly: lines longer than ``max_length`` cut
+    into near-equal pieces (first ones longer); under ``lines`` each piece is a document; under
+    ``blank_line_separated`` an empty line (``[</s>]``) ends a document and is dropped, and
+    pieces are packed greedily into documents of at most ``max_length`` tokens."""
+    units = []
+    for line in lines:
+        pieces = -(-len(line) // max_length)
+        base, longer = divmod(len(line), pieces)
+        start = 0
+        for piece in range(pieces):
+            size = base + (piece < longer)
+            units.append(list(line[start:start + size]))
+            start += size
+    if document_format == LINES:
+        return units
+    documents, current = [], []
+    for unit in units:
+        if unit == [EOS]:
+            if current:
+                documents.append(current)
+            current = []
+            continue
+        if current and len(current) + len(unit) > max_length:
+            documents.append(current)
+            current = []
+        current = current + unit
+    if current:
+        documents.append(current)
+    return documents
+
+
+def all_row_documents(dataset):
+    """Every document of every row, in row order (the order the documents were read)."""
+    return [doc for index in range(len(dataset)) for doc in row_documents(dataset, index)[0]]
 
 
 def row_documents(dataset, index):
@@ -210,12 +252,21 @@ CUSTOM_CONFIGS = {
 CONFIGS = {**{v: dict(variant=v) for v in VARIANTS}, **CUSTOM_CONFIGS}
 
 
+@pytest.mark.parametrize("document_format", DOCUMENT_FORMATS)
 @pytest.mark.parametrize("cross_document", [True, False])
 @pytest.mark.parametrize("config", sorted(CONFIGS))
-def test_rows_match_figure_3_and_no_position_sees_its_target(config, cross_document):
+def test_rows_match_figure_3_and_no_position_sees_its_target(config, cross_document,
+                                                             document_format):
+    """Lines of 1-20 tokens, about 1 in 20 empty: under ``blank_line_separated`` documents of
+    several lines (with the </s> of each line inside), cut where longer than a row."""
     rng = np.random.default_rng(7)
-    dataset = build_dataset(random_documents(rng, 300, 1, 20), tokens_per_sample=48,
+    lines = random_documents(rng, 300, 1, 20)
+    dataset = build_dataset(lines, tokens_per_sample=48, document_format=document_format,
                             **CONFIGS[config])
+    documents = reference_documents(lines, document_format, 48)
+    assert all_row_documents(dataset) == documents  # rows hold whole documents, in order
+    if document_format == BLANK_LINE_SEPARATED:
+        assert sum(doc.count(EOS) > 1 for doc in documents) > len(documents) / 2
     batch = whole_batch(dataset)
     net, target = batch["net_input"], batch["target"]
     predicted_total = 0
@@ -453,6 +504,144 @@ def test_long_documents_are_split_not_truncated(break_mode):
             assert pos[c] == (0 if c == 0 or ids[c - 1] != ids[c] else pos[c - 1] + 1)
 
 
+# --- 5b. documents separated by empty lines ----------------------------------------------------
+
+#: A data-bin split by hand: leading, repeated and trailing empty lines, a one-line document, a
+#: document of two short lines, and long lines (8 and 13 tokens) in documents longer than a row.
+HAND_LINES = [[EOS], [A, B, EOS], [C, EOS], [EOS], [EOS], [D, E, F, A, B, C, D, EOS], [A, EOS],
+              [EOS], [B, C, D, E, F, A, B, C, D, E, F, A, EOS], [C, EOS], [EOS], [D, EOS], [EOS]]
+#: Its documents at --tokens-per-sample 6, by hand: the 8-token line is cut 4 + 4 and [A </s>]
+#: joins its second piece (4 + 2 <= 6); the 13-token line is cut 5 + 4 + 4 and [C </s>] joins
+#: the last piece.
+HAND_DOCUMENTS_6 = {
+    BLANK_LINE_SEPARATED: [[A, B, EOS, C, EOS], [D, E, F, A], [B, C, D, EOS, A, EOS],
+                           [B, C, D, E, F], [A, B, C, D], [E, F, A, EOS, C, EOS], [D, EOS]],
+    LINES: [[EOS], [A, B, EOS], [C, EOS], [EOS], [EOS], [D, E, F, A], [B, C, D, EOS], [A, EOS],
+            [EOS], [B, C, D, E, F], [A, B, C, D], [E, F, A, EOS], [C, EOS], [EOS], [D, EOS],
+            [EOS]],
+}
+
+
+@pytest.mark.parametrize("document_format", DOCUMENT_FORMATS)
+def test_documents_by_hand(document_format):
+    sizes = np.array([len(line) for line in HAND_LINES])
+    lines = ListDataset([torch.tensor(line) for line in HAND_LINES], sizes)
+    documents = read_documents(lines, sizes, document_format, 6, PAD, EOS)
+    assert [documents[i].tolist() for i in range(len(documents))] == \
+        HAND_DOCUMENTS_6[document_format] == reference_documents(HAND_LINES, document_format, 6)
+    assert documents.sizes.tolist() == [len(d) for d in HAND_DOCUMENTS_6[document_format]]
+
+
+@pytest.mark.parametrize("document_format", DOCUMENT_FORMATS)
+def test_documents_match_the_reference_on_random_data(document_format):
+    rng = np.random.default_rng(12)
+    for trial in range(200):
+        max_length = int(rng.integers(3, 30))
+        lines = [[EOS] if rng.random() < 0.25 else
+                 [int(t) for t in rng.integers(FIRST_WORD, FIRST_WORD + len(WORDS),
+                                               size=int(rng.integers(1, 3 * max_length)))] + [EOS]
+                 for _ in range(int(rng.integers(1, 30)))]
+        expected = reference_documents(lines, document_format, max_length)
+        sizes = np.array([len(line) for line in lines])
+        dataset = ListDataset([torch.tensor(line) for line in lines], sizes)
+        if not expected:  # only empty lines
+            with pytest.raises(ValueError, match="no document: every one of the"):
+                read_documents(dataset, sizes, document_format, max_length, PAD, EOS)
+            continue
+        documents = read_documents(dataset, sizes, document_format, max_length, PAD, EOS)
+        assert [documents[i].tolist() for i in range(len(documents))] == expected, trial
+        assert max(documents.sizes) <= max_length
+
+
+@pytest.mark.parametrize("name", ["hyb_pre", "nxt_pre", "msk_bi", "all_plain"])
+def test_hand_documents_through_the_task(tmp_path, name):
+    """The task on a data-bin with empty lines, long documents and one-line documents: its rows
+    are the hand documents, packed, with Figure 3 applied to each (the </s> inside a document is
+    an ordinary token) and every draw within its document's length."""
+    data = write_data_bin(tmp_path / "bin", {"train": HAND_LINES * 3})
+    task = BidirectionalLMTask.setup_task(config(data=str(data), tokens_per_sample=6,
+                                                 **CONFIGS[name]))
+    task.load_dataset("train")
+    dataset = task.dataset("train")
+    assert all_row_documents(dataset) == HAND_DOCUMENTS_6[BLANK_LINE_SEPARATED] * 3
+    for index in range(len(dataset)):
+        documents, objectives = row_documents(dataset, index)
+        item = dataset[index]
+        src, pos, tgt = item["source"].tolist(), item["positions"].tolist(), item["target"].tolist()
+        start = 0
+        for doc, objective in zip(documents, objectives):
+            assert objective.n == len(doc) and 0 <= objective.n_bidir <= len(doc)
+            span = slice(start, start + len(doc))
+            masked = sorted(p for s, p in zip(src[span], pos[span]) if s == task.mask_idx)
+            assert (src[span], pos[span], tgt[span]) == \
+                figure_3_reference(doc, masked, objective.n_predict, task.mask_idx)
+            start += len(doc)
+
+
+def test_plain_lm_documents_are_whole_blank_line_documents():
+    """--plain-lm-prob 1 with nxt_uni-style prediction on blank-line documents: every document
+    predicts each next token of the document, across its line breaks (a </s> inside predicts
+    the first token of the next line), and nothing after its last token."""
+    rng = np.random.default_rng(4)
+    lines = random_documents(rng, 200, 1, 12)
+    dataset = build_dataset(lines, "hyb_uni", tokens_per_sample=40, plain_lm_prob=1.0,
+                            document_format=BLANK_LINE_SEPARATED)
+    inner_eos_targets = 0
+    for index in range(len(dataset)):
+        documents, objectives = row_documents(dataset, index)
+        tgt = dataset[index]["target"].tolist()
+        start = 0
+        for doc, objective in zip(documents, objectives):
+            assert (objective.n_mask, objective.n_bidir, objective.n_predict) == (0, 0, len(doc))
+            assert tgt[start:start + len(doc)] == doc[1:] + [PAD]
+            inner_eos_targets += doc[:-1].count(EOS)
+            start += len(doc)
+    assert inner_eos_targets > 50
+
+
+@pytest.mark.parametrize("document_format, lines, expected", [
+    (LINES, [[A, EOS], [EOS], [B, EOS]], "1 of its 3 lines are empty"),
+    (LINES, [[A, EOS], [B, EOS]], None),
+    (BLANK_LINE_SEPARATED, [[A, EOS], [B, C, EOS], [D, EOS]], "none of its 3 lines is empty"),
+    (BLANK_LINE_SEPARATED, [[A, EOS], [EOS], [B, EOS]], None),
+    (BLANK_LINE_SEPARATED, [[A, EOS]], None),  # one line: nothing to tell
+])
+def test_format_mismatch(document_format, lines, expected):
+    reason = format_mismatch([len(line) for line in lines], document_format)
+    if expected is None:
+        assert reason is None
+    else:
+        assert expected in reason
+        other = LINES if document_format == BLANK_LINE_SEPARATED else BLANK_LINE_SEPARATED
+        assert f"use --document-format {other}" in reason
+
+
+def test_the_task_warns_once_about_data_in_the_other_layout(tmp_path, caplog):
+    lines = [[A, EOS], [B, EOS], [EOS], [C, EOS], [D, EOS]]
+    data = write_data_bin(tmp_path / "bin", {"train": lines, "valid": lines})
+    task = BidirectionalLMTask.setup_task(config(data=str(data), document_format="lines"))
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            task.load_dataset("train")
+        task.load_dataset("valid")
+    warnings = [r.getMessage() for r in caplog.records if "lines are empty" in r.getMessage()]
+    assert len(warnings) == 2  # once per split, however often it is loaded
+    assert all("use --document-format blank_line_separated" in w for w in warnings)
+    caplog.clear()
+    task = BidirectionalLMTask.setup_task(config(data=str(data)))
+    with caplog.at_level("WARNING"):
+        task.load_dataset("train")
+    assert "--document-format" not in caplog.text
+
+
+def test_a_split_of_empty_lines_only_is_refused(tmp_path):
+    data = write_data_bin(tmp_path / "bin", {"train": [[EOS], [EOS]]})
+    task = BidirectionalLMTask.setup_task(config(data=str(data)))
+    with pytest.raises(ValueError, match="the train split of .*: no document: every one of the 2 "
+                                         "lines is empty.*use --document-format lines"):
+        task.load_dataset("train")
+
+
 # --- 6. count expressions ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, env, expected", [
@@ -558,7 +747,8 @@ def test_cli_flags_reach_the_task_through_hydra(tmp_path):
         total += batch["ntokens"]
         assert batch["net_input"]["src_tokens"].size(1) <= 16
         assert batch["ntokens"] == int(batch["net_input"]["src_lengths"].sum())
-    assert total == sum(len(d) for d in train)  # every token once, nothing truncated
+    # every token once, nothing truncated; the empty lines between documents are not tokens
+    assert total == sum(len(d) for d in train if d != [EOS])
     default = tasks.setup_task(convert_namespace_to_omegaconf(parse_training_flags(str(data))).task)
     assert default.cross_document_attention is True and str(default.cfg.variant) == "hyb_pre"
 
@@ -605,7 +795,15 @@ def config(**overrides):
     (dict(plain_lm_prob=2.0), r"--plain-lm-prob 2.0 is not a probability"),
     (dict(sample_break_mode="none"), "--sample-break-mode none: .*cuts documents"),
     (dict(tokens_per_sample=0), "--tokens-per-sample 0 must be positive"),
-    (dict(sample_break_mode="complete_doc", tokens_per_sample=2), "--tokens-per-sample 2 with complete_doc"),
+    (dict(sample_break_mode="complete_doc", tokens_per_sample=2, document_format="lines"),
+     "--tokens-per-sample 2 with complete_doc"),
+    (dict(sample_break_mode="complete_doc"),
+     "--sample-break-mode complete_doc with --document-format blank_line_separated: the "
+     "documents are already read whole"),
+    (dict(tokens_per_sample=2), "--tokens-per-sample 2 with --document-format "
+                                "blank_line_separated: must be at least 3"),
+    (dict(document_format="paragraphs"), "--document-format 'paragraphs' is not one of "
+                                         "blank_line_separated, lines"),
     # footnote 1: the prefix LM must not predict inside its prefix
     (dict(variant="nxt_pre", n_predict="n"), r"--n-predict 'n' .*footnote 1.*at most"),
     (dict(variant="hyb_pre", n_predict="n-n_bidir+n_mask"), r"--n-predict 'n-n_bidir\+n_mask'.*footnote 1"),
@@ -645,11 +843,17 @@ def test_msk_variants_warn_that_plain_documents_predict_nothing(tmp_path, caplog
 
 def test_on_a_preprocessed_data_bin(tiny_data_bin):
     """fairseq-preprocess output (sentence lines, blank lines between documents): rows of at
-    most tokens_per_sample, each document a line ending in </s>, targets never visible."""
+    most tokens_per_sample holding the documents of the blank-line rule (reference_documents
+    over the data-bin's own lines), several lines each, targets never visible."""
     task = BidirectionalLMTask.setup_task(config(data=str(tiny_data_bin), tokens_per_sample=64))
     task.load_dataset("valid")
     dataset = task.dataset("valid")
     assert max(dataset.sizes) <= 64
+    lines = indexed_dataset.MMapIndexedDataset(str(tiny_data_bin / "valid"))
+    documents = reference_documents([lines[i].tolist() for i in range(len(lines))],
+                                    BLANK_LINE_SEPARATED, 64)
+    assert all_row_documents(dataset) == documents
+    assert sum(doc.count(EOS) > 1 for doc in documents) > len(documents) / 2
     for index in range(len(dataset)):
         documents, objectives = row_documents(dataset, index)
         assert all(doc[-1] == EOS for doc in documents)

@@ -34,7 +34,7 @@ from fairseq import options, tasks
 from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import OmegaConf
-from test_bidirectional_lm_data import write_data_bin
+from test_bidirectional_lm_data import reference_documents, write_data_bin
 
 import fairseq_ext
 from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, run_cli
@@ -75,14 +75,18 @@ SPECIALS = sorted({BOS, PAD, EOS, UNK, MASK} | {i for i, s in enumerate(DICTIONA
                                               if s.startswith("madeupword")})
 
 
-def write_checkpoint(data: Path, variant: str, path: Path, seed: int = 0) -> Path:
+def write_checkpoint(data: Path, variant: str, path: Path, seed: int = 0,
+                     document_format: str = "lines") -> Path:
     """A randomly initialised bidir_lm_tiny checkpoint of ``--variant``, with the config
-    fairseq-train saves for ``fairseq-train DATA --task bidirectional_lm --variant V``."""
+    fairseq-train saves for ``fairseq-train DATA --task bidirectional_lm --variant V
+    --document-format F`` (default ``lines``: the word data-bins below hold one document per
+    line, with lines that exercise the edge cases)."""
     parser = options.get_training_parser(default_task="bidirectional_lm")
     args = options.parse_args_and_arch(parser, input_args=[
         str(data), "--task", "bidirectional_lm", "--arch", "bidir_lm_tiny",
         "--criterion", "bidirectional_lm", "--user-dir", fairseq_ext.__path__[0],
-        "--variant", variant, "--tokens-per-sample", str(TOKENS_PER_SAMPLE), "--seed", "1"])
+        "--variant", variant, "--tokens-per-sample", str(TOKENS_PER_SAMPLE), "--seed", "1",
+        "--document-format", document_format])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     torch.manual_seed(seed)
@@ -594,16 +598,60 @@ def test_whitespace_tokenizer_and_help(word_setup, tmp_path):
         assert fragment in proc.stdout
 
 
+def test_one_input_is_one_document_even_with_an_empty_line_inside(word_setup, tmp_path):
+    """The blank-line document rule belongs to data-bins only: an input of score_choices.py (or a
+    fine-tuning example, example_layout) holding ``</s> </s>`` (what an empty line looks like in a
+    data-bin; RoBERTa's sentence-pair separator) is still one document: positions run through it
+    and every token attends to all before it. Its score equals the hand log-likelihood of the
+    whole input, not the sum over the two halves an empty-line split would make."""
+    from fairseq_ext.models.bidirectional_lm import example_layout
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"context": "w1 w2 </s> </s> w3", "choices": ["w4 w5", "w6"]}) + "\n")
+    scoring = load_scoring_model(word_setup["checkpoints"]["nxt_uni"], word_setup["data"])
+    args = multiple_choice.build_parser().parse_args([
+        "--path", str(word_setup["checkpoints"]["nxt_uni"]), "--data", str(word_setup["data"]),
+        "--input", str(rows), "--tokenizer", "none", "--normalization", "none", "--cpu"])
+    result = multiple_choice.run(args)["rows"][0]
+    whole = [[W[1], W[2], EOS, EOS, W[3], W[4], W[5], EOS], [W[1], W[2], EOS, EOS, W[3], W[6], EOS]]
+
+    def choice_log_likelihood(seq, first):  # the tokens after the shared 5-token context
+        lp = hand_log_probs(scoring.model, list(seq))
+        return sum(float(lp[t - 1, seq[t]]) for t in range(first, len(seq)))
+
+    one_document = [choice_log_likelihood(seq, 5) for seq in whole]
+    split = [choice_log_likelihood(seq[4:], 1) for seq in whole]  # w3 ... after the "empty line"
+    assert result["scores"] == pytest.approx(one_document, rel=1e-5, abs=1e-5)
+    assert all(abs(a - b) > 1e-3 for a, b in zip(one_document, split))
+    tokens = torch.tensor([whole[0]])
+    for r_bidir in (0.0, 1.0):
+        positions, doc_ids, bidir_lens = example_layout(tokens, PAD, r_bidir)
+        assert positions.tolist() == [list(range(8))] and doc_ids.tolist() == [[0] * 8]
+        assert bidir_lens.tolist() == [[int(8 * r_bidir)] * 8]
+
+
 # --- slow: fairseq-train checkpoints, fairseq-validate's positions -------------------------------
+
+def with_empty_lines(lines, every):
+    """``lines`` with an empty line (``</s>`` alone) after every ``every``-th: documents of
+    ``every`` lines, as scripts/prepare_corpus.sh writes them."""
+    return [out for index, line in enumerate(lines)
+            for out in ([line, [EOS]] if index % every == every - 1 else [line])]
+
 
 @pytest.mark.slow
 def test_proposer_matches_fairseq_validate_infill(tmp_path):
-    """Checkpoints trained by fairseq-train: infill_rescore.py's proposer accuracy and document
-    count equal fairseq-validate --eval-mode infill's on the same seed (the same positions)."""
+    """Checkpoints trained by fairseq-train on documents of several lines separated by empty
+    lines (the default --document-format): infill_rescore.py proposes, and re-scores, at the
+    positions of fairseq-validate --eval-mode infill on the same seed, one whole document per
+    input (the blank-line documents, with the </s> of their inner lines), and its proposer
+    accuracy equals fairseq-validate's."""
     rng = np.random.default_rng(21)
-    data = write_data_bin(tmp_path / "bin", {"train": random_documents(rng, 120, 2, 30),
-                                             "valid": random_documents(rng, 14, 2, 30) + [[EOS]]},
-                          word_dictionary())
+    valid_lines = with_empty_lines(random_documents(rng, 14, 2, 30), 3) + [[EOS], [UNK, EOS], [EOS]]
+    documents = reference_documents(valid_lines, "blank_line_separated", 64)
+    assert sum(doc.count(EOS) > 1 for doc in documents) >= 4
+    data = write_data_bin(tmp_path / "bin", {"train": with_empty_lines(random_documents(
+        rng, 120, 2, 30), 4), "valid": valid_lines}, word_dictionary())
     one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     train = ["--task", "bidirectional_lm", "--criterion", "bidirectional_lm", "--arch",
              "bidir_lm_tiny", "--tokens-per-sample", "64", "--max-tokens", "512", "--optimizer",
@@ -626,12 +674,20 @@ def test_proposer_matches_fairseq_validate_infill(tmp_path):
         env={**os.environ, **one_thread})
     rescored = run_cli([sys.executable, REPO_ROOT / "scripts" / "infill_rescore.py", data,
                         "--proposer", msk, "--scorer", nxt, "--eval-seed", "3", "--top-k", "32",
-                        "--cpu", "--json", tmp_path / "results.json"], env=one_thread)
+                        "--cpu", "--json", tmp_path / "results.json", "--candidates-out",
+                        tmp_path / "candidates.jsonl"], env=one_thread)
     output = validate.communicate(timeout=300)[0]
     assert validate.returncode == 0, output[-3000:]
     record = json_log_records(output, key="valid_loss")[-1]
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["summary"]["documents"] == 14 and results["header"]["skipped_no_maskable_token"] == 1
+    assert results["header"]["document_format"] == "blank_line_separated"
+    assert results["header"]["skipped_no_maskable_token"] == 1  # <unk> </s>
+    assert results["summary"]["documents"] == len(documents) - 1
+    candidates = [json.loads(line) for line in
+                  (tmp_path / "candidates.jsonl").read_text().splitlines()[1:]]
+    for row in candidates:  # each proposal is about a whole document of the blank-line rule
+        assert row["length"] == len(documents[row["document"]])
+        assert documents[row["document"]][row["position"]] == row["answer"]
     assert results["summary"]["direct_accuracy"] == pytest.approx(float(record["valid_infill_acc_r1"]),
                                                                   abs=0.006)
     assert "scorer" in rescored.stdout and "nxt_uni" in rescored.stdout

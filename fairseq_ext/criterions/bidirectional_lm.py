@@ -24,8 +24,16 @@ value, :mod:`fairseq_ext.data.bidirectional_eval_dataset`) it also logs, per gro
   documents;
 * ``infill``: ``infill_acc_r<R>`` (Table 5: accuracy in %, argmax over the vocabulary without
   the special tokens), ``infill_loss_r<R>`` / ``infill_ppl_r<R>`` of the masked token;
+  ``positions_r<R>`` counts the masked positions;
 * ``full_doc_ppl``: ``loss`` / ``ppl`` are Table 3's full-document perplexity (token-weighted
-  over all documents); ``documents`` counts the documents scored.
+  over all documents); ``documents`` counts the documents scored;
+
+each with its standard error, ``<name>_se`` (``ppl_se``, ``suffix_ppl_r<R>_se``,
+``infill_acc_r<R>_se``, ...): the delta method over documents for losses and perplexities, the
+binomial error over positions for accuracy (:mod:`fairseq_ext.evaluation.uncertainty`), from
+per-row sums that add up across batches and workers. The per-row scores themselves travel to the
+task under :data:`EVAL_ROWS_KEY`, which the task removes from the logging output
+(``--eval-scores-out``).
 """
 import math
 from typing import Dict, List
@@ -36,6 +44,10 @@ from fairseq import metrics, utils
 from fairseq.criterions import register_criterion
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 
+from fairseq_ext.evaluation.uncertainty import (
+    binomial_standard_error,
+    ratio_standard_error_from_sums,
+)
 from fairseq_ext.flops.training_metrics import TRAIN_FLOPS_KEY, TrainingFlops, log_training_flops
 from fairseq_ext.models.validation import warn_if_validate_ignores_criterion
 
@@ -43,11 +55,16 @@ from fairseq_ext.models.validation import warn_if_validate_ignores_criterion
 KINDS = ("mask", "next")
 #: Prefix of the per-group evaluation sums in logging outputs: ``eval:<mode>:<label>:<stat>``.
 EVAL_KEY = "eval"
+#: Logging-output key of the per-row ``(loss, tokens, correct)`` of an evaluation batch, each
+#: ``(B,)``; the ``bidirectional_lm`` task's ``valid_step`` removes it (``--eval-scores-out``).
+EVAL_ROWS_KEY = "eval_rows"
 
 
 def evaluation_stats(logging_outputs) -> Dict[tuple, Dict[str, float]]:
-    """``{(mode, label): {"loss": nats, "n": tokens, "docs": ..., "correct": ...}}`` summed over
-    ``logging_outputs`` (the criterion's ``eval:<mode>:<label>:<stat>`` keys), in logged order."""
+    """``{(mode, label): {"loss": nats, "n": tokens, "rows": ..., "correct": ..., "loss_sq",
+    "n_sq", "loss_n", "correct_sq"}}`` summed over ``logging_outputs`` (the criterion's
+    ``eval:<mode>:<label>:<stat>`` keys), in logged order. A row is a document (an infilled
+    position for ``infill``)."""
     stats: Dict[tuple, Dict[str, float]] = {}
     for log in logging_outputs:
         for key, value in log.items():
@@ -59,20 +76,47 @@ def evaluation_stats(logging_outputs) -> Dict[tuple, Dict[str, float]]:
     return stats
 
 
+def loss_standard_error(stats: Dict[str, float]) -> float:
+    """Delta-method standard error, in nats, of a group's token-weighted mean loss."""
+    return ratio_standard_error_from_sums(stats.get("rows", 0.0), stats.get("loss", 0.0),
+                                          stats.get("n", 0.0), stats.get("loss_sq", 0.0),
+                                          stats.get("n_sq", 0.0), stats.get("loss_n", 0.0))
+
+
+def group_figures(stats: Dict[str, float]) -> Dict[str, float]:
+    """A group's ``loss`` (base 2), ``ppl``, and for ``infill`` rows ``acc`` (%), each with its
+    ``<name>_se`` (module docstring)."""
+    n = stats.get("n", 0.0)
+    if not n:
+        return {}
+    loss_nats = stats.get("loss", 0.0) / n
+    error_nats = loss_standard_error(stats)
+    figures = {"loss": loss_nats / math.log(2), "loss_se": error_nats / math.log(2),
+               "ppl": math.exp(loss_nats), "ppl_se": math.exp(loss_nats) * error_nats}
+    if "correct" in stats:
+        figures["acc"] = 100.0 * stats["correct"] / n
+        figures["acc_se"] = 100.0 * binomial_standard_error(stats["correct"], n)
+    return figures
+
+
 def evaluation_report_lines(logging_outputs) -> List[str]:
-    """One line per evaluation group (per R): documents, tokens, loss (base 2), ppl and, for
-    infilling, accuracy; what fairseq-validate prints before its summary."""
+    """One line per evaluation group (per R): documents (infill: masked positions), tokens,
+    loss (base 2), ppl and, for infilling, accuracy, each ± its standard error; what
+    fairseq-validate prints before its summary."""
     lines = []
     for (mode, label), stats in evaluation_stats(logging_outputs).items():
-        n = stats.get("n", 0.0)
-        loss = stats.get("loss", 0.0) / n / math.log(2) if n else math.nan
+        figures = group_figures(stats)
+        if not figures:
+            continue
         setting = "" if label == "full" else f" | r_bidir {label[1:]}"
-        text = (f"{mode}{setting} | documents {int(stats.get('docs', 0))} | tokens {int(n)} | "
-                f"loss {loss:.3f} | ppl {2 ** loss:.2f}")
+        unit = "positions" if mode == "infill" else "documents"
+        text = (f"{mode}{setting} | {unit} {int(stats.get('rows', 0))} | tokens "
+                f"{int(stats['n'])} | loss {figures['loss']:.3f} ± {figures['loss_se']:.3f} | "
+                f"ppl {figures['ppl']:.2f} ± {figures['ppl_se']:.2f}")
         if mode == "infill":
-            accuracy = 100.0 * stats.get("correct", 0.0) / n if n else math.nan
-            text += f" | accuracy {accuracy:.2f}"
-        lines.append(text)
+            text += f" | accuracy {figures['acc']:.2f} ± {figures['acc_se']:.2f}"
+        lines.append(text + " (± 1 standard error: delta method over documents"
+                     + (", binomial over positions)" if mode == "infill" else ")"))
     return lines
 
 
@@ -136,30 +180,42 @@ class BidirectionalLmLoss(MaskedLmLoss):
         return loss, sample_size, logging_output
 
     def evaluation_logging(self, sample, masked_tokens, logits, target, losses) -> Dict:
-        """Per evaluation group: summed loss (nats), predicted tokens, documents and, for
-        ``infill``, correct argmax predictions over the non-special vocabulary. Every group's
-        keys are logged in every batch (zeros where absent), so outputs sum across workers."""
+        """Per evaluation group: summed loss (nats), predicted tokens, rows and, for ``infill``,
+        correct argmax predictions over the non-special vocabulary; with the per-row sums of
+        squares the standard errors need (module docstring), accumulated in float64. Every
+        group's keys are logged in every batch (zeros where absent), so outputs sum across
+        workers. The rows' own scores go under :data:`EVAL_ROWS_KEY`."""
         mode = self.task.eval_mode
         labels = self.task.eval_group_labels
         groups = sample["eval_group"]
         rows = groups.new_zeros(sample["target"].shape)
         rows += torch.arange(rows.size(0), device=rows.device).unsqueeze(1)
         rows = rows[masked_tokens] if masked_tokens is not None else rows.reshape(-1)
-        token_group = groups[rows]
         predicted = target.ne(self.padding_idx)
+        batch_rows = groups.size(0)
+
+        def per_row(values):
+            total = torch.zeros(batch_rows, dtype=torch.float64, device=values.device)
+            return total.index_add_(0, rows[predicted], values[predicted].double())
+
+        row_loss, row_tokens = per_row(losses.detach()), per_row(predicted.double())
+        row_correct = torch.zeros_like(row_loss)
         if mode == "infill":
             special = torch.tensor(self.task.special_token_ids(), device=logits.device)
             scores = logits.reshape(-1, logits.size(-1)).float().index_fill(1, special, -math.inf)
-            correct = scores.argmax(dim=-1).eq(target) & predicted
+            row_correct = per_row((scores.argmax(dim=-1).eq(target) & predicted).double())
+        row_stats = {"loss": row_loss, "n": row_tokens, "rows": torch.ones_like(row_loss),
+                     "loss_sq": row_loss * row_loss, "n_sq": row_tokens * row_tokens,
+                     "loss_n": row_loss * row_tokens}
+        if mode == "infill":
+            row_stats["correct"] = row_correct
         out = {}
         for index, label in enumerate(labels):
-            selected = predicted & token_group.eq(index)
+            in_group = groups.eq(index)
             prefix = f"{EVAL_KEY}:{mode}:{label}"
-            out[f"{prefix}:loss"] = losses[selected].sum().data
-            out[f"{prefix}:n"] = selected.sum().data
-            out[f"{prefix}:docs"] = groups.eq(index).sum().data
-            if mode == "infill":
-                out[f"{prefix}:correct"] = correct[selected].sum().data
+            for stat, values in row_stats.items():
+                out[f"{prefix}:{stat}"] = values[in_group].sum().data
+        out[EVAL_ROWS_KEY] = (row_loss, row_tokens, row_correct)
         return out
 
     def batch_training_flops(self, model, sample, logits) -> float:
@@ -185,18 +241,24 @@ class BidirectionalLmLoss(MaskedLmLoss):
                 )
         log_training_flops(logging_outputs)
         for (mode, label), stats in evaluation_stats(logging_outputs).items():
+            figures = group_figures(stats)
             if mode == "full_doc_ppl":
-                metrics.log_scalar_sum("documents", stats["docs"], round=0)
+                metrics.log_scalar_sum("documents", stats["rows"], round=0)
+                if figures:
+                    metrics.log_scalar("loss_se", figures["loss_se"], round=3)
+                    metrics.log_scalar("ppl_se", figures["ppl_se"], round=2)
                 continue
             name = "suffix" if mode == "suffix_ppl" else mode
-            if stats["n"] > 0:
-                metrics.log_scalar(f"{name}_loss_{label}", stats["loss"] / stats["n"] / math.log(2),
-                                   stats["n"], round=3)
+            if figures:
+                metrics.log_scalar(f"{name}_loss_{label}", figures["loss"], stats["n"], round=3)
                 metrics.log_derived(f"{name}_ppl_{label}", lambda meters, key=f"{name}_loss_{label}":
                                     utils.get_perplexity(meters[key].avg))
+                metrics.log_scalar(f"{name}_loss_{label}_se", figures["loss_se"], round=3)
+                metrics.log_scalar(f"{name}_ppl_{label}_se", figures["ppl_se"], round=2)
                 if mode == "infill":
-                    metrics.log_scalar(f"infill_acc_{label}", 100.0 * stats["correct"] / stats["n"],
-                                       stats["n"], round=2)
+                    metrics.log_scalar_sum(f"positions_{label}", stats["rows"], round=0)
+                    metrics.log_scalar(f"infill_acc_{label}", figures["acc"], stats["n"], round=2)
+                    metrics.log_scalar(f"infill_acc_{label}_se", figures["acc_se"], round=2)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

@@ -2,9 +2,10 @@
 
 Evaluation differs from training: each document is scored as a sequence of its own (the paper's
 ``--sample-break-mode complete_doc``, footnotes 6-7), and the masking and ``n_bidir`` are fixed by
-the evaluation instead of drawn. A document is a line of the data-bin (its tokens up to and
-including its ``</s>``), a line longer than ``--tokens-per-sample`` being cut into pieces exactly as
-for training (:func:`~fairseq_ext.data.bidirectional_lm_dataset.split_long_documents`). As in
+the evaluation instead of drawn. The documents are the training ones
+(:func:`~fairseq_ext.data.documents.read_documents`: by default runs of non-empty lines between
+empty lines, every line's ``</s>`` included; a document longer than ``--tokens-per-sample`` cut
+into pieces, each scored as a document of its own, as fairseq's ``complete_doc`` blocks). As in
 training, position ``i``'s output is the next token of the document and the last token has none,
 so a document of ``n`` tokens has ``n - 1`` next-token targets (its first token is never one).
 
@@ -20,19 +21,26 @@ scored once per group):
     ``n_prefix - 1 .. n - 2``, none of which can see its target (the targets lie at or after
     ``n_prefix >= n_bidir``).
 ``infill`` (Table 5)
-    One token per document is masked and moved to the end with its position, and
-    ``n_bidir = round(R * n)``; only that token is predicted. The position is drawn uniformly
-    among the document's non-special tokens (never its ``</s>``), from
-    ``numpy.random.default_rng((eval_seed, document))``: it depends on ``--eval-seed`` and the
-    document only, so every model and every R is scored on the same positions.
+    One token is masked and moved to the end with its position, and ``n_bidir = round(R * n)``;
+    only that token is predicted. ``--infill-positions K`` (default 1, the paper's) scores K
+    positions of each document, each in a row of its own (one masked token per row, so every
+    row is the paper's setting): drawn uniformly without replacement among the document's
+    non-special tokens (never a ``</s>``), one after the other from
+    ``numpy.random.default_rng((eval_seed, document))`` (:func:`infill_positions`). They depend
+    on ``--eval-seed`` and the document only, so every model and every R is scored on the same
+    positions, and the first K positions are the same whatever K (a larger K adds positions).
+    A document with fewer than K non-special tokens gives them all.
 
 Rounding is to the nearest integer, halves up. Documents too short for the mode (``full_doc_ppl``
 and ``suffix_ppl``: fewer than 2 tokens; ``infill``: no non-special token) are skipped and
 counted (:attr:`BidirectionalEvalDataset.skipped`), never crashed on.
 
 The batch is :class:`~fairseq_ext.data.bidirectional_lm_dataset.BidirectionalLMDataset`'s (one
-document per row, so ``doc_ids`` is 0 on every real token) plus ``eval_group`` ``(B,)``: the
-index of the row's R in ``--r-bidir``.
+document per row, so ``doc_ids`` is 0 on every real token) plus, per row, ``eval_group`` ``(B,)``
+(the index of the row's R in ``--r-bidir``), ``eval_document`` ``(B,)`` (the document's index in
+the split) and ``eval_position`` ``(B,)`` (the masked position for ``infill``, else -1), and
+``eval_split``, the split's name: what identifies a row across models
+(``--eval-scores-out``).
 """
 from __future__ import annotations
 
@@ -118,15 +126,20 @@ def suffix_layout(n: int, fraction: float, r_bidir: float) -> DocumentLayout:
                           n_predict=n_suffix + 1)
 
 
-def infill_position(tokens: np.ndarray, document: int, eval_seed: int,
-                    special_ids: Sequence[int]) -> Optional[int]:
-    """The masked position of ``document`` (module docstring); ``None`` if it has no
-    non-special token."""
+def infill_positions(tokens: np.ndarray, document: int, eval_seed: int,
+                     special_ids: Sequence[int], count: int = 1) -> List[int]:
+    """The ``count`` masked positions of ``document`` (module docstring), in the order drawn:
+    uniformly without replacement among its non-special tokens, each draw one
+    ``integers(remaining)`` of ``default_rng((eval_seed, document))``, so the first ``k`` are
+    the same for every ``count >= k``. Fewer if the document has fewer non-special tokens."""
     candidates = np.flatnonzero(~np.isin(tokens, np.asarray(special_ids)))
-    if len(candidates) == 0:
-        return None
     rng = np.random.default_rng((eval_seed, document))
-    return int(candidates[rng.integers(len(candidates))])
+    chosen = []
+    for _ in range(min(count, len(candidates))):
+        pick = int(rng.integers(len(candidates)))
+        chosen.append(int(candidates[pick]))
+        candidates = np.delete(candidates, pick)
+    return chosen
 
 
 def infill_layout(n: int, position: int, r_bidir: float) -> DocumentLayout:
@@ -151,8 +164,8 @@ def layout_item(tokens: np.ndarray, layout: DocumentLayout, mask_idx: int,
 
 
 class BidirectionalEvalDataset(RowSizedDataset):
-    """Every scorable document of ``documents`` once per R value of the mode, one document per
-    row (module docstring).
+    """Every scorable document of ``documents`` (``infill``: each of its masked positions) once
+    per R value of the mode, one per row (module docstring).
 
     Args:
         documents: the documents (lines, long ones split); ``documents[i]`` a 1-D LongTensor.
@@ -164,15 +177,21 @@ class BidirectionalEvalDataset(RowSizedDataset):
         mask_idx, pad_idx: the dictionary's ``<mask>`` and ``<pad>``.
         special_ids: token ids never masked nor predicted by ``infill`` (the dictionary's
             specials, ``<mask>`` and its padding symbols).
+        positions_per_document: ``--infill-positions`` (``infill``).
+        split: the split's name, carried by every batch (``eval_split``).
     """
 
     def __init__(self, documents, sizes: Sequence[int], mode: str, r_values: Sequence[float],
                  suffix_fraction: float, eval_seed: int, mask_idx: int, pad_idx: int,
-                 special_ids: Sequence[int]):
+                 special_ids: Sequence[int], positions_per_document: int = 1,
+                 split: str = "valid"):
         super().__init__()
         if mode not in EVAL_MODES:
             raise ValueError(f"--eval-mode {mode!r} is not one of {', '.join(EVAL_MODES)}")
+        if positions_per_document < 1:
+            raise ValueError(f"--infill-positions {positions_per_document} must be at least 1")
         self.documents = documents
+        self.split = split
         self.mode = mode
         self.r_values = list(r_values) if mode in MODES_WITH_R else [0.0]
         self.suffix_fraction = suffix_fraction
@@ -181,25 +200,33 @@ class BidirectionalEvalDataset(RowSizedDataset):
         self.pad_idx = pad_idx
         self.special_ids = sorted(set(int(i) for i in special_ids))
         sizes = np.asarray(sizes, dtype=np.int64)
-        self.infill_positions: Dict[int, int] = {}
+        #: ``infill``: each scored document's masked positions, in the order drawn
+        self.infill_positions: Dict[int, List[int]] = {}
         if mode == "infill":
-            kept = []
             for document in range(len(sizes)):
-                position = infill_position(np.asarray(documents[document]), document, eval_seed,
-                                           self.special_ids)
-                if position is not None:
-                    self.infill_positions[document] = position
-                    kept.append(document)
-            scorable = np.asarray(kept, dtype=np.int64)
+                positions = infill_positions(np.asarray(documents[document]), document,
+                                             eval_seed, self.special_ids, positions_per_document)
+                if positions:
+                    self.infill_positions[document] = positions
+            scorable = np.fromiter(self.infill_positions, dtype=np.int64,
+                                   count=len(self.infill_positions))
+            row_document = np.repeat(scorable, [len(p) for p in self.infill_positions.values()])
+            row_position = np.fromiter(
+                (p for positions in self.infill_positions.values() for p in positions),
+                dtype=np.int64, count=len(row_document))
         else:
             scorable = np.flatnonzero(sizes >= 2)
+            row_document, row_position = scorable, np.full(len(scorable), -1, dtype=np.int64)
         #: documents left out because they are too short for the mode
         self.skipped = len(sizes) - len(scorable)
         #: documents scored (each once per group)
         self.scored = len(scorable)
+        #: rows per group: the documents, or for ``infill`` the masked positions
+        self.rows_per_group = len(row_document)
         groups = len(self.r_values)
-        self.item_document = np.repeat(scorable, groups)
-        self.item_group = np.tile(np.arange(groups), len(scorable))
+        self.item_document = np.repeat(row_document, groups)
+        self.item_position = np.repeat(row_position, groups)
+        self.item_group = np.tile(np.arange(groups), len(row_document))
         self._sizes = sizes[self.item_document]
 
     @property
@@ -214,13 +241,13 @@ class BidirectionalEvalDataset(RowSizedDataset):
 
     def layout(self, index: int) -> DocumentLayout:
         """The fixed objective of item ``index`` (module docstring)."""
-        document, group = int(self.item_document[index]), int(self.item_group[index])
+        group = int(self.item_group[index])
         n, r_bidir = int(self._sizes[index]), self.r_values[group]
         if self.mode == "full_doc_ppl":
             return full_doc_layout(n)
         if self.mode == "suffix_ppl":
             return suffix_layout(n, self.suffix_fraction, r_bidir)
-        return infill_layout(n, self.infill_positions[document], r_bidir)
+        return infill_layout(n, int(self.item_position[index]), r_bidir)
 
     def __getitem__(self, index: int) -> Dict[str, torch.Tensor]:
         document = int(self.item_document[index])
@@ -229,11 +256,16 @@ class BidirectionalEvalDataset(RowSizedDataset):
             raise ValueError(f"document {document} contains the <mask> token itself; the batch "
                              "uses it to mark masked positions, so the data must not contain it")
         item = layout_item(tokens, self.layout(index), self.mask_idx, self.pad_idx)
-        return {"id": index, "group": int(self.item_group[index]), **item}
+        return {"id": index, "group": int(self.item_group[index]), "document": document,
+                "position": int(self.item_position[index]), **item}
 
     def collater(self, samples: List[Dict]) -> Dict:
-        """The training batch (one document per row) plus ``eval_group``."""
+        """The training batch (one document per row) plus the rows' ``eval_group``,
+        ``eval_document``, ``eval_position`` and the ``eval_split`` (module docstring)."""
         batch = collate_rows(samples, self.pad_idx)
         if batch:
             batch["eval_group"] = torch.LongTensor([s["group"] for s in samples])
+            batch["eval_document"] = torch.LongTensor([s["document"] for s in samples])
+            batch["eval_position"] = torch.LongTensor([s["position"] for s in samples])
+            batch["eval_split"] = self.split
         return batch

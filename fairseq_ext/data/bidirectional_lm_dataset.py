@@ -1,14 +1,13 @@
 """The data of "generalized bidirectionality" (Artetxe et al. 2022, "On the Role of
 Bidirectionality in Language Model Pre-Training", §2, Table 1, §3.1 and Appendix A / Figure 3).
 
-**Documents.** A document is one item of the dataset under the token blocks: one line of a
-fairseq data-bin, which the binarizer ends with ``</s>`` (so: each ``</s>``-terminated span).
-``--sample-break-mode complete`` packs whole lines into blocks of at most
-``--tokens-per-sample`` tokens (§3.1, footnote 3). fairseq's ``complete`` mode would put a line
-longer than that into a block of its own, over-long; :class:`LongDocumentSplitDataset` first
-cuts such a line into ``ceil(s / tokens_per_sample)`` pieces of near-equal length (no piece
-shorter than half a block, so no 1-token tail, which ``complete_doc`` would take for a document
-separator), each of them then a document of its own: nothing is truncated or dropped.
+**Documents.** The items of the dataset under the token blocks, as
+:func:`fairseq_ext.data.documents.read_documents` makes them from a data-bin split: by default
+runs of non-empty lines separated by empty lines (fairseq's ``complete_doc`` reading,
+``--document-format blank_line_separated``), or one line each (``--document-format lines``),
+every line's ``</s>`` included, a document longer than ``--tokens-per-sample`` cut into pieces that
+are documents of their own. ``--sample-break-mode complete`` packs whole documents into blocks of
+at most ``--tokens-per-sample`` tokens (§3.1, footnote 3); ``eos`` puts one per block.
 
 **The objective of a document** ``x_0 .. x_{n-1}`` (0-based here; ``x_{n-1}`` is ``</s>``, or the
 last token of a piece), Figure 3 (:func:`arrange_document`):
@@ -67,61 +66,6 @@ from fairseq_ext.data.bidirectional_sampling import DocumentObjective, Objective
 #: Padding value of each (B, T) field of the batch; ``None``: the dictionary's ``<pad>``.
 FIELD_PADDING = {"src_tokens": None, "src_positions": 0, "doc_ids": -1, "bidir_lens": 0,
                  "target": None}
-
-
-def split_lengths(size: int, max_length: int) -> List[int]:
-    """Lengths of the ``ceil(size / max_length)`` near-equal pieces a line of ``size`` tokens is
-    cut into (the first ones one token longer where it does not divide evenly)."""
-    pieces = -(-size // max_length)
-    base, longer = divmod(size, pieces)
-    return [base + 1] * longer + [base] * (pieces - longer)
-
-
-class LongDocumentSplitDataset(FairseqDataset):
-    """The lines of ``dataset`` with each line longer than ``max_length`` tokens cut into
-    near-equal pieces (:func:`split_lengths`), one item per piece, in order. Used under the
-    token blocks so that every document fits one block (module docstring)."""
-
-    def __init__(self, dataset, sizes: Sequence[int], max_length: int):
-        super().__init__()
-        if max_length < 1:
-            raise ValueError(f"max_length must be positive, found {max_length}")
-        self.dataset = dataset
-        sizes = np.asarray(sizes, dtype=np.int64)
-        pieces = np.maximum(-(-sizes // max_length), 1)
-        self.line = np.repeat(np.arange(len(sizes)), pieces)
-        piece_in_line = np.arange(len(self.line)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-        # as split_lengths: the first (size % pieces) pieces of a line have base + 1 tokens
-        line_sizes, line_pieces = sizes[self.line], pieces[self.line]
-        base, longer = line_sizes // line_pieces, line_sizes % line_pieces
-        self.start = piece_in_line * base + np.minimum(piece_in_line, longer)
-        self._sizes = base + (piece_in_line < longer)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return self._sizes
-
-    def __len__(self) -> int:
-        return len(self._sizes)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        start = int(self.start[index])
-        return self.dataset[int(self.line[index])][start:start + int(self._sizes[index])]
-
-    def num_tokens(self, index: int) -> int:
-        return int(self._sizes[index])
-
-    def size(self, index: int) -> int:
-        return int(self._sizes[index])
-
-
-def split_long_documents(dataset, sizes: Sequence[int], max_length: int):
-    """``dataset`` itself when no line exceeds ``max_length``, else a
-    :class:`LongDocumentSplitDataset` of it. Either way the result has ``.sizes``."""
-    sizes = np.asarray(sizes)
-    if len(sizes) == 0 or int(sizes.max()) <= max_length:
-        return dataset
-    return LongDocumentSplitDataset(dataset, sizes, max_length)
 
 
 def arrange_document(tokens: np.ndarray, masked: np.ndarray, n_predict: int, mask_idx: int,

@@ -7,10 +7,11 @@
 **Positions.** Each document of the ``--valid-subset`` split gets the masked position of
 ``fairseq-validate --eval-mode infill --eval-seed S`` (the same
 :class:`~fairseq_ext.data.bidirectional_eval_dataset.BidirectionalEvalDataset`, built by the
-``bidirectional_lm`` task from ``DATA`` with the proposer's ``--tokens-per-sample``, so long lines
-are cut into the same documents), so direct and full-sequence infilling are scored on the same
-positions. Documents without a non-special token, and documents shorter than 2 tokens (no
-next-token term to score), are skipped, counted and printed.
+``bidirectional_lm`` task from ``DATA`` with the proposer's ``--document-format`` and
+``--tokens-per-sample``, so the documents are read and cut as in its training), so direct and
+full-sequence infilling are scored on the same positions. Documents without a non-special
+token, and documents shorter than 2 tokens (no next-token term to score), are skipped, counted
+and printed.
 
 **Proposals.** The proposer (a checkpoint trained on ``<mask>`` tokens; the paper uses the 125M
 MskBi) infills each position directly, with ``n_bidir = round(R x n)`` (``--r-bidir``, default
@@ -24,18 +25,20 @@ filled-in document by its full-sequence log-likelihood with ``n_bidir = 0``
 (:func:`~fairseq_ext.evaluation.sequence_scoring.sequence_log_likelihoods`): the K filled-in
 copies of a document are one batch, one forward per document and candidate set. The prediction is
 the best-scoring candidate (ties: the proposer's higher-ranked one); accuracy is the share of
-positions where it is the original token.
+positions where it is the original token, printed ± its binomial standard error
+(:mod:`fairseq_ext.evaluation.uncertainty`).
 
 **Candidate files.** ``--candidates-out FILE`` writes the proposals as JSONL: a header line
 (``format``, ``version``, the dictionary's ``dictionary_sha256`` over its symbols and its
 ``dictionary_size``, ``proposer``, ``proposer_variant``, ``valid_subset``, ``eval_seed``,
-``r_bidir``, ``top_k``, ``tokens_per_sample``, ``documents`` and the skipped counts), then one line
-per document: ``document`` (its index in the split), ``length``, ``position``, ``answer`` (the
-original token id), ``candidates`` (token ids, best first) and ``log_probs`` (the proposer's
-log-probabilities of the candidates). ``--candidates-in FILE`` reuses them without a proposer, so
-several scorers (or runs) re-rank one proposal set; a file whose dictionary fingerprint differs
-from a scorer's dictionary, or whose documents differ from ``DATA``'s, is an error naming the file
-and the option, and ``--top-k`` may only shrink the stored candidate lists.
+``r_bidir``, ``top_k``, ``document_format``, ``tokens_per_sample``, ``documents`` and the skipped
+counts), then one line per document: ``document`` (its index in the split), ``length``,
+``position``, ``answer`` (the original token id), ``candidates`` (token ids, best first) and
+``log_probs`` (the proposer's log-probabilities of the candidates). ``--candidates-in FILE``
+reuses them without a proposer, so several scorers (or runs) re-rank one proposal set; a file
+whose dictionary fingerprint differs from a scorer's dictionary, or whose documents differ from
+``DATA``'s, is an error naming the file and the option, and ``--top-k`` may only shrink the stored
+candidate lists.
 
 **Outputs.** ``--candidates-out`` and ``--json`` files are never overwritten without ``--force``
 (checked before any checkpoint is loaded), and are written whole or not at all
@@ -63,6 +66,7 @@ from fairseq_ext.evaluation.sequence_scoring import (
     require_capability,
     sequence_log_likelihoods,
 )
+from fairseq_ext.evaluation.uncertainty import binomial_standard_error
 from fairseq_ext.output_files import (
     OutputError,
     atomic_file,
@@ -76,7 +80,8 @@ DEFAULT_R_BIDIR = "1"
 DEFAULT_EVAL_SEED = 1
 DEFAULT_SUBSET = "valid"
 CANDIDATES_FORMAT = "fairseq_ext.infill_candidates"
-CANDIDATES_VERSION = 1
+#: 2: the header records ``document_format`` (documents are blank-line separated by default).
+CANDIDATES_VERSION = 2
 
 
 @dataclass
@@ -111,7 +116,8 @@ class ProposalSet:
 
 # --- documents and positions ----------------------------------------------------------------
 
-def infill_eval_dataset(data, subset: str, tokens_per_sample: int, r_bidir: str, eval_seed: int):
+def infill_eval_dataset(data, subset: str, tokens_per_sample: int, r_bidir: str, eval_seed: int,
+                        document_format: str):
     """``(task, dataset)``: the ``--eval-mode infill`` evaluation dataset of ``DATA``'s
     ``subset``, built by the ``bidirectional_lm`` task exactly as ``fairseq-validate`` builds it
     (the variant does not enter the dataset)."""
@@ -119,7 +125,8 @@ def infill_eval_dataset(data, subset: str, tokens_per_sample: int, r_bidir: str,
     from fairseq_ext.tasks.bidirectional_lm import BidirectionalLMConfig, BidirectionalLMTask
 
     cfg = BidirectionalLMConfig(data=str(data), tokens_per_sample=int(tokens_per_sample),
-                                eval_mode="infill", r_bidir=str(r_bidir), eval_seed=int(eval_seed),
+                                document_format=str(document_format), eval_mode="infill",
+                                r_bidir=str(r_bidir), eval_seed=int(eval_seed),
                                 variant="msk_bi", seed=1)
     task = BidirectionalLMTask.setup_task(cfg)
     try:
@@ -136,15 +143,14 @@ def document_tokens(dataset, document: int) -> np.ndarray:
 
 
 def scorable_items(dataset):
-    """``(item index, document)`` of the documents full-sequence scoring can serve (at least 2
-    tokens), and how many of the dataset's documents are shorter."""
+    """``(item index, document, masked position)`` of the rows full-sequence scoring can serve
+    (documents of at least 2 tokens), and how many of the dataset's rows are shorter."""
     items, short = [], 0
     for index in range(len(dataset)):
-        document = int(dataset.item_document[index])
         if int(dataset.sizes[index]) < 2:
             short += 1
             continue
-        items.append((index, document))
+        items.append((index, int(dataset.item_document[index]), int(dataset.item_position[index])))
     return items, short
 
 
@@ -163,7 +169,7 @@ def propose(proposer: ScoringModel, dataset, top_k: int, batch_size: int = 16) -
     proposals = []
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
-        batch = dataset.collater([dataset[index] for index, _ in chunk])
+        batch = dataset.collater([dataset[index] for index, _, _ in chunk])
         net_input = {key: value.to(proposer.device) for key, value in batch["net_input"].items()}
         target = batch["target"].to(proposer.device)
         predicted = target.ne(proposer.pad)
@@ -175,11 +181,11 @@ def propose(proposer: ScoringModel, dataset, top_k: int, batch_size: int = 16) -
         scores = logits.index_fill(1, special, -math.inf)
         best = scores.topk(top_k, dim=-1).indices
         answers = target[predicted].cpu()
-        for row, (_, document) in enumerate(chunk):
+        for row, (_, document, position) in enumerate(chunk):
             candidates = best[row].tolist()
             proposals.append(Proposal(
                 document=document, length=len(dataset.documents[document]),
-                position=int(dataset.infill_positions[document]), answer=int(answers[row]),
+                position=position, answer=int(answers[row]),
                 candidates=candidates,
                 log_probs=[float(log_probs[row, c]) for c in candidates]))
     return proposals
@@ -192,7 +198,9 @@ def make_proposals(proposer: ScoringModel, data, subset: str, r_bidir: str, eval
                        "give a checkpoint trained on masks (msk_*, hyb_*; the paper uses MskBi) "
                        "as --proposer, and this one as --scorer")
     tokens_per_sample = int(proposer.task.cfg.tokens_per_sample)
-    _, dataset = infill_eval_dataset(data, subset, tokens_per_sample, r_bidir, eval_seed)
+    document_format = str(proposer.task.cfg.document_format)
+    _, dataset = infill_eval_dataset(data, subset, tokens_per_sample, r_bidir, eval_seed,
+                                     document_format)
     proposals = propose(proposer, dataset, top_k, batch_size)
     _, short = scorable_items(dataset)
     header = {
@@ -200,7 +208,8 @@ def make_proposals(proposer: ScoringModel, data, subset: str, r_bidir: str, eval
         "dictionary_sha256": proposer.fingerprint, "dictionary_size": len(proposer.dictionary),
         "proposer": proposer.path, "proposer_variant": proposer.variant,
         "valid_subset": subset, "eval_seed": int(eval_seed), "r_bidir": str(r_bidir),
-        "top_k": int(top_k), "tokens_per_sample": tokens_per_sample,
+        "top_k": int(top_k), "document_format": document_format,
+        "tokens_per_sample": tokens_per_sample,
         "documents": len(proposals), "skipped_no_maskable_token": int(dataset.skipped),
         "skipped_too_short": int(short),
     }
@@ -219,7 +228,7 @@ def write_candidates(path: Path, proposals: ProposalSet, force: bool = False) ->
 
 
 HEADER_KEYS = ("dictionary_sha256", "dictionary_size", "valid_subset", "eval_seed", "r_bidir",
-               "top_k", "tokens_per_sample")
+               "top_k", "document_format", "tokens_per_sample")
 ROW_KEYS = ("document", "length", "position", "answer", "candidates", "log_probs")
 
 
@@ -276,12 +285,11 @@ def check_fingerprint(proposals: ProposalSet, path: Path, dictionary, data) -> N
 def check_documents(proposals: ProposalSet, path: Path, dataset) -> None:
     """Every stored proposal's document, position and answer are ``DATA``'s."""
     items, _ = scorable_items(dataset)
-    scorable = {document for _, document in items}
+    scorable = {(document, position) for _, document, position in items}
     for proposal in proposals.proposals:
         tokens = (document_tokens(dataset, proposal.document)
-                  if proposal.document in scorable else None)
+                  if (proposal.document, proposal.position) in scorable else None)
         if (tokens is None or len(tokens) != proposal.length
-                or dataset.infill_positions[proposal.document] != proposal.position
                 or int(tokens[proposal.position]) != proposal.answer):
             raise ScoringError(
                 f"--candidates-in {path}: document {proposal.document} does not match DATA's "
@@ -320,6 +328,11 @@ def accuracy(correct: int, total: int) -> float:
     return 100.0 * correct / total if total else math.nan
 
 
+def accuracy_error(correct: int, total: int) -> float:
+    """The binomial standard error of :func:`accuracy`, in points."""
+    return 100.0 * binomial_standard_error(correct, total)
+
+
 def summary(proposals: ProposalSet) -> Dict[str, object]:
     """The proposer's direct accuracy and the top-K upper bound (%), with the counts."""
     rows = proposals.proposals
@@ -327,6 +340,7 @@ def summary(proposals: ProposalSet) -> Dict[str, object]:
     in_top = sum(p.answer in p.candidates for p in rows)
     return {"documents": len(rows), "top_k": proposals.top_k,
             "direct_correct": direct, "direct_accuracy": accuracy(direct, len(rows)),
+            "direct_accuracy_se": accuracy_error(direct, len(rows)),
             "in_top_k": in_top, "upper_bound": accuracy(in_top, len(rows))}
 
 
@@ -339,13 +353,15 @@ def report_lines(data, results: Dict[str, object]) -> List[str]:
         f"documents {stats['documents']} | skipped {skipped} ({header['skipped_no_maskable_token']}"
         f" without a non-special token, {header['skipped_too_short']} shorter than 2 tokens)",
         f"proposer {header['proposer']} ({header['proposer_variant']}) | direct infill, r_bidir "
-        f"{header['r_bidir']} | accuracy {stats['direct_accuracy']:.2f}",
+        f"{header['r_bidir']} | accuracy {stats['direct_accuracy']:.2f} ± "
+        f"{stats['direct_accuracy_se']:.2f}",
         f"top-{stats['top_k']} upper bound (answer among the candidates) | accuracy "
         f"{stats['upper_bound']:.2f}",
     ]
     for row in results["scorers"]:
         lines.append(f"scorer {row['checkpoint']} ({row['variant']}) | full-sequence, n_bidir 0 | "
-                     f"accuracy {row['accuracy']:.2f}")
+                     f"accuracy {row['accuracy']:.2f} ± {row['accuracy_se']:.2f}")
+    lines.append("(± 1 binomial standard error over positions)")
     return lines
 
 
@@ -363,8 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "direct accuracy and the top-K upper bound.",
         epilog="Candidate files (--candidates-out / --candidates-in) are JSONL: a header "
                "(dictionary_sha256 of the dictionary's symbols, proposer, valid_subset, eval_seed, "
-               "r_bidir, top_k, tokens_per_sample, counts) and one row per document (document, "
-               "length, position, answer, candidates, log_probs).")
+               "r_bidir, top_k, document_format, tokens_per_sample, counts) and one row per "
+               "document (document, length, position, answer, candidates, log_probs).")
     parser.add_argument("data", type=Path, help="the data-bin (dict.txt and the --valid-subset split)")
     parser.add_argument("--proposer", type=Path,
                         help="direct-infilling checkpoint trained on masks (the paper: 125M MskBi)")
@@ -449,7 +465,7 @@ def run(args) -> Dict[str, object]:
             proposals = proposals.truncated(args.top_k)
         data_task, dataset = infill_eval_dataset(args.data, header["valid_subset"],
                                                  header["tokens_per_sample"], header["r_bidir"],
-                                                 header["eval_seed"])
+                                                 header["eval_seed"], header["document_format"])
         check_fingerprint(proposals, path, data_task.source_dictionary, args.data)
         check_documents(proposals, path, dataset)
     scorer_rows = []
@@ -466,7 +482,8 @@ def run(args) -> Dict[str, object]:
         correct = sum(c == p.answer for c, p in zip(chosen, proposals.proposals))
         scorer_rows.append({"checkpoint": str(scorer_path), "variant": scorer.variant,
                             "correct": correct,
-                            "accuracy": accuracy(correct, len(proposals.proposals))})
+                            "accuracy": accuracy(correct, len(proposals.proposals)),
+                            "accuracy_se": accuracy_error(correct, len(proposals.proposals))})
         del scorer
     return {"header": proposals.header, "summary": summary(proposals), "scorers": scorer_rows}
 

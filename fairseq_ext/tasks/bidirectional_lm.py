@@ -5,9 +5,11 @@ Appendix A / Figure 3).
 ``--variant`` picks a row of Table 1 (``nxt_uni nxt_pre msk_uni msk_bi hyb_uni hyb_pre``);
 ``--n-mask``, ``--n-bidir`` and ``--n-predict`` override its count expressions one by one
 (grammar and the plain-LM documents of ``--plain-lm-prob``:
-:mod:`fairseq_ext.data.bidirectional_sampling`). Documents (the lines of the data-bin) are packed
-into rows of at most ``--tokens-per-sample`` tokens with ``--sample-break-mode complete``
-(§3.1, footnote 3) and the objective is applied to each on its own
+:mod:`fairseq_ext.data.bidirectional_sampling`). Documents are read from the data-bin by
+``--document-format`` (:mod:`fairseq_ext.data.documents`: by default consecutive non-empty lines,
+ended by an empty line, as fairseq's ``complete_doc`` reads them; or one per line), packed into
+rows of at most ``--tokens-per-sample`` tokens with ``--sample-break-mode complete`` (§3.1,
+footnote 3), and the objective is applied to each on its own
 (:mod:`fairseq_ext.data.bidirectional_lm_dataset`, which also documents the batch).
 
 ``--no-cross-document-attention`` is read by the model from the task
@@ -18,8 +20,9 @@ paper (footnote 4). The batch carries ``doc_ids``, which is all the model needs 
 Mistakes stop the run at setup with a message naming the flag: an unknown variant, a
 probability outside ``[0, 1]``, a malformed count expression, one that may let a position attend
 to its own target (footnote 1), ``--sample-break-mode none`` (it cuts documents at block
-boundaries), and a dictionary that already holds ``<mask>`` (the data could then contain the
-token that marks masked positions).
+boundaries), ``complete_doc`` with blank-line-separated documents (already whole), evaluation
+settings that do not fit the mode, an existing ``--eval-scores-out`` file, and a dictionary that
+already holds ``<mask>`` (the data could then contain the token that marks masked positions).
 """
 import logging
 import os
@@ -33,7 +36,7 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES
 from omegaconf import II, MISSING
 
-from fairseq_ext.criterions.bidirectional_lm import evaluation_report_lines
+from fairseq_ext.criterions.bidirectional_lm import EVAL_ROWS_KEY, evaluation_report_lines
 from fairseq_ext.data.bidirectional_eval_dataset import (
     EVAL_MODES,
     MODES_WITH_R,
@@ -42,13 +45,25 @@ from fairseq_ext.data.bidirectional_eval_dataset import (
     parse_r_bidir,
     r_label,
 )
-from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset, split_long_documents
+from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset
 from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
-from fairseq_ext.data.data_bin import check_data_bin, check_split_not_empty
+from fairseq_ext.data.data_bin import DataBinError, check_data_bin, check_split_not_empty
+from fairseq_ext.data.documents import (
+    BLANK_LINE_SEPARATED,
+    DOCUMENT_FORMATS,
+    LINES,
+    DocumentFormatError,
+    check_document_format,
+    read_documents,
+    warn_if_format_mismatch,
+    whole_document_count,
+)
+from fairseq_ext.evaluation.eval_scores import EvalScoresWriter, check_eval_scores_path
 
 logger = logging.getLogger(__name__)
 
 VARIANT_CHOICES = ChoiceEnum(list(VARIANTS))
+DOCUMENT_FORMAT_CHOICES = ChoiceEnum(list(DOCUMENT_FORMATS))
 #: ``--eval-mode training_objective``: fairseq-validate scores the training objective (sampled
 #: masks and prefixes over packed rows, as fairseq-train's validation does).
 TRAINING_OBJECTIVE = "training_objective"
@@ -65,10 +80,16 @@ class BidirectionalLMConfig(FairseqDataclass):
     tokens_per_sample: int = field(default=1024, metadata={
         "help": "most tokens in a row of packed documents (§3.1: 1024); longer documents are "
                 "split into pieces, each a document of its own"})
+    document_format: DOCUMENT_FORMAT_CHOICES = field(default=BLANK_LINE_SEPARATED, metadata={
+        "help": "what a document is in the data-bin: blank_line_separated (consecutive non-empty "
+                "lines, ended by an empty line, as fairseq's complete_doc reads them; the layout "
+                "scripts/prepare_corpus.sh writes) or lines (each line). Every line's </s> stays "
+                "in its document as a token"})
     sample_break_mode: SAMPLE_BREAK_MODE_CHOICES = field(default="complete", metadata={
-        "help": "how documents (lines) are packed into rows: complete (§3.1, footnote 3), "
-                "complete_doc (not across blank-line document boundaries) or eos (one per row); "
-                "none is refused: it cuts documents"})
+        "help": "how documents are packed into rows: complete (several whole documents per row, "
+                "§3.1 footnote 3) or eos (one per row); with --document-format lines also "
+                "complete_doc (lines packed only within blank-line documents); none is refused: "
+                "it cuts documents"})
     variant: VARIANT_CHOICES = field(default="hyb_pre", metadata={
         "help": "row of Table 1: nxt_uni nxt_pre msk_uni msk_bi hyb_uni hyb_pre"})
     mask_prob: float = field(default=0.15, metadata={
@@ -99,21 +120,39 @@ class BidirectionalLMConfig(FairseqDataclass):
     suffix_fraction: float = field(default=0.2, metadata={
         "help": "suffix_ppl: the share of each document's last tokens to predict (§3.2: 0.2)"})
     eval_seed: int = field(default=1, metadata={
-        "help": "infill: seeds the masked position of each document (with the document's index "
+        "help": "infill: seeds the masked positions of each document (with the document's index "
                 "only, so every model and R is scored on the same positions)"})
+    infill_positions: int = field(default=1, metadata={
+        "help": "infill: masked positions per document, each scored in a row of its own (one "
+                "masked token per row); more positions give a smaller standard error on the same "
+                "documents. The first K are the same for any larger K"})
+    eval_scores_out: Optional[str] = field(default=None, metadata={
+        "help": "fairseq-validate --eval-mode: also write each scored row (document, masked "
+                "position, R, tokens, loss, correct) as a JSON line to this new file (never "
+                "overwritten), for paired comparisons of models "
+                "(fairseq_ext.evaluation.bidirectional_report)"})
     seed: int = II("common.seed")
 
 
 def objective_sampler(cfg: BidirectionalLMConfig) -> ObjectiveSampler:
     """Check ``cfg`` (errors name the flag) and build its per-document sampler."""
     break_mode = str(cfg.sample_break_mode)
+    document_format = str(cfg.document_format)
     if break_mode not in DOCUMENT_BREAK_MODES:
         raise ValueError(
             f"--sample-break-mode {break_mode}: the objective is applied to whole documents "
             f"(§3.1), and '{break_mode}' cuts documents at block boundaries; use complete (the "
-            f"paper's, footnote 3), complete_doc or eos")
+            f"paper's, footnote 3) or eos")
     if cfg.tokens_per_sample < 1:
         raise ValueError(f"--tokens-per-sample {cfg.tokens_per_sample} must be positive")
+    check_document_format(document_format, cfg.tokens_per_sample)
+    if break_mode == "complete_doc" and document_format == BLANK_LINE_SEPARATED:
+        raise ValueError(
+            f"--sample-break-mode complete_doc with --document-format {BLANK_LINE_SEPARATED}: the "
+            "documents are already read whole (complete_doc's reading), so there is no boundary "
+            "left for complete_doc to keep; use complete (several documents per row, the "
+            f"paper's) or eos (one per row), or --document-format {LINES} to pack lines within "
+            "documents")
     if break_mode == "complete_doc" and cfg.tokens_per_sample < 3:
         raise ValueError(f"--tokens-per-sample {cfg.tokens_per_sample} with complete_doc: must be "
                          "at least 3, or a split long line could leave a 1-token piece, which "
@@ -130,7 +169,19 @@ def check_evaluation(cfg: BidirectionalLMConfig, sampler: ObjectiveSampler) -> N
     if not 0.0 < float(cfg.suffix_fraction) < 1.0:
         raise ValueError(f"--suffix-fraction {cfg.suffix_fraction} must lie in (0, 1): it is the "
                          "share of each document's tokens to predict (§3.2: 0.2)")
+    if cfg.infill_positions < 1:
+        raise ValueError(f"--infill-positions {cfg.infill_positions} must be at least 1 (masked "
+                         "positions scored per document)")
     mode = None if cfg.eval_mode is None else str(cfg.eval_mode)
+    if cfg.infill_positions != 1 and mode != "infill":
+        raise ValueError(f"--infill-positions {cfg.infill_positions} belongs to --eval-mode infill "
+                         f"(it counts masked positions per document); this run has --eval-mode "
+                         f"{mode}")
+    if cfg.eval_scores_out is not None:
+        if mode not in EVAL_MODES:
+            raise ValueError(f"--eval-scores-out {cfg.eval_scores_out} needs --eval-mode "
+                             f"{' / '.join(EVAL_MODES)}: it writes the rows those modes score")
+        check_eval_scores_path(cfg.eval_scores_out)
     if mode is None:
         if cfg.r_bidir is not None:
             raise ValueError(f"--r-bidir {cfg.r_bidir} without --eval-mode: add --eval-mode "
@@ -193,6 +244,9 @@ class BidirectionalLMTask(FairseqTask):
         self.mask_idx = dictionary.add_symbol(MASK_SYMBOL)
         #: set by fairseq-train's validation (begin_valid_epoch), never by fairseq-validate
         self.validating_during_training = False
+        #: --eval-scores-out: the rows fairseq-validate scored
+        self.eval_scores = (None if cfg.eval_scores_out is None
+                            else EvalScoresWriter(cfg.eval_scores_out, self.eval_settings()))
         variant = str(cfg.variant)
         if cfg.plain_lm_prob > 0 and cfg.n_predict is None and variant.startswith("msk_"):
             logger.warning(
@@ -228,6 +282,13 @@ class BidirectionalLMTask(FairseqTask):
                 if index < self.dictionary.nspecial or symbol == MASK_SYMBOL
                 or symbol.startswith("madeupword")]
 
+    def eval_settings(self) -> dict:
+        """What decides which rows an evaluation scores (``--eval-scores-out``'s header): two
+        runs with equal settings on the same data score the same rows."""
+        return {key: (None if getattr(self.cfg, key) is None else str(getattr(self.cfg, key)))
+                for key in ("eval_mode", "document_format", "tokens_per_sample", "r_bidir",
+                            "suffix_fraction", "eval_seed", "infill_positions")}
+
     @property
     def eval_group_labels(self):
         """Metric label of each evaluation group (one per --r-bidir value; ``full``)."""
@@ -255,25 +316,38 @@ class BidirectionalLMTask(FairseqTask):
                 "training_objective (README, 'Evaluating bidirectional_lm'). If you gave one, the "
                 "checkpoint was written before fairseq-ext had evaluation modes, and fairseq drops "
                 "flags its saved config lacks")
-        documents = split_long_documents(lines, lines.sizes, self.cfg.tokens_per_sample)
+        document_format = str(self.cfg.document_format)
+        warn_if_format_mismatch(split_path, lines.sizes, document_format)
+        try:
+            documents = read_documents(lines, lines.sizes, document_format,
+                                       self.cfg.tokens_per_sample, self.dictionary.pad(),
+                                       self.dictionary.eos())
+        except DocumentFormatError as error:
+            raise DataBinError(f"the {split} split of {data}: {error}; use --document-format "
+                               f"{LINES}, or add text to it") from None
+        whole = whole_document_count(lines.sizes, document_format)
+        read = (f"{whole} documents ({document_format}; {len(documents)} pieces of at most "
+                f"{self.cfg.tokens_per_sample} tokens, {len(lines)} lines)")
         if self.eval_mode in EVAL_MODES and not combine:
             dataset = BidirectionalEvalDataset(
                 documents, documents.sizes, self.eval_mode,
                 parse_r_bidir(self.cfg.r_bidir) if self.eval_mode in MODES_WITH_R else [],
                 self.cfg.suffix_fraction, self.cfg.eval_seed, self.mask_idx,
-                self.dictionary.pad(), self.special_token_ids())
+                self.dictionary.pad(), self.special_token_ids(),
+                positions_per_document=self.cfg.infill_positions, split=split)
+            rows = (f"; {dataset.rows_per_group} masked positions (--infill-positions "
+                    f"{self.cfg.infill_positions})" if self.eval_mode == "infill" else "")
             logger.info("%s: --eval-mode %s%s on %d documents, one per sequence; %d skipped as too"
-                        " short for it", split, self.eval_mode,
+                        " short for it%s; read as %s", split, self.eval_mode,
                         f" --r-bidir {self.cfg.r_bidir}" if self.eval_mode in MODES_WITH_R else "",
-                        dataset.scored, dataset.skipped)
+                        dataset.scored, dataset.skipped, rows, read)
             self.datasets[split] = dataset
             return
         blocks = TokenBlockDataset(
             documents, documents.sizes, self.cfg.tokens_per_sample,
             pad=self.dictionary.pad(), eos=self.dictionary.eos(),
             break_mode=str(self.cfg.sample_break_mode), document_sep_len=1)
-        logger.info("loaded %d rows of %d documents (%d lines) from %s", len(blocks),
-                    len(documents), len(lines), split_path)
+        logger.info("loaded %d rows of %s from %s", len(blocks), read, split_path)
         self.datasets[split] = BidirectionalLMDataset(
             blocks, documents.sizes, self.sampler, mask_idx=self.mask_idx,
             pad_idx=self.dictionary.pad(), seed=self.cfg.seed)
@@ -282,11 +356,24 @@ class BidirectionalLMTask(FairseqTask):
         super().begin_valid_epoch(epoch, model)
         self.validating_during_training = True
 
+    def valid_step(self, sample, model, criterion):
+        """fairseq's, keeping the criterion's per-row scores (:data:`EVAL_ROWS_KEY`) out of the
+        logging output, for ``--eval-scores-out``."""
+        loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
+        rows = logging_output.pop(EVAL_ROWS_KEY, None)
+        if rows is not None and self.eval_scores is not None and not self.validating_during_training:
+            self.eval_scores.add_batch(sample, rows, self.eval_group_labels)
+        return loss, sample_size, logging_output
+
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)
         if self.eval_mode in EVAL_MODES and not self.validating_during_training:
             for line in evaluation_report_lines(logging_outputs):
                 logger.info(line)
+            if self.eval_scores is not None and self.eval_scores.rows:
+                self.eval_scores.write()
+                logger.info("wrote %d scored rows to %s", len(self.eval_scores.rows),
+                            self.eval_scores.path)
 
     def max_positions(self):
         return self.cfg.tokens_per_sample

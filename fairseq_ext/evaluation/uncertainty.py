@@ -1,0 +1,113 @@
+"""Standard errors of the evaluation figures of generalized bidirectionality (Tables 3-6 of
+Artetxe et al. 2022), and of differences between two models scored on the same rows.
+
+**Perplexity** is ``exp(R)``, ``R = sum_d l_d / sum_d n_d`` the token-weighted mean loss (nats)
+over the scored documents ``d`` (``l_d`` the summed loss of document ``d``, ``n_d`` its predicted
+tokens): a ratio estimator, whose standard error we take by the **delta method over documents**
+(the documents are the sampled units; the tokens of a document are not independent draws). With
+``D`` documents and residuals ``e_d = l_d - R n_d``::
+
+    SE(R) = sqrt(D / (D - 1) * sum_d e_d^2) / sum_d n_d,      SE(exp R) = exp(R) * SE(R)
+
+``sum_d e_d^2 = sum l^2 - 2 R sum l n + R^2 sum n^2``, so the error follows from five sums,
+which add up across batches and workers as fairseq's logging outputs do
+(:func:`ratio_standard_error_from_sums`).
+
+**Accuracy** (infilling) is ``c / N`` over ``N`` masked positions; its standard error is the
+binomial ``sqrt(p (1 - p) / N)`` over positions (:func:`binomial_standard_error`). Positions of
+one document are not independent (``--infill-positions K`` > 1 scores several per document), so
+this is the textbook figure, slightly optimistic when K > 1.
+
+**Differences** between models A and B scored on the *same* rows (same documents and positions,
+read from ``--eval-scores-out`` files) are paired: ``SE(acc_A - acc_B) = sd(c_A - c_B) / sqrt(N)``
+over positions, and for perplexities the delta method on the linearised difference
+``u_d = (exp(R_A) e_{A,d} - exp(R_B) e_{B,d})`` (same ``n_d`` for both models). Where the models
+agree on most rows the paired error is far below either model's own error. A difference is
+*resolved* when ``|difference| > 2 SE`` (:data:`RESOLVED_AT`, about a 95% two-sided interval).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+#: A difference counts as resolved when larger than this many standard errors of it.
+RESOLVED_AT = 2.0
+
+
+def ratio_standard_error_from_sums(rows: float, total: float, count: float, total_sq: float,
+                                   count_sq: float, total_count: float) -> float:
+    """Delta-method standard error (nats) of ``R = total / count`` over ``rows`` units, from
+    ``sum l``, ``sum n``, ``sum l^2``, ``sum n^2`` and ``sum l n`` (module docstring); NaN for
+    fewer than 2 rows or no tokens."""
+    if rows < 2 or count <= 0:
+        return math.nan
+    ratio = total / count
+    residual_sq = total_sq - 2.0 * ratio * total_count + ratio * ratio * count_sq
+    return math.sqrt(max(residual_sq, 0.0) * rows / (rows - 1)) / count
+
+
+def binomial_standard_error(successes: float, trials: float) -> float:
+    """``sqrt(p (1 - p) / N)`` of the share ``p = successes / trials``; NaN without trials."""
+    if trials <= 0:
+        return math.nan
+    share = successes / trials
+    return math.sqrt(share * (1.0 - share) / trials)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure and its standard error, in the figure's units."""
+
+    value: float
+    standard_error: float
+
+    def resolved(self) -> bool:
+        """Whether a *difference* is larger than :data:`RESOLVED_AT` standard errors."""
+        return abs(self.value) > RESOLVED_AT * self.standard_error
+
+
+def perplexity(losses: Sequence[float], tokens: Sequence[float]) -> Estimate:
+    """``exp(sum l / sum n)`` over documents (losses in nats) with its delta-method error."""
+    losses, tokens = np.asarray(losses, dtype=np.float64), np.asarray(tokens, dtype=np.float64)
+    ratio = losses.sum() / tokens.sum()
+    error = ratio_standard_error_from_sums(len(losses), losses.sum(), tokens.sum(),
+                                           (losses ** 2).sum(), (tokens ** 2).sum(),
+                                           (losses * tokens).sum())
+    return Estimate(math.exp(ratio), math.exp(ratio) * error)
+
+
+def accuracy(correct: Sequence[float]) -> Estimate:
+    """Share of correct positions, in %, with the binomial error."""
+    correct = np.asarray(correct, dtype=np.float64)
+    return Estimate(100.0 * correct.mean(),
+                    100.0 * binomial_standard_error(correct.sum(), len(correct)))
+
+
+def paired_accuracy_difference(correct_a: Sequence[float], correct_b: Sequence[float]) -> Estimate:
+    """``acc_A - acc_B`` in points over the same positions, with ``sd(c_A - c_B) / sqrt(N)``."""
+    difference = np.asarray(correct_a, dtype=np.float64) - np.asarray(correct_b, dtype=np.float64)
+    if len(difference) < 2:
+        return Estimate(100.0 * float(difference.mean()) if len(difference) else math.nan, math.nan)
+    return Estimate(100.0 * difference.mean(),
+                    100.0 * difference.std(ddof=1) / math.sqrt(len(difference)))
+
+
+def paired_perplexity_difference(losses_a: Sequence[float], losses_b: Sequence[float],
+                                 tokens: Sequence[float]) -> Estimate:
+    """``ppl_A - ppl_B`` over the same documents (same predicted tokens ``tokens``), with the
+    delta-method error of the linearised difference (module docstring)."""
+    losses_a = np.asarray(losses_a, dtype=np.float64)
+    losses_b = np.asarray(losses_b, dtype=np.float64)
+    tokens = np.asarray(tokens, dtype=np.float64)
+    total = tokens.sum()
+    ratio_a, ratio_b = losses_a.sum() / total, losses_b.sum() / total
+    ppl_a, ppl_b = math.exp(ratio_a), math.exp(ratio_b)
+    linearised = ppl_a * (losses_a - ratio_a * tokens) - ppl_b * (losses_b - ratio_b * tokens)
+    rows = len(tokens)
+    if rows < 2:
+        return Estimate(ppl_a - ppl_b, math.nan)
+    error = math.sqrt((linearised ** 2).sum() * rows / (rows - 1)) / total
+    return Estimate(ppl_a - ppl_b, error)
