@@ -77,7 +77,8 @@ def test_demo_is_a_cpu_sized_pretrain():
 #: Each environment variable of pretrain.sh and the flag it sets.
 ENV_TO_FLAG = {
     "VARIANT": "--variant", "ARCH": "--arch", "TOKENS_PER_SAMPLE": "--tokens-per-sample",
-    "SAMPLE_BREAK_MODE": "--sample-break-mode", "MASK_PROB": "--mask-prob",
+    "SAMPLE_BREAK_MODE": "--sample-break-mode", "DOCUMENT_FORMAT": "--document-format",
+    "MASK_PROB": "--mask-prob",
     "PLAIN_LM_PROB": "--plain-lm-prob", "MAX_TOKENS": "--max-tokens", "PEAK_LR": "--lr",
     "TOTAL_UPDATES": "--max-update", "WARMUP_UPDATES": "--warmup-updates",
     "LR_POWER": "--power", "ADAM_BETAS": "--adam-betas", "ADAM_EPS": "--adam-eps",
@@ -107,6 +108,7 @@ FLAG_TO_YAML = {
     "--arch": "model._name", "--max-target-positions": "model.max_target_positions",
     "--tokens-per-sample": "task.tokens_per_sample",
     "--sample-break-mode": "task.sample_break_mode", "--mask-prob": "task.mask_prob",
+    "--document-format": "task.document_format",
     "--plain-lm-prob": "task.plain_lm_prob", "--dropout": "model.dropout",
     "--attention-dropout": "model.attention_dropout", "--optimizer": "optimizer._name",
     "--adam-betas": "optimizer.adam_betas", "--adam-eps": "optimizer.adam_eps",

@@ -4,7 +4,8 @@
 # size of Table 2 with the `bidirectional_lm` task, model and criterion.
 #   DATA=data-bin/... VARIANT=hyb_pre SIZE=125m recipes/bidirectional/pretrain.sh
 # Paper values (§3.1, Table 2): 100B tokens, sequences of 1024 tokens, documents packed with
-# --sample-break-mode complete (footnote 3), the batch in tokens and the peak lr of Table 2
+# --sample-break-mode complete (footnote 3; a document is a run of lines ended by an empty line,
+# DOCUMENT_FORMAT=blank_line_separated, or one line, DOCUMENT_FORMAT=lines), the batch in tokens and the peak lr of Table 2
 # (125m: 0.5M tokens, 6e-4; 355m: 0.5M, 3e-4; 1_3b: 1M, 2e-4; 2_7b: 1M, 1.6e-4; 6_7b: 2M, 1.2e-4).
 # Where the paper defers to Artetxe et al. (2021) we take their settings: Adam (0.9, 0.98),
 # polynomial (linear) decay to 0, warmup over 375M tokens; eps 1e-8, weight decay 0.01, dropout
@@ -42,6 +43,7 @@ esac
 SAVE_DIR="${SAVE_DIR:-checkpoints/bidirectional/${VARIANT}_${SIZE}}"
 TOKENS_PER_SAMPLE="${TOKENS_PER_SAMPLE:-1024}"
 SAMPLE_BREAK_MODE="${SAMPLE_BREAK_MODE:-complete}"
+DOCUMENT_FORMAT="${DOCUMENT_FORMAT:-blank_line_separated}"  # empty lines end documents (prepare_corpus.sh's layout); lines: one per line
 MASK_PROB="${MASK_PROB:-0.15}"
 PLAIN_LM_PROB="${PLAIN_LM_PROB:-0.1}"
 BATCH_TOKENS="${BATCH_TOKENS:-${table_batch}}"  # effective batch, in tokens (Table 2 "bs")

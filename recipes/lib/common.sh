@@ -205,6 +205,7 @@ run_bidirectional_pretraining() {
     --task bidirectional_lm --variant "${VARIANT}" --criterion "${CRITERION}"
     --arch "${ARCH}" --max-target-positions "${TOKENS_PER_SAMPLE}"
     --tokens-per-sample "${TOKENS_PER_SAMPLE}" --sample-break-mode "${SAMPLE_BREAK_MODE}"
+    --document-format "${DOCUMENT_FORMAT}"
     --mask-prob "${MASK_PROB}" --plain-lm-prob "${PLAIN_LM_PROB}"
     --max-tokens "${MAX_TOKENS}" --update-freq "${update_freq_value}"
   )
