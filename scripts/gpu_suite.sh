@@ -22,7 +22,9 @@
 #                   the SwishRNN op/layer/model tests, tests/test_cuda_source.py, the benchmark
 #                   script's tests, the fairseq install check, and every other tests/test_*.py
 #                   that mentions torch.cuda / "cuda" / nvcc. A test skipped for want of a GPU,
-#                   a CUDA kernel or nvcc fails the stage.
+#                   a CUDA kernel or nvcc fails the stage. tests/test_cuda_host_emulation.py
+#                   compares the CUDA op with the CPU host emulation of its kernels and writes
+#                   the differences to OUTDIR/cuda-vs-host-emulation.json.
 #   bench_swishrnn  scripts/bench_swishrnn.py --part a; --part c (base, seq 512, bf16).
 #   bench_3ml       scripts/bench_3ml.py --device cuda --dtype bf16: base/512 and large/128 at
 #                   15/40/50% masking (JSON too), and the bookkeeping profile at base/512.
@@ -230,7 +232,7 @@ stage_build() {
   elif [[ -f "${so}" && -f "${GPU_ENV}/.build-key" && "$(cat "${GPU_ENV}/.build-key")" == "${key}" ]]; then
     echo "${so} is built already (key ${key})"
   else
-    # Only the GPU's own architecture (torch's default when TORCH_CUDA_ARCH_LIST is unset).
+    # setup.py's CUDA_ARCH_LIST (TORCH_CUDA_ARCH_LIST=native: only the GPU's own).
     x env MAX_JOBS="${MAX_JOBS:-16}" "${PY}" setup.py -q build_ext --inplace
     [[ "${DRY_RUN}" == 1 ]] || printf '%s\n' "${key}" > "${GPU_ENV}/.build-key"
   fi
@@ -275,7 +277,8 @@ stage_tests() {
   local files xdist=() rc=0
   read -r -a files <<< "$(test_files)"
   if [[ "${GPU_SUITE_PYTEST_WORKERS}" != 0 ]]; then xdist=(-n "${GPU_SUITE_PYTEST_WORKERS}"); fi
-  x "${PY}" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
+  x env CUDA_HOST_EMULATION_REPORT="${OUTDIR}/cuda-vs-host-emulation.json" \
+    "${PY}" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
     --junitxml="${OUTDIR}/junit-tests.xml" "${files[@]}" || rc=$?
   # Skips for want of a GPU, a CUDA kernel or nvcc mean the CUDA paths did not run.
   x "${PY}" - "${OUTDIR}/junit-tests.xml" "${OUTDIR}/tests-skipped.txt" \
