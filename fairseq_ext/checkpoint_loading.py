@@ -23,9 +23,13 @@ session, ``import fairseq_ext`` before ``checkpoint_utils.load_model_ensemble``.
 
 fairseq-ext's own loaders (``scripts/export_encoder.py``; :func:`load_checkpoint_to_cpu`) turn
 torch's errors into one line saying what to do (:func:`checkpoint_error_message`): a truncated
-or corrupt file (torch says ``PytorchStreamReader failed reading zip archive`` or, for a file that
-is not a zip at all, e.g. ``KeyError: 101``), or a checkpoint loaded without this allow-list.
-fairseq's CLIs call ``torch.load`` themselves, with no hook for a plugin short of patching them;
+file, a corrupt one (for a file that is not a zip at all torch says e.g. ``KeyError: 101``), or
+a checkpoint loaded without this allow-list. A truncated file is fairseq's own error: our fairseq
+patch (item 6, README "Install") makes ``checkpoint_utils.load_checkpoint_to_cpu`` raise
+``TruncatedCheckpointError`` when the file is a ``torch.save`` zip archive without its index,
+naming the file and the newest complete checkpoint beside it; ``fairseq-train`` (with the
+``--restore-file`` to resume from) and ``fairseq-validate`` print it as their one-line error,
+and so do we, word for word. The other errors reach fairseq's CLIs as torch raised them;
 README, "Troubleshooting", maps their tracebacks to the fix.
 """
 import argparse
@@ -63,7 +67,12 @@ def load_error_reason(error: Exception) -> str:
 
 def checkpoint_error_advice(path, error: Exception) -> str:
     """What is wrong with the checkpoint at ``path`` given ``error`` from loading it, and what
-    to do, as a predicate (``"is truncated or corrupt (...); re-copy it ..."``)."""
+    to do, as a predicate (``"is truncated (...); the newest complete checkpoint in ..."``,
+    fairseq's own words for a truncated file)."""
+    from fairseq.checkpoint_utils import TruncatedCheckpointError
+
+    if isinstance(error, TruncatedCheckpointError):
+        return error.advice
     reason = load_error_reason(error)
     if isinstance(error, (FileNotFoundError, IsADirectoryError, PermissionError)):
         return f"cannot be opened ({reason})"

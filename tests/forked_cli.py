@@ -13,7 +13,8 @@ a resume that only worked because some state survived in memory would fail here 
 for a user.
 
 Run as a script, this module is the server: one JSON request per line on stdin (``cli``,
-``args``, ``log``), one JSON reply per line on stdout (``returncode``).
+``args``, ``log``, ``report_pid``), one JSON reply per line on stdout (``returncode``; first
+``pid``, when the request asks for it, so that a test can kill the run).
 """
 import json
 import os
@@ -42,18 +43,37 @@ class ForkedCli:
         """Run ``cli`` (a key of :data:`CLI_MODULES`) with ``args`` in a forked child; its
         stdout and stderr go to ``log``. Returns the log's text; raises with its tail when
         the run fails and ``check``."""
-        request = {"cli": cli, "args": [str(a) for a in args], "log": str(log)}
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        reply = self.proc.stdout.readline()
-        if not reply:
-            raise RuntimeError(f"the fork server died (exit status {self.proc.wait()})")
-        returncode = json.loads(reply)["returncode"]
+        request = self._send(cli, args, log, report_pid=False)
+        returncode = self._reply()["returncode"]
         output = Path(log).read_text()
         if check and returncode != 0:
             raise AssertionError(f"{cli} {' '.join(request['args'])} failed ({returncode}):\n"
                                  f"{output[-6000:]}")
         return output
+
+    def start(self, cli: str, args, log: Path) -> int:
+        """Start ``cli`` as :meth:`run` does, without waiting: returns the child's pid (to
+        signal it); :meth:`wait` then returns its exit status (negative: killed by that
+        signal). One run at a time."""
+        self._send(cli, args, log, report_pid=True)
+        return self._reply()["pid"]
+
+    def wait(self) -> int:
+        """The exit status of the run :meth:`start` started, once it has ended."""
+        return self._reply()["returncode"]
+
+    def _send(self, cli, args, log, report_pid):
+        request = {"cli": cli, "args": [str(a) for a in args], "log": str(log),
+                   "report_pid": report_pid}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return request
+
+    def _reply(self) -> dict:
+        reply = self.proc.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"the fork server died (exit status {self.proc.wait()})")
+        return json.loads(reply)
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -80,6 +100,8 @@ def _run_child(request) -> int:
         importlib.import_module(CLI_MODULES[request["cli"]]).cli_main()
         return 0
     except SystemExit as stop:
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)  # sys.exit("message"), as Python prints it
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:
         import traceback
@@ -110,6 +132,9 @@ def serve() -> None:
         if pid == 0:
             replies.close()
             os._exit(_run_child(request))
+        if request.get("report_pid"):
+            replies.write(json.dumps({"pid": pid}) + "\n")
+            replies.flush()
         _, status = os.waitpid(pid, 0)
         replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
         replies.flush()

@@ -11,20 +11,20 @@ Per family, four ``fairseq-train`` runs of a tiny model, each a fresh process
   ``--save-interval-updates`` in a run that went on) into a new ``--save-dir``, to 6.
 
 The json log rounds losses to 3 decimals, so bit-for-bit is checked on the checkpoints that
-every run writes after every update: the model's weights, Adam's moments and step, the lr
-scheduler, the data iterator's position, and the value of every logged training metric at that
-update (fairseq keeps each meter's last value, unrounded, in ``extra_state["metrics"]``: the
-loss of that update, its per-category losses, ``pflops``, ``gnorm``, ...) with the running
-``total_pflops`` total. Updates 4-6 of the resumed and restored runs must equal the straight
-run's, and the stopped run's update 3 the straight run's ``checkpoint_1_3.pt``.
+every run writes after every update (:mod:`checkpoint_state`): the model's weights, Adam's
+moments and step, the lr scheduler, the data iterator's position, and the value of every logged
+training metric at that update (fairseq keeps each meter's last value, unrounded, in
+``extra_state["metrics"]``: the loss of that update, its per-category losses, ``pflops``,
+``gnorm``, ...) with the running ``total_pflops`` total. Updates 4-6 of the resumed and
+restored runs must equal the straight run's, and the stopped run's update 3 the straight run's
+``checkpoint_1_3.pt``.
 """
 import pytest
 import torch
+from checkpoint_state import assert_identical, training_state
 from forked_cli import ForkedCli
 
-import fairseq_ext  # noqa: F401  (the allow-list: torch.load of fairseq checkpoints)
 from conftest import USER_DIR, json_log_records
-from fairseq_ext.flops.training_metrics import _TOTAL_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -59,48 +59,11 @@ COMMON = ["--user-dir", USER_DIR, "--tokens-per-sample", "32", "--optimizer", "a
           "--no-progress-bar", "--max-valid-steps", "2", "--save-interval-updates", "1",
           "--no-epoch-checkpoints"]
 
-#: Meters whose value is a measurement of the update, not a clock.
-EXACT_METERS = ("AverageMeter", "SumMeter")
-
 
 @pytest.fixture(scope="module")
 def forked():
     with ForkedCli() as cli:
         yield cli
-
-
-def assert_identical(a, b, where):
-    """``a == b`` bit for bit, through dicts, lists and tensors (dtype included)."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor), where
-        assert a.dtype == b.dtype and torch.equal(a, b), f"{where}: {a} != {b}"
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: {a.keys()} != {b.keys()}"
-        for key in a:
-            assert_identical(a[key], b[key], f"{where}[{key!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{where}: {a} != {b}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_identical(x, y, f"{where}[{i}]")
-    else:
-        assert type(a) is type(b) and a == b, f"{where}: {a!r} != {b!r}"
-
-
-def training_state(path):
-    """What must be identical after an update, from the checkpoint at ``path``."""
-    state = torch.load(path, map_location="cpu")
-    extra = state["extra_state"]
-    history = state["optimizer_history"][-1]
-    # The epoch's "train" meters are what the log prints. Of the "default" aggregator only our
-    # running total counts: fairseq keeps logging into the pre-restore "default" object after a
-    # resume, so the saved one's other meters stop at the resumed update (nothing reads them).
-    meters = {name: meter_state for _, name, kind, meter_state in extra["metrics"]["train"]
-              if kind in EXACT_METERS}
-    meters["total_pflops"] = next(meter_state for _, name, _, meter_state
-                                  in extra["metrics"]["default"] if name == _TOTAL_KEY)
-    return {"model": state["model"], "optimizer": state["last_optimizer_state"],
-            "lr_scheduler": history["lr_scheduler_state"], "num_updates": history["num_updates"],
-            "train_iterator": extra["train_iterator"], "meters": meters}
 
 
 def inner_records(output):

@@ -172,9 +172,11 @@ def test_truncated_checkpoint_is_named_with_its_size(saved_checkpoint, keep):
     truncated.write_bytes(data[:int(len(data) * keep)])
     with pytest.raises(CheckpointLoadError) as error:
         load_checkpoint_to_cpu(truncated)
-    assert str(error.value).startswith(
-        f"checkpoint {truncated} is truncated or corrupt ({truncated.stat().st_size} bytes; ")
-    assert str(error.value).endswith("re-copy it or use an earlier checkpoint")
+    # fairseq's own line (our patch's item 6), naming the complete checkpoint beside it.
+    assert str(error.value) == (
+        f"checkpoint {truncated} is truncated ({truncated.stat().st_size} bytes: its write or "
+        f"copy was cut short); the newest complete checkpoint in {truncated.parent} is "
+        f"{saved_checkpoint.name}")
 
 
 def test_a_file_that_is_not_a_zip_gives_the_same_advice(tmp_path):
@@ -207,7 +209,8 @@ def test_export_of_a_truncated_checkpoint(saved_checkpoint, tmp_path):
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()[-1:]
     assert line.startswith("export_encoder.py: error: ")
-    assert "is truncated or corrupt (50000 bytes; " in line and "re-copy it" in line
+    assert line.endswith(f"it is truncated (50000 bytes: its write or copy was cut short); "
+                         f"the newest complete checkpoint in {tmp_path} is checkpoint_last.pt")
 
 
 def test_flops_calculator_suggests_the_arch_meant(capsys):
