@@ -16,7 +16,9 @@ The first group guards the install itself, in-process: fairseq's compiled batchi
 token-block helpers against pure-Python computations written here from the documented
 semantics, and the progress bars of three epochs sharing one log file. The second group runs
 the user's commands: ``fairseq-validate`` must log a ``bsz`` equal to the validation set's
-size, and ``fairseq-train --sample-break-mode eos`` must train.
+size, and ``fairseq-train --sample-break-mode eos`` must train. Patch item 4 (start-up imports)
+is checked at the end; items 5 and 6 (atomic checkpoint files, the one-line error for a
+truncated checkpoint) in ``tests/test_checkpoint_faults.py``.
 """
 import numpy as np
 import pytest
