@@ -14,9 +14,13 @@ validate, summarize. It drives the repository's recipes, so it runs from a check
    side, with each run's speedup over the first (the RoBERTa-15% baseline).
 5. Generalized bidirectionality (Artetxe et al. 2022): one ``bidir_lm_mini`` run per variant
    family of Table 1 (:data:`BIDIRECTIONAL_RUNS`: NxtUni, MskBi, HybPre), each trained for the
-   same tokens through ``recipes/bidirectional/demo.sh`` and scored by stock ``fairseq-validate
-   --eval-mode`` runs (:mod:`fairseq_ext.evaluation.bidirectional_report`): full-document ppl
-   (Table 3), suffix ppl and single-token infilling accuracy at R = 0 and 1 (Tables 4-5).
+   same tokens through ``recipes/bidirectional/demo.sh`` on whole documents (the data-bin's
+   blank-line documents) and scored by stock ``fairseq-validate --eval-mode`` runs
+   (:mod:`fairseq_ext.evaluation.bidirectional_report`): full-document ppl (Table 3), suffix ppl
+   and single-token infilling accuracy at R = 0 and 1 (Tables 4-5), each ± its standard error,
+   and each model's paired difference to the best. These runs report quality, not speed, so
+   they run :data:`BIDIRECTIONAL_WORKERS` at a time, one thread each.
+6. The wall time of every stage (the concurrent runs' own times indented under theirs).
 
 Adding a model to the comparison is one line in :data:`DEMO_RUNS`. Every run writes into a fresh
 ``runs/demo/<timestamp>/<name>/`` (logs, checkpoints, ``summary.json``); nothing earlier is
@@ -31,7 +35,9 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
@@ -69,6 +75,10 @@ BIDIRECTIONAL_RUNS: List[DemoRun] = [
 ]
 #: R values of the demo's suffix-ppl and infilling columns.
 BIDIRECTIONAL_R_VALUES = "0,1"
+#: Masked positions per document in the demo's infilling columns (``--infill-positions``).
+BIDIRECTIONAL_INFILL_POSITIONS = 8
+#: Bidirectional runs trained and scored at the same time, one torch thread each.
+BIDIRECTIONAL_WORKERS = 2
 #: What the demo writes into its runs directory besides one directory per run.
 SUMMARY, PLOT = "summary.json", "curves.png"
 
@@ -114,9 +124,9 @@ def stream(cmd: List[str], env: dict, log_path: Path) -> Iterator[str]:
 class Progress:
     """A one-line progress bar on a terminal; one line per fairseq log record otherwise."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, interactive: bool = True):
         self.name, self.total = name, 0
-        self.interactive = sys.stdout.isatty()
+        self.interactive = interactive and sys.stdout.isatty()
 
     def set_total_from_command(self, printed_command: str) -> None:
         """The recipe prints its fairseq command first; its ``--max-update`` is our total."""
@@ -173,10 +183,12 @@ def equal_flops_updates(runs: List[DemoRun], data: Path,
 
 
 def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int], validate_every: int,
-          log_interval: Optional[int] = None, masked_lm: bool = True) -> dict:
+          log_interval: Optional[int] = None, masked_lm: bool = True,
+          extra_env: Optional[Dict[str, str]] = None, concurrent: bool = False) -> dict:
     """Train one demo model through its recipe for ``updates`` updates, validating every
-    ``validate_every``; return its train-side figures."""
-    env = recipe_env(run, data, SAVE_DIR=str(run_dir / "checkpoints"))
+    ``validate_every``; return its train-side figures. ``concurrent``: other runs print beside
+    this one, so progress goes out as whole lines, never as a redrawn bar."""
+    env = recipe_env(run, data, SAVE_DIR=str(run_dir / "checkpoints"), **(extra_env or {}))
     if updates is not None:  # else the recipe's own
         env["TOTAL_UPDATES"] = str(updates)
     if log_interval is not None:
@@ -184,7 +196,7 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int], valid
     cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar",
            "--validate-interval-updates", str(validate_every),
            "--skip-invalid-size-inputs-valid-test"]
-    progress = Progress(run.name)
+    progress = Progress(run.name, interactive=not concurrent)
     records: List[dict] = []
     final_updates = 0  # from every record, the epoch summaries' `train_num_updates` included
     command: List[str] = []
@@ -316,23 +328,45 @@ def plot_curves(rows: List[dict], runs_dir: Path) -> Optional[Path]:
 
 
 class StageClock:
-    """Wall time of each stage of the demo, printed as it ends and summed up at the end."""
+    """Wall time of each stage of the demo, printed as it ends and summed up at the end. Stages
+    that ran inside a concurrent one (:meth:`part`) are listed indented under it and not added
+    to the total a second time."""
 
     def __init__(self):
         self.started = time.time()
-        self.stages: List[tuple] = []
+        self.stages: List[tuple] = []  # (name, seconds, depth)
+        self._lock = threading.Lock()
+        self._depth = 0
 
     @contextlib.contextmanager
-    def stage(self, name: str):
+    def stage(self, name: str, concurrent: bool = False):
         start = time.time()
-        yield
+        index = len(self.stages)
+        with self._lock:
+            self.stages.append((name, math.nan, 0))
+        self._depth = 1 if concurrent else 0
+        try:
+            yield
+        finally:
+            self._depth = 0
         seconds = time.time() - start
-        self.stages.append((name, seconds))
+        self.stages[index] = (name, seconds, 0)
         print(f"== {name}: {seconds:.0f} s (demo so far {time.time() - self.started:.0f} s)",
               flush=True)
 
+    @contextlib.contextmanager
+    def part(self, name: str):
+        """A stage that runs beside others inside the current concurrent stage."""
+        start = time.time()
+        yield
+        seconds = time.time() - start
+        with self._lock:
+            self.stages.append((name, seconds, self._depth))
+        print(f"== {name}: {seconds:.0f} s", flush=True)
+
     def summary(self) -> str:
-        lines = [f"  {name:<40} {seconds:6.0f} s" for name, seconds in self.stages]
+        lines = [f"  {'  ' * depth}{name:<{40 - 2 * depth}} {seconds:6.0f} s"
+                 for name, seconds, depth in self.stages]
         total = time.time() - self.started
         return "\n".join(["time per stage:", *lines, f"  {'total':<40} {total:6.0f} s"])
 
@@ -451,20 +485,30 @@ def run_masked_lm_comparison(runs: List[DemoRun], data: Path, runs_dir: Path,
 def run_bidirectional_comparison(runs: List[DemoRun], data: Path, runs_dir: Path,
                                  updates: Optional[int], clock: StageClock) -> List[dict]:
     """Step 5 of the module docstring: one run per variant family at equal tokens (the recipe's
-    updates, or ``updates``), each scored by the evaluation modes it can serve."""
+    updates, or ``updates``), each scored by the evaluation modes it can serve, runs
+    :data:`BIDIRECTIONAL_WORKERS` at a time on one torch thread each."""
     from fairseq_ext.evaluation.bidirectional_report import evaluate_checkpoint
 
-    rows = []
     log_interval = None if updates is None else max(1, updates // 10)
-    for run in runs:
-        run_dir = new_run_dir(runs_dir, run)
+    run_dirs = [new_run_dir(runs_dir, run) for run in runs]
+    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+    def train_and_evaluate(run: DemoRun, run_dir: Path) -> dict:
         print(f"== {run.name}: training ({run.recipe}, VARIANT={run.env['VARIANT']})", flush=True)
-        with clock.stage(f"{run.name}: train"):
+        with clock.part(f"{run.name}: train"):
             row = {"name": run.name, **train(run, data, run_dir, updates, 10 ** 9, log_interval,
-                                             masked_lm=False)}
+                                             masked_lm=False, extra_env=one_thread,
+                                             concurrent=True)}
         print(f"== {run.name}: fairseq-validate --eval-mode ...", flush=True)
-        with clock.stage(f"{run.name}: evaluate"):
+        with clock.part(f"{run.name}: evaluate"):
             row.update(evaluate_checkpoint(data, run_dir / "checkpoints" / "checkpoint_last.pt",
-                                           BIDIRECTIONAL_R_VALUES, cpu=True, log_dir=run_dir))
-        rows.append(row)
-    return rows
+                                           BIDIRECTIONAL_R_VALUES, cpu=True, log_dir=run_dir,
+                                           infill_positions=BIDIRECTIONAL_INFILL_POSITIONS,
+                                           env=one_thread))
+        return row
+
+    workers = min(BIDIRECTIONAL_WORKERS, len(runs))
+    with clock.stage(f"bidirectional: {len(runs)} runs, {workers} at a time", concurrent=True):
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(train_and_evaluate, runs, run_dirs))
+

@@ -2,6 +2,7 @@
 import json
 import math
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,10 +95,23 @@ def check_bidirectional_rows(rows, runs_dir, stdout, updates):
             assert all(math.isfinite(value) for value in row[key].values())
         if "infill_acc" in row:
             assert all(0.0 <= value <= 100.0 for value in row["infill_acc"].values())
+        for key in scored:  # each figure with its standard error
+            errors = row[f"{key}_se"]
+            for value in (errors.values() if isinstance(errors, dict) else [errors]):
+                assert math.isfinite(value) and value >= 0
+        if "infill_acc" in row:
+            assert row["infill_positions"] > 0
         run_dir = runs_dir / row["name"]
         assert (run_dir / "checkpoints" / "checkpoint_last.pt").exists()
+        assert all(path is not None and (run_dir / Path(path).name).is_file()
+                   for path in row["scores"].values())
         assert f"| {row['name']}" in stdout
     assert "infill acc R=1" in stdout and "suffix ppl R=0" in stdout
+    assert " ± " in stdout and "Differences to each column's best, paired" in stdout
+    stages = stdout[stdout.index("time per stage:"):]
+    assert f"bidirectional: 3 runs, {demo.BIDIRECTIONAL_WORKERS} at a time" in stages
+    assert all(f"  {row['name']}: train" in stages and f"  {row['name']}: evaluate" in stages
+               for row in rows)
 
 
 def test_demo_never_reuses_a_run_directory(tiny_data_bin, tmp_path):

@@ -96,8 +96,10 @@ def modes_for(trained) -> List[str]:
 
 def run_validate(data: Path, checkpoint: Path, mode: str, r_values: Optional[str],
                  subset: str, batch_size: int, cpu: bool, log_path: Optional[Path],
-                 scores_path: Optional[Path] = None, infill_positions: int = 1) -> Dict[str, float]:
-    """One stock ``fairseq-validate`` run; its final JSON record's ``valid_*`` values."""
+                 scores_path: Optional[Path] = None, infill_positions: int = 1,
+                 env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
+    """One stock ``fairseq-validate`` run (``env``: variables to add to its environment); its
+    final JSON record's ``valid_*`` values."""
     cmd = [str(BIN_DIR / "fairseq-validate"), str(data), "--user-dir", str(PACKAGE_DIR),
            "--task", "bidirectional_lm", "--path", str(checkpoint), "--eval-mode", mode,
            "--valid-subset", subset, "--batch-size", str(batch_size), "--log-format", "json"]
@@ -109,7 +111,7 @@ def run_validate(data: Path, checkpoint: Path, mode: str, r_values: Optional[str
         cmd += ["--eval-scores-out", str(scores_path)]
     if cpu:
         cmd.append("--cpu")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     output = proc.stdout + proc.stderr
     if log_path is not None:
         log_path.write_text(" ".join(cmd) + "\n" + output)
@@ -136,14 +138,15 @@ def scores_file(directory: Path, name: str, mode: str) -> Path:
 def evaluate_checkpoint(data: Path, checkpoint: Path, r_values: str, subset: str = "valid",
                         batch_size: int = 16, cpu: bool = False,
                         log_dir: Optional[Path] = None, log_name: Optional[str] = None,
-                        infill_positions: int = 1,
-                        scores_dir: Optional[Path] = None) -> Dict[str, object]:
+                        infill_positions: int = 1, scores_dir: Optional[Path] = None,
+                        env: Optional[Dict[str, str]] = None) -> Dict[str, object]:
     """Every mode ``checkpoint`` can serve: ``{"checkpoint", "variant", "full_ppl",
     "full_ppl_se", "suffix_ppl": {R: ppl}, "suffix_ppl_se": {R: se}, "infill_acc": {R: %},
     "infill_acc_se", "infill_ppl", "infill_positions": count, "scores": {mode: path or None}}``
     (absent: not served). With ``log_dir``, each run's log is ``log_dir/<log_name>.<mode>.log``
     (default name: the checkpoint's file stem); the scored rows go to ``scores_dir`` (default
-    ``log_dir``; neither: none are kept, and no paired difference can be formed)."""
+    ``log_dir``; neither: none are kept, and no paired difference can be formed); ``env``: added
+    to the environment of the fairseq-validate runs."""
     info = checkpoint_capabilities(checkpoint)
     row: Dict[str, object] = {"checkpoint": str(checkpoint), "variant": info["variant"],
                               "scores": {}}
@@ -155,7 +158,8 @@ def evaluate_checkpoint(data: Path, checkpoint: Path, r_values: str, subset: str
         scores_path = (scores_file(scores_dir, name, mode)
                        if scores_dir is not None and info["takes_scores_out"] else None)
         result = run_validate(data, checkpoint, mode, None if mode == "full_doc_ppl" else r_values,
-                              subset, batch_size, cpu, log_path, scores_path, infill_positions)
+                              subset, batch_size, cpu, log_path, scores_path, infill_positions,
+                              env)
         row["scores"][mode] = (str(scores_path) if scores_path is not None and scores_path.is_file()
                                else None)
         if mode == "full_doc_ppl":
