@@ -37,6 +37,7 @@ from fairseq_ext.modules.block_sparse_attention import (
     choose_attention_impl,
     document_block_mask,
     flex_attention_available,
+    packed_blocks,
 )
 from fairseq_ext.modules.sdpa_attention import MaskedSelfAttention
 
@@ -127,9 +128,9 @@ def test_block_mask_equals_torchs_create_block_mask(cross_document, seed):
     rows, length = 3, rng.choice([130, 256, 300])
     doc_ids, bidir_lens = random_layout(rng, rows, length)
     ours = document_block_mask(doc_ids, bidir_lens, cross_document)
-    padded = ours.padded_length
+    padded, total = ours.padded_length, ours.packed_length
     assert padded % BLOCK_SIZE == 0 and padded - BLOCK_SIZE < length <= padded
-    total = rows * padded
+    assert total == packed_blocks(rows * padded // BLOCK_SIZE) * BLOCK_SIZE
     mask_mod = ours.block_mask.mask_mod
     reference = create_block_mask(mask_mod, 1, 1, total, total, device="cpu")
     for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
@@ -146,9 +147,17 @@ def test_block_mask_equals_torchs_create_block_mask(cross_document, seed):
         block = packed[b * padded:(b + 1) * padded]
         assert torch.equal(block[:length, b * padded:b * padded + length], dense[b])
         assert not block[:, :b * padded].any() and not block[:, (b + 1) * padded:].any()
+    tail = packed[rows * padded:]  # padding after the rows: each position sees itself only
+    assert torch.equal(tail, torch.eye(total, dtype=torch.bool)[rows * padded:])
     # the skipped fraction counts the blocks neither listed nor full, per row
     computed = int(ours.block_mask.kv_num_blocks.sum() + ours.block_mask.full_kv_num_blocks.sum())
     assert ours.skipped_fraction() == pytest.approx(1 - computed / (rows * (padded // 128) ** 2))
+
+
+def test_packed_lengths_are_few():
+    assert [packed_blocks(n) for n in range(1, 26)] == [
+        1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 12, 16, 16, 16, 16, 24, 24, 24, 24, 24, 24, 24, 24, 32]
+    assert all(n <= packed_blocks(n) < 1.5 * n for n in range(2, 5000))
 
 
 def test_mask_mod_is_the_dense_rule_on_grids():
@@ -239,6 +248,32 @@ def test_flex_equals_sdpa_for_every_table_1_variant(dtype):
             assert flex_error <= 1.5 * sdpa_error, (variant, flex_error, sdpa_error)
             model = model.float()
     assert seen_prefixes == {True, False}  # causal variants and bidirectional prefixes
+
+
+@pytest.mark.parametrize("r_bidir", ["0", "0.5", "1"])
+def test_fine_tuning_path_flex_equals_sdpa(r_bidir):
+    """``--r-bidir`` (fairseq's sentence_prediction: batches without a layout, one example per
+    row, left or right padding): the features and a classification head's output agree."""
+    model, task = tiny_model(r_bidir=r_bidir)
+    assert model.decoder.r_bidir == float(r_bidir)
+    model.register_classification_head("head", num_classes=3)
+    model.eval()
+    pad = task.source_dictionary.pad()
+    tokens = torch.randint(task.source_dictionary.nspecial, task.mask_idx, (ROWS, LENGTH),
+                           generator=torch.Generator().manual_seed(2))
+    tokens[1, 200:] = pad     # right padding
+    tokens[2, :150] = pad     # left padding
+    tokens[3, 1:] = pad       # a one-token example
+    outputs = {}
+    for impl in ("flex", "sdpa"):
+        model.decoder.attention_impl = impl
+        with torch.no_grad():
+            assert model.decoder.attention_path(tokens) == impl
+            outputs[impl] = (model(tokens, features_only=True)[0],
+                             model(tokens, classification_head_name="head")[0])
+    real = tokens.ne(pad)
+    assert torch.allclose(outputs["flex"][0][real], outputs["sdpa"][0][real], atol=1e-5, rtol=0)
+    assert torch.allclose(outputs["flex"][1], outputs["sdpa"][1], atol=1e-5, rtol=0)
 
 
 def test_attention_module_flex_equals_sdpa_on_random_layouts():
@@ -416,3 +451,125 @@ def test_flex_backward_equals_sdpa_on_cuda(dtype, atol):
             scale = float(grads["sdpa"][1][name].abs().max()) + 1e-6
             difference = float((grad - grads["sdpa"][1][name]).abs().max())
             assert difference <= atol * max(1.0, scale), (name, difference, scale)
+
+
+# --- 5. fairseq-validate: the same log-probabilities on both paths -----------------------------
+
+EVAL_TOKENS_PER_SAMPLE = 256
+EVAL_RUNS = {"full_doc_ppl": None, "suffix_ppl": "0,0.5,1", "infill": "0,1"}
+
+
+def word_documents(rng, count, low, high, first_word, end_word, eos):
+    """``count`` documents of ``low..high`` random words ending in ``</s>``, each followed by
+    an empty line (a lone ``</s>``: fairseq's document separator)."""
+    lines = []
+    for n in rng.integers(low, high + 1, size=count):
+        lines += [[int(t) for t in rng.integers(first_word, end_word, size=n - 1)] + [eos], [eos]]
+    return lines
+
+
+@pytest.fixture(scope="module")
+def eval_checkpoint(tmp_path_factory):
+    """A data-bin of documents of 20-250 tokens (most rows longer than one block) and a
+    bidir_lm_tiny checkpoint trained on it for a few updates by fairseq-train (on the SDPA
+    path: CPU training)."""
+    import numpy as np
+    from test_bidirectional_lm_data import write_data_bin
+
+    root = tmp_path_factory.mktemp("flex_eval")
+    dictionary = Dictionary()
+    for i in range(VOCAB - 5):
+        dictionary.add_symbol(f"w{i}")
+    rng = np.random.default_rng(4)
+    words = (dictionary.nspecial, len(dictionary), dictionary.eos())
+    data = write_data_bin(root / "bin", {"train": word_documents(rng, 60, 20, 250, *words),
+                                         "valid": word_documents(rng, 9, 100, 250, *words)},
+                          dictionary)
+    run_cli([fairseq_cli("fairseq-train"), data, "--user-dir", USER_DIR, "--task",
+             "bidirectional_lm", "--criterion", "bidirectional_lm", "--variant", "hyb_pre",
+             "--arch", "bidir_lm_tiny", "--tokens-per-sample", str(EVAL_TOKENS_PER_SAMPLE),
+             "--max-tokens", "1024", "--optimizer", "adam", "--lr", "3e-3", "--max-update", "4",
+             "--cpu", "--num-workers", "0", "--seed", "3", "--no-epoch-checkpoints",
+             "--disable-validation", "--no-progress-bar", "--save-dir", root / "ckpt"],
+            env={"OMP_NUM_THREADS": "1"})
+    return data, root / "ckpt" / "checkpoint_last.pt"
+
+
+def eval_log_probs(data, checkpoint, mode, r_bidir, impl):
+    """fairseq-validate's computation in-process: the checkpoint loaded with ``--model-overrides
+    "{'attention_impl': impl}"``, the task's evaluation batches for ``mode``, and per batch
+    the log-probability of every predicted target and the criterion's logging output."""
+    from fairseq import checkpoint_utils
+    from fairseq.criterions.masked_lm import MaskedLmConfig
+
+    from fairseq_ext.criterions.bidirectional_lm import BidirectionalLmLoss
+    from fairseq_ext.tasks.bidirectional_lm import BidirectionalLMConfig, BidirectionalLMTask
+
+    cfg = BidirectionalLMConfig(data=str(data), seed=1, tokens_per_sample=EVAL_TOKENS_PER_SAMPLE,
+                                eval_mode=mode, r_bidir=r_bidir, eval_seed=5)
+    task = BidirectionalLMTask.setup_task(cfg)
+    task.load_dataset("valid", combine=False)
+    models, _ = checkpoint_utils.load_model_ensemble([str(checkpoint)], task=task,
+                                                     arg_overrides={"attention_impl": impl})
+    model = models[0].eval()
+    criterion = BidirectionalLmLoss(MaskedLmConfig(tpu=False), task)
+    iterator = task.get_batch_iterator(task.dataset("valid"), max_sentences=4,
+                                       max_positions=EVAL_TOKENS_PER_SAMPLE, seed=1)
+    pad = task.source_dictionary.pad()
+    results, paths = [], set()
+    with torch.no_grad():
+        for batch in iterator.next_epoch_itr(shuffle=False):
+            paths.add(model.decoder.attention_path(batch["net_input"]["src_tokens"]))
+            logits = model(**batch["net_input"])[0]
+            target = batch["target"]
+            predicted = target.ne(pad)
+            log_probs = torch.log_softmax(logits.double(), dim=-1)[predicted]
+            results.append((log_probs.gather(1, target[predicted].unsqueeze(1)).squeeze(1),
+                            criterion(model, batch)[2]))
+    return results, paths
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", sorted(EVAL_RUNS))
+def test_eval_modes_score_the_same_on_both_paths(eval_checkpoint, mode):
+    data, checkpoint = eval_checkpoint
+    flex, flex_paths = eval_log_probs(data, checkpoint, mode, EVAL_RUNS[mode], "flex")
+    sdpa, sdpa_paths = eval_log_probs(data, checkpoint, mode, EVAL_RUNS[mode], "sdpa")
+    assert flex_paths == {"flex"} and sdpa_paths == {"sdpa"}
+    assert len(flex) == len(sdpa) > 1
+    for (flex_lp, flex_log), (sdpa_lp, sdpa_log) in zip(flex, sdpa):
+        assert flex_lp.shape == sdpa_lp.shape and flex_lp.numel() > 0
+        assert torch.allclose(flex_lp, sdpa_lp, atol=1e-5, rtol=0)
+        assert set(flex_log) == set(sdpa_log)
+        for key, value in sdpa_log.items():
+            if "correct" in key or key in ("ntokens", "nsentences", "sample_size"):
+                assert flex_log[key] == value, key  # counts and infill argmax hits: identical
+            elif isinstance(value, (int, float)):
+                assert flex_log[key] == pytest.approx(value, rel=1e-5, abs=1e-5), key
+
+
+@pytest.mark.slow
+def test_fairseq_validate_auto_runs_flex_and_matches_sdpa(eval_checkpoint):
+    """The real command: ``auto`` (the checkpoint's setting) runs FlexAttention in
+    fairseq-validate on CPU, ``--model-overrides "{'attention_impl': 'sdpa'}"`` the dense
+    mask, and the printed metrics agree."""
+    from test_bidirectional_eval import final_record
+
+    data, checkpoint = eval_checkpoint
+    command = [fairseq_cli("fairseq-validate"), data, "--user-dir", USER_DIR, "--path",
+               checkpoint, "--task", "bidirectional_lm", "--cpu", "--num-workers", "0",
+               "--log-format", "json", "--eval-mode", "suffix_ppl", "--r-bidir", "0,1",
+               "--batch-size", "4"]
+    outputs = {}
+    for impl, overrides in (("auto", []), ("sdpa", ["--model-overrides",
+                                                    "{'attention_impl': 'sdpa'}"])):
+        proc = run_cli(command + overrides, env={"OMP_NUM_THREADS": "1"})
+        outputs[impl] = proc.stdout + proc.stderr
+    assert ("bidirectional_lm attention: FlexAttention (--attention-impl auto; cpu, no "
+            "gradients)") in outputs["auto"]
+    assert "SDPA with a dense mask (--attention-impl sdpa" in outputs["sdpa"]
+    assert "FlexAttention" not in outputs["sdpa"]
+    flex, sdpa = final_record(outputs["auto"]), final_record(outputs["sdpa"])
+    assert set(flex) == set(sdpa)
+    for key, value in sdpa.items():
+        assert flex[key] == pytest.approx(value, abs=1.5e-3), key  # printed to 3 decimals

@@ -17,21 +17,25 @@ once (:func:`~fairseq_ext.modules.bidirectional_attention_mask.attention_rule`);
 on broadcast index grids, and so are the block flags here.
 
 **The packed layout.** The ``B`` rows of a batch are laid end to end, each padded to
-``T_pad``, the next multiple of ``BLOCK_SIZE``: FlexAttention sees one sequence of ``L = B x
-T_pad`` tokens, ``(1, H, L, d)``, and the ``mask_mod`` also requires query and key to share their
-row. So the compiled kernel sees batch 1 always, and only ``L`` changes from batch to batch.
+``T_pad``, the next multiple of ``BLOCK_SIZE``, and the whole to ``L``, a number of blocks
+rounded up to the next of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (:func:`packed_blocks`; fewer than
+half as many blocks again, of padding that attends to itself only: one block of scores each).
+FlexAttention sees one sequence ``(1, H, L, d)``, and the ``mask_mod`` also requires query and
+key to share their row.
 Padding queries attend to themselves only (the rule's padding case), so no row of the softmax is
 empty and no NaN can arise; their outputs are dropped.
 
 **Compilation.** ``flex_attention`` is compiled once per process
-(:func:`compiled_flex_attention`; uncompiled, it is PyTorch's dense reference). The first call
-compiles for its ``L``; the first call with another ``L`` recompiles once with ``L`` symbolic
-(PyTorch's automatic dynamic shapes), and later lengths reuse that graph. A batch of one block
-(``L = BLOCK_SIZE``) is specialised once more; another dtype, or switching between calls that
-need gradients and calls that do not, compiles again. Each compile takes about 3-12 s on 2 CPU
-cores (torch 2.13; inductor's on-disk cache shortens the next process's). Packing is what keeps
-this small: with ``B`` a dimension of its own, a batch of another size recompiles, and in torch
-2.13 the CPU kernel compiled with a symbolic batch size fails to build (a C++ compile error).
+(:func:`compiled_flex_attention`; uncompiled, it is PyTorch's dense reference), with static
+shapes: each packed length ``L`` compiles once, and the rounding above keeps the lengths few
+(batches of ``B`` rows of ``T`` tokens, whatever ``B`` and ``T``, give one length per bucket of
+``B x T_pad``). A new dtype, head layout or ``--no-cross-document-attention`` setting, or
+switching between calls that need gradients and calls that do not, compiles again. A compile
+takes about 3-12 s on 2 CPU cores (torch 2.13; inductor's on-disk cache shortens the next
+process's). The recompile limit is raised for these calls only (:data:`RECOMPILE_LIMIT`), so that
+a run with many lengths keeps the compiled kernel rather than falling back to the dense
+reference. Not symbolic shapes: in torch 2.13 the CPU kernel compiled with a symbolic length or
+batch size fails to build (a C++ compile error in inductor's FlexAttention template).
 
 **Where it runs** (:func:`flex_unsupported_reason`). FlexAttention computes no attention dropout
 and, in the torch this project pins, has no CPU backward (``NotImplementedError``). So it runs on
@@ -60,6 +64,8 @@ from fairseq_ext.modules.bidirectional_attention_mask import (
 ATTENTION_IMPLS = ("auto", "sdpa", "flex")
 #: Queries and keys per block of the BlockMask (FlexAttention's default).
 BLOCK_SIZE = 128
+#: Distinct compiled shapes allowed for ``flex_attention`` (torch's default is 8).
+RECOMPILE_LIMIT = 64
 
 
 def flex_attention_available() -> bool:
@@ -78,7 +84,15 @@ def compiled_flex_attention() -> Callable:
     doc, "Compilation")."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention)
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def run_flex_attention(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float) -> Tensor:
+    """The compiled ``flex_attention`` under the raised recompile limit (module doc)."""
+    import torch._dynamo
+
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        return compiled_flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
 
 
 def flex_unsupported_reason(device: torch.device, needs_grad: bool,
@@ -128,16 +142,35 @@ def padded_length(length: int, block_size: int = BLOCK_SIZE) -> int:
     return max(1, math.ceil(length / block_size)) * block_size
 
 
-def packed_kv_blocks(flags: Tensor):
+def packed_blocks(blocks: int) -> int:
+    """The packed sequence's blocks for ``blocks`` blocks of rows: the next of 1, 2, 3, 4, 6, 8,
+    12, 16, 24, ... (the powers of two and three quarters of each from 4 on)."""
+    power = 1
+    while power < blocks:
+        power *= 2
+    three_quarters = power * 3 // 4
+    return three_quarters if power >= 4 and three_quarters >= blocks else power
+
+
+def packed_kv_blocks(flags: Tensor, total_blocks: int, extra: Optional[Tensor] = None):
     """``(counts (1, 1, N), indices (1, 1, N, N))`` int32, FlexAttention's per-query-block key
     lists, from ``flags`` ``(B, n, n)`` (row ``b``'s query block ``i`` computes key block
-    ``j``): rows packed end to end, so ``N = B n``, block ``(b, i)`` becomes ``b n + i`` and no
-    block of one row meets another row. Listed blocks come first, in increasing order."""
+    ``j``): rows packed end to end into ``N = total_blocks >= B n`` blocks, so block ``(b, i)``
+    becomes ``b n + i`` and no block of one row meets another row; the blocks after ``B n``
+    (padding) list their own block where ``extra`` (bool) says so. Listed blocks come first,
+    in increasing order."""
     batch, blocks, _ = flags.shape
     packed = flags.new_zeros(batch, blocks, batch, blocks)
     rows = torch.arange(batch, device=flags.device)
     packed[rows, :, rows, :] = flags
     packed = packed.view(batch * blocks, batch * blocks)
+    if total_blocks > batch * blocks:
+        grown = flags.new_zeros(total_blocks, total_blocks)
+        grown[:batch * blocks, :batch * blocks] = packed
+        if extra is not None:
+            tail = torch.arange(batch * blocks, total_blocks, device=flags.device)
+            grown[tail, tail] = extra
+        packed = grown
     counts = packed.sum(dim=-1, dtype=torch.int32)
     indices = torch.argsort(packed.to(torch.int8), dim=-1, descending=True, stable=True)
     return counts[None, None], indices.to(torch.int32)[None, None]
@@ -152,14 +185,17 @@ class DocumentBlockMask:
     block_mask: object  # torch.nn.attention.flex_attention.BlockMask
     batch: int
     length: int
+    #: each row's length in the packed sequence (a whole number of blocks)
     padded_length: int
-    #: per row, query block, key block: computed at all (partial or full), and full
+    #: the packed sequence's length (``>= batch x padded_length``, whole blocks)
+    packed_length: int
+    #: per row, query block, key block: computed at all (partial or full)
     computed_blocks: Tensor
-    full_blocks: Tensor
 
     def skipped_fraction(self) -> float:
-        """The share of the dense ``B x T_pad x T_pad`` scores the BlockMask skips (blocks
-        neither partial nor full), the bound on FlexAttention's gain over dense SDPA."""
+        """The share of the dense ``B x T_pad x T_pad`` scores of the rows that the BlockMask
+        skips (blocks neither partial nor full), the bound on FlexAttention's gain over dense
+        SDPA."""
         return 1.0 - float(self.computed_blocks.float().mean())
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, num_heads: int, scale: float) -> Tensor:
@@ -170,17 +206,18 @@ class DocumentBlockMask:
             raise ValueError(f"the block mask was built for {self.batch} rows of {self.length} "
                              f"tokens; got {batch} rows of {length}")
         head_dim, padded = channels // num_heads, self.padded_length
+        tail = self.packed_length - batch * padded
 
-        def pack(x: Tensor) -> Tensor:  # (T, B, C) -> (1, H, B * T_pad, d), one copy
+        def pack(x: Tensor) -> Tensor:  # (T, B, C) -> (1, H, L, d), one copy
             x = x.view(length, batch, num_heads, head_dim).permute(2, 1, 0, 3)
-            if padded != length:
-                x = torch.cat([x, x.new_zeros(num_heads, batch, padded - length, head_dim)],
-                              dim=2)
-            return x.reshape(1, num_heads, batch * padded, head_dim)
+            if padded == length and tail == 0:
+                return x.reshape(1, num_heads, batch * length, head_dim)
+            rows = torch.cat([x, x.new_zeros(num_heads, batch, padded - length, head_dim)], dim=2)
+            return torch.cat([rows.reshape(num_heads, batch * padded, head_dim),
+                              x.new_zeros(num_heads, tail, head_dim)], dim=1).unsqueeze(0)
 
-        out = compiled_flex_attention()(pack(q), pack(k), pack(v), block_mask=self.block_mask,
-                                        scale=scale)
-        out = out.view(num_heads, batch, padded, head_dim)[:, :, :length]
+        out = run_flex_attention(pack(q), pack(k), pack(v), self.block_mask, scale)
+        out = out[0, :, :batch * padded].view(num_heads, batch, padded, head_dim)[:, :, :length]
         return out.permute(2, 1, 0, 3).reshape(length, batch, channels)
 
 
@@ -189,36 +226,44 @@ def document_block_mask(doc_ids: Tensor, bidir_lens: Tensor, cross_document: boo
     """The :class:`DocumentBlockMask` of the layout ``doc_ids`` / ``bidir_lens`` ``(B, T)``
     (the batch fields, ``-1`` / ``0`` at padding): each row padded to ``T_pad`` (padding
     columns), the block flags from :func:`may_attend` on that padded layout, the rows packed
-    end to end, and the ``mask_mod`` the same rule on the packed layout, restricted to pairs of
-    one row."""
+    end to end and padded to whole :func:`packed_blocks`, and the ``mask_mod`` the same rule on
+    the packed layout, restricted to pairs of one row."""
     from torch.nn.attention.flex_attention import BlockMask
 
     check_layout(doc_ids, bidir_lens)
     batch, length = doc_ids.shape
     padded = padded_length(length, block_size)
-    extra = padded - length
-    doc_ids = torch.nn.functional.pad(doc_ids, (0, extra), value=-1)
-    bidir_lens = torch.nn.functional.pad(bidir_lens, (0, extra), value=0)
-    index = index_in_document(doc_ids)
     blocks = padded // block_size
+    total_blocks = packed_blocks(batch * blocks)
+    total = total_blocks * block_size
+    # the rows padded to T_pad, then the packed sequence to `total` (one row of padding)
+    doc_ids = torch.nn.functional.pad(doc_ids, (0, padded - length), value=-1)
+    bidir_lens = torch.nn.functional.pad(bidir_lens, (0, padded - length), value=0)
+    index = index_in_document(doc_ids)
     with torch.no_grad():
         allowed = may_attend(doc_ids, bidir_lens, cross_document, index)
         allowed = allowed.view(batch, blocks, block_size, blocks, block_size)
         computed = allowed.any(dim=4).any(dim=2)
         full = allowed.all(dim=4).all(dim=2)
-    kv_counts, kv_indices = packed_kv_blocks(computed & ~full)
-    full_counts, full_indices = packed_kv_blocks(full)
-    # the same rule over the packed sequence (row 0 of a 1 x B T_pad layout: indices within
-    # documents computed per row), and pairs of one row only
-    row_mask = layout_mask_mod(doc_ids.reshape(1, -1), bidir_lens.reshape(1, -1),
-                               cross_document, index.reshape(1, -1))
-    row_of = torch.arange(batch, device=doc_ids.device).repeat_interleave(padded)
+    # padding blocks after the rows: their queries attend to themselves (partial diagonal)
+    tail_blocks = total_blocks - batch * blocks
+    diagonal = torch.ones(tail_blocks, dtype=torch.bool, device=doc_ids.device)
+    kv_counts, kv_indices = packed_kv_blocks(computed & ~full, total_blocks, diagonal)
+    full_counts, full_indices = packed_kv_blocks(full, total_blocks)
+    # the same rule over the packed sequence (row 0 of a 1 x L layout; indices within documents
+    # computed per row) for pairs of one row
+    tail = total - batch * padded
+    row_mask = layout_mask_mod(
+        torch.nn.functional.pad(doc_ids.reshape(1, -1), (0, tail), value=-1),
+        torch.nn.functional.pad(bidir_lens.reshape(1, -1), (0, tail), value=0),
+        cross_document,
+        torch.nn.functional.pad(index.reshape(1, -1), (0, tail), value=0))
+    row_of = (torch.arange(total, device=doc_ids.device) // padded).clamp(max=batch)
 
     def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return (row_of[q_idx] == row_of[kv_idx]) & row_mask(b, h, q_idx, kv_idx)
 
-    total = batch * padded
     block_mask = BlockMask.from_kv_blocks(kv_counts, kv_indices, full_counts, full_indices,
                                           BLOCK_SIZE=block_size, mask_mod=mask_mod,
                                           seq_lengths=(total, total))
-    return DocumentBlockMask(block_mask, batch, length, padded, computed, full)
+    return DocumentBlockMask(block_mask, batch, length, padded, total, computed)
