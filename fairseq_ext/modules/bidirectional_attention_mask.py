@@ -17,12 +17,16 @@ a token belongs to, ``0, 1, ...``, ``-1`` at padding; the documents of a row con
 order) and ``bidir_lens`` (``n_bidir`` of the token's document). A token's index within its
 document is its column minus the column where its document starts.
 
-:func:`may_attend` builds the boolean ``(B, 1, T, T)`` mask with tensor operations only (no
-Python loop over positions), once per batch, to be shared by every layer;
+The rule is stated once, elementwise, in :func:`attention_rule`; :func:`layout_mask_mod` reads a
+layout through it as a FlexAttention ``mask_mod(b, h, q_idx, kv_idx)``, and :func:`may_attend`
+evaluates that ``mask_mod`` on broadcast index grids: the boolean ``(B, 1, T, T)`` mask, with
+tensor operations only (no Python loop over positions), once per batch, shared by every layer.
 :func:`additive_attention_mask` turns it into the float mask
-``torch.nn.functional.scaled_dot_product_attention`` adds to its logits. A padding query attends
-to itself only, so no softmax row is empty (an empty row gives NaN, which a backward pass would
-spread even though padding outputs are never read).
+``torch.nn.functional.scaled_dot_product_attention`` adds to its logits;
+:mod:`fairseq_ext.modules.block_sparse_attention` turns the same ``mask_mod`` into
+FlexAttention's block mask. A padding query attends to itself only, so no softmax row is empty
+(an empty row gives NaN, which a backward pass would spread even though padding outputs are
+never read).
 """
 from typing import Optional
 
