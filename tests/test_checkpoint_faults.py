@@ -328,6 +328,14 @@ class CheckedFolder:
         return updates
 
 
+def size_of(path):
+    """The size of ``path``; -1 if there is no such file (a ``.tmp`` renamed away)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return -1
+
+
 def kill_inside_a_write(pid, log, target, threshold, update, timeout=180):
     """Once the run at ``pid`` starts the save of ``update`` (its log says so), SIGKILL it as
     soon as the ``target`` (a ``.tmp`` file) holds ``threshold`` bytes, or, if the save ends
@@ -344,7 +352,7 @@ def kill_inside_a_write(pid, log, target, threshold, update, timeout=180):
             time.sleep(0.002)
             text += stream.read()
         polls = 0
-        while not (target.exists() and target.stat().st_size >= threshold):
+        while size_of(target) < threshold:
             polls += 1  # fine: ~0.1 ms a poll
             if polls % 25 == 0:
                 text += stream.read()
