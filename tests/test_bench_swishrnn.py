@@ -37,23 +37,39 @@ def printed_range(text: str):
 
 @pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,
                     reason="fairseq_ext._C is not built (make install)")
-def test_part_b_tiny_prints_the_ratio_to_the_fair_loop_and_the_roofline(capsys):
+def test_part_b_tiny_prints_the_ratio_to_the_fair_loop_and_the_bandwidth_roofline(capsys):
+    """Each row: the ratio to the fair loop from the printed times, the op's bandwidth = the 6 N
+    elements it must move / its time, the copy's bandwidth beside it, their ratio, and verdicts
+    that agree with the figures; the closing line agrees with the rows."""
     assert bench_swishrnn.main(["--part", "b", "--seq-len", "24", "--batch-size", "2",
                                 "--hidden", "16", "--steps", "1,4", "--warmup", "1",
                                 "--rounds", "2"]) == 0
     out = capsys.readouterr().out
-    assert "fair loop" in out and "roofline: 2 x torch.sigmoid over N = 768 elements" in out
-    rows = re.findall(r"^\| (\d) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)x \| (\d+) \| ([\d.]+) \| "
-                      r"(\d+)% \| (PASS|FAIL) \|$", out, re.M)
+    moved = 6 * 24 * 2 * 16 * 4  # bytes: 6 N fp32
+    assert "bytes the recurrence must move: 6 N = 4,608 elements of fp32" in out
+    assert "roofline: copy GB/s = the same bytes through dst.copy_(src) of 3 N elements" in out
+    assert "compute: 2 x torch.sigmoid over N = " in out
+    rows = re.findall(r"^\| (\d) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)x \| ([\d.]+) \| ([\d.]+) \| "
+                      r"(\d+)% \| (PASS|FAIL) \| (PASS|FAIL) \|$", out, re.M)
     assert [int(r[0]) for r in rows] == [1, 4]
-    for _, op_ms, loop_ms, ratio, melem, bound_ms, fraction, verdict in rows:
-        # the ratio comes from the unrounded times: check it against the range the printed
-        # (rounded) times allow, which is wide at this tiny size (e.g. 0.021 ms)
+    for _, op_ms, loop_ms, ratio, op_gbs, copy_gbs, fraction, by_loop, by_copy in rows:
+        # the ratios come from the unrounded times: check them against the ranges the printed
+        # (rounded) figures allow, which are wide at this tiny size (e.g. 0.02 ms)
         low, high = (printed_range(loop_ms)[0] / printed_range(op_ms)[1],
                      printed_range(loop_ms)[1] / printed_range(op_ms)[0])
         assert low * 0.95 - 0.05 <= float(ratio) <= high * 1.05 + 0.05, (ratio, op_ms, loop_ms)
-        assert verdict == ("PASS" if float(ratio) >= 10 else "FAIL")
-        assert int(melem) == pytest.approx(768 / float(op_ms) / 1e3, rel=0.1, abs=1)
+        assert by_loop == ("PASS" if float(ratio) >= 10 else "FAIL")
+        low, high = (moved / printed_range(op_ms)[1] / 1e6, moved / printed_range(op_ms)[0] / 1e6)
+        assert low * 0.95 - 0.05 <= float(op_gbs) <= high * 1.05 + 0.05, (op_gbs, op_ms)
+        low, high = (printed_range(op_gbs)[0] / printed_range(copy_gbs)[1],
+                     printed_range(op_gbs)[1] / printed_range(copy_gbs)[0])
+        assert low * 100 - 1 <= int(fraction) <= high * 100 + 1, (fraction, op_gbs, copy_gbs)
+        assert by_copy == ("PASS" if int(fraction) >= 60 else "FAIL") or int(fraction) == 60
+    all_loop = all(r[7] == "PASS" for r in rows)
+    all_copy = all(r[8] == "PASS" for r in rows)
+    assert (f"target: >= 10x the fair loop at every k: {'PASS' if all_loop else 'FAIL'}; "
+            f">= 60% of the copy bandwidth at every k: {'PASS' if all_copy else 'FAIL'}; "
+            f"{'met' if all_loop or all_copy else 'missed'}") in out
 
 
 @pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,

@@ -39,14 +39,30 @@ namespace fairseq_ext {
 namespace {
 
 
-constexpr int64_t kColumnBlock = 256;
+// Columns per parallel task (at::parallel_for's grain).
+constexpr int64_t kColumnGrain = 256;
+// The fp32 kernels walk a thread's columns in blocks of at most this many. Each time step then
+// reads and writes row segments of up to 16 KB: long enough for the hardware prefetchers to
+// stream them. (With 256-column blocks, 1 KB segments 4 B * columns apart, every segment began
+// a new 4 KB page and the walk waited on memory: forward + backward took 1.7x as long on one
+// thread at T = 512, B = 8, d' = 512; docs/benchmarks.md.) A block's carried state (k x width)
+// and parameters still fit in L2.
+constexpr int64_t kMaxColumnBlock = 4096;
+
+// Width of the blocks that split `columns` columns evenly into blocks of at most
+// kMaxColumnBlock (a multiple of 16 floats, one cache line, but for the last).
+int64_t column_block_width(int64_t columns) {
+  const int64_t blocks = (columns + kMaxColumnBlock - 1) / kMaxColumnBlock;
+  const int64_t width = (columns + blocks - 1) / blocks;
+  return (width + 15) / 16 * 16;
+}
 
 // --- fp64: scalar kernels in double ------------------------------------------------------------
 
 void forward_kernel_f64(const double* x1, const double* alpha, const double* beta, double* c,
                         int64_t T, int64_t B, int64_t D, int64_t k) {
   const int64_t columns = B * D;
-  at::parallel_for(0, columns, kColumnBlock, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, columns, kColumnGrain, [&](int64_t begin, int64_t end) {
     const int64_t width = end - begin;
     std::vector<double> state(static_cast<size_t>(k * width), 0.0);
     for (int64_t t = 0; t < T; ++t) {
@@ -69,7 +85,7 @@ void backward_kernel_f64(const double* grad_c, const double* x1, const double* c
                          double* grad_alpha_columns, double* grad_beta_columns, int64_t T,
                          int64_t B, int64_t D, int64_t k) {
   const int64_t columns = B * D;
-  at::parallel_for(0, columns, kColumnBlock, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, columns, kColumnGrain, [&](int64_t begin, int64_t end) {
     const int64_t width = end - begin;
     std::vector<double> carry(static_cast<size_t>(k * width), 0.0);  // dL/dc[t] from t + k
     std::vector<double> d_alpha(width, 0.0), d_beta(width, 0.0);
@@ -130,13 +146,12 @@ void forward_f32(const float* x1, const float* alpha, const float* beta, float* 
                  int64_t B, int64_t D, int64_t k) {
   const int64_t columns = B * D;
   const SwishRecurrenceCpuKernels& kernels = cpu_kernels();
-  at::parallel_for(0, columns, kColumnBlock, [&](int64_t chunk_begin, int64_t chunk_end) {
-    // a thread's chunk, walked in blocks of kColumnBlock columns so that a block's state and
-    // parameters stay in L1 while it walks the time axis
-    std::vector<float> state(static_cast<size_t>(k * kColumnBlock)), a(kColumnBlock),
-        b(kColumnBlock);
-    for (int64_t begin = chunk_begin; begin < chunk_end; begin += kColumnBlock) {
-      const int64_t width = std::min(kColumnBlock, chunk_end - begin);
+  at::parallel_for(0, columns, kColumnGrain, [&](int64_t chunk_begin, int64_t chunk_end) {
+    // a thread's chunk, walked in blocks (kMaxColumnBlock)
+    const int64_t block = column_block_width(chunk_end - chunk_begin);
+    std::vector<float> state(static_cast<size_t>(k * block)), a(block), b(block);
+    for (int64_t begin = chunk_begin; begin < chunk_end; begin += block) {
+      const int64_t width = std::min(block, chunk_end - begin);
       std::fill(state.begin(), state.end(), 0.0f);
       column_parameters(alpha, D, begin, width, a.data());
       column_parameters(beta, D, begin, width, b.data());
@@ -151,11 +166,11 @@ void backward_f32(const float* grad_c, const float* x1, const float* c, const fl
                   float* grad_beta_columns, int64_t T, int64_t B, int64_t D, int64_t k) {
   const int64_t columns = B * D;
   const SwishRecurrenceCpuKernels& kernels = cpu_kernels();
-  at::parallel_for(0, columns, kColumnBlock, [&](int64_t chunk_begin, int64_t chunk_end) {
-    std::vector<float> carry(static_cast<size_t>(k * kColumnBlock)), a(kColumnBlock),
-        b(kColumnBlock);
-    for (int64_t begin = chunk_begin; begin < chunk_end; begin += kColumnBlock) {
-      const int64_t width = std::min(kColumnBlock, chunk_end - begin);
+  at::parallel_for(0, columns, kColumnGrain, [&](int64_t chunk_begin, int64_t chunk_end) {
+    const int64_t block = column_block_width(chunk_end - chunk_begin);
+    std::vector<float> carry(static_cast<size_t>(k * block)), a(block), b(block);
+    for (int64_t begin = chunk_begin; begin < chunk_end; begin += block) {
+      const int64_t width = std::min(block, chunk_end - begin);
       std::fill(carry.begin(), carry.end(), 0.0f);
       column_parameters(alpha, D, begin, width, a.data());
       column_parameters(beta, D, begin, width, b.data());
