@@ -204,7 +204,7 @@ def test_kill_during_the_copy_to_checkpoint_last_leaves_it_whole(trained, tmp_pa
     """fairseq 0.12 copied the first file of a save to checkpoint_last.pt in place, so a kill
     during the copy truncated it (and lost the previous one). Now the copy goes to
     checkpoint_last.pt.tmp and is renamed over checkpoint_last.pt once whole."""
-    data, save_dir = trained
+    _, save_dir = trained
     save = tmp_path / "save"
     save.mkdir()
     source = save / "checkpoint_1_3.pt"  # what save_checkpoint writes first, atomically
@@ -253,7 +253,6 @@ def test_files_are_synced_before_the_rename_and_the_directory_after(tmp_path, mo
                                                           "checkpoint_last.pt"]
 
 
-
 # --- kills at random moments of checkpoint writing -------------------------------------------
 
 #: Updates of the run; a checkpoint after each (--save-interval-updates 1). All in the first
@@ -279,7 +278,7 @@ SAVED_LINE = re.compile(r"Saved checkpoint .* @ (\d+) updates, ", re.M)
 LOADED_LINE = re.compile(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)")
 
 
-def checkpoint_state(path):
+def saved_state(path):
     """:func:`checkpoint_state.training_state` and the best validation loss so far, read with
     fairseq-ext's loader (a one-line CheckpointLoadError if the file is not whole)."""
     from fairseq_ext.checkpoint_loading import load_checkpoint_to_cpu
@@ -292,14 +291,14 @@ def checkpoint_state(path):
 @pytest.fixture(scope="module")
 def never_killed(forked, tiny_data_bin, tmp_path_factory):
     """The run, never killed: (save dir, {update: name of its checkpoint, the first file of
-    that save}, {update: checkpoint_state})."""
+    that save}, {update: saved_state})."""
     save = tmp_path_factory.mktemp("never_killed") / "save"
     output = forked.run("fairseq-train", [tiny_data_bin, *KILL_RUN, "--save-dir", save],
                         save.parent / "train.log")
     first_files = {int(update): name for update, name in re.findall(
         r"@ (\d+) updates$\n.*Saving checkpoint to \S+/(checkpoint\S*\.pt)$", output, re.M)}
     assert first_files == {u: f"checkpoint_1_{u}.pt" for u in range(1, KILL_UPDATES + 1)}
-    states = {update: checkpoint_state(save / name) for update, name in first_files.items()}
+    states = {update: saved_state(save / name) for update, name in first_files.items()}
     assert all(states[update]["num_updates"] == update for update in states)
     return save, first_files, states
 
@@ -319,7 +318,7 @@ class CheckedFolder:
             stat = path.stat()
             key = (path.name, stat.st_ino, stat.st_size, stat.st_mtime_ns)
             if key not in self.checked:
-                state = checkpoint_state(path)
+                state = saved_state(path)
                 update = state["num_updates"]
                 assert update in self.reference, f"{path}: update {update}"
                 assert_identical(state, self.reference[update], f"{path} (update {update})")
