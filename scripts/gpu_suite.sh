@@ -20,15 +20,20 @@
 #                   and the GPU's compute capability are the same).
 #   tests           pytest (junit xml: OUTDIR/junit-tests.xml) on the tests that exercise CUDA:
 #                   the SwishRNN op/layer/model tests, tests/test_cuda_source.py, the benchmark
-#                   script's tests, the fairseq install check, and every other tests/test_*.py
-#                   that mentions torch.cuda / "cuda" / nvcc. A test skipped for want of a GPU,
+#                   script's tests, the fairseq install check, FlexAttention's (its backward
+#                   against SDPA's, tests/test_block_sparse_attention.py), and every other
+#                   tests/test_*.py that mentions torch.cuda / "cuda" / nvcc. A test skipped for want of a GPU,
 #                   a CUDA kernel or nvcc fails the stage. tests/test_cuda_host_emulation.py
 #                   compares the CUDA op with the CPU host emulation of its kernels and writes
 #                   the differences to OUTDIR/cuda-vs-host-emulation.json.
 #   bench_swishrnn  scripts/bench_swishrnn.py --part a; --part c (base, seq 512, bf16).
 #   bench_3ml       scripts/bench_3ml.py --device cuda --dtype bf16: base/512 and large/128 at
 #                   15/40/50% masking (JSON too), and the bookkeeping profile at base/512.
-#   bench_bidir     scripts/bench_bidirectional.py --device cuda at 125m, seq 1024, bf16.
+#   bench_bidir     scripts/bench_bidirectional.py --device cuda at 125m, seq 1024, bf16; then
+#                   its --part flex at 125m, bf16, T = 1024 and 2048: FlexAttention against
+#                   SDPA's dense mask, attention alone, the fairseq-validate forward and the
+#                   training step (issue 24's target: >= 1.3x at 125m, T = 2048), on the
+#                   carried data-bin's valid split (else synthetic documents of 64-1024 tokens).
 #   train           300 updates (TRAIN_UPDATES) in bf16 (TRAIN_PRECISION) for each of
 #                   3ml_self_base, 3ml_cross_base, swishrnn_bert_base and bidir_lm_125m
 #                   (TRAIN_ARCHS), seq 512, batch 32 (bidir_lm: 32 x 512 tokens), through their
@@ -266,7 +271,7 @@ test_files() {
   {
     printf '%s\n' tests/test_swish_recurrence_op.py tests/test_cuda_source.py \
       tests/test_bench_swishrnn.py tests/test_fairseq_build.py tests/test_swish_rnn.py \
-      tests/test_swishrnn_bert.py
+      tests/test_swishrnn_bert.py tests/test_block_sparse_attention.py
     grep -l -E "torch\.cuda|[\"']cuda[\"']|nvcc|NATIVE_OP_DEVICES" tests/test_*.py || true
   } | grep -v -x tests/test_gpu_suite.py | sort -u | tr '\n' ' '
 }
@@ -333,6 +338,12 @@ stage_bench_bidir() {
   x "${PY}" scripts/bench_bidirectional.py --arch-size 125m --seq-len 1024 --batch-size 8 \
     --device cuda --dtype bf16 --rounds "${BENCH_BIDIR_ROUNDS}" \
     --json "${OUTDIR}/bench-bidir-125m.json" --force | tee "${OUTDIR}/bench-bidir-125m.txt"
+  local data=()
+  if [[ -f "${GPU_SUITE_DATA}/dict.txt" ]]; then data=(--data "${GPU_SUITE_DATA}"); fi
+  x "${PY}" scripts/bench_bidirectional.py --part flex --arch-size 125m --seq-lens 1024,2048 \
+    --batch-size 4 --max-batches 4 --device cuda --dtype bf16 --rounds "${BENCH_BIDIR_ROUNDS}" \
+    "${data[@]}" --json "${OUTDIR}/bench-bidir-flex-125m.json" --force \
+    | tee "${OUTDIR}/bench-bidir-flex-125m.txt"
 }
 
 # -------------------------------------------------------------------------- the training

@@ -115,3 +115,44 @@ def test_packed_rows_fill_the_sequence_exactly():
         assert sum(len(doc) for doc in row) == 50
         assert all(len(doc) <= 50 and doc[-1] == 2 for doc in row)
         assert all(len(doc) >= 3 for doc in row[:-1])
+
+
+@pytest.mark.slow  # compiles FlexAttention
+def test_flex_part_prints_each_ratio_beside_the_skipped_blocks(capsys, tmp_path):
+    out = tmp_path / "flex.json"
+    assert bench.main(["--part", "flex", "--arch-size", "tiny", "--seq-lens", "200,300",
+                       "--vocab-size", "60", "--synthetic-tokens", "3000", "--max-tokens", "1200",
+                       "--batch-size", "2", "--batches", "1", "--rounds", "1", "--quiet",
+                       "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rows = re.findall(r"^\| (\d+) \| (attention eval rows|attention train rows|validate)"
+                      r"(?: \(attention \d+% of the forward\))? \| ([\d.]+) \| ([\d.]+) \| "
+                      r"([\d.]+) \| ([\d.]+)% \| ([\d.]+) \|$", printed, re.M)
+    assert len(rows) == 6, printed
+    record = json.loads(out.read_text())
+    assert len(record["results"]) == 6 and "train step: not timed" in printed
+    for (seq_len, what, sdpa_ms, flex_ms, ratio, skipped, bound), result in zip(
+            rows, record["results"]):
+        assert (int(seq_len), what) == (result["seq_len"], result["what"])
+        assert float(ratio) == pytest.approx(result["sdpa_s"] / result["flex_s"], abs=0.006)
+        assert float(sdpa_ms) > 0 and float(flex_ms) > 0
+        kind = "train" if "train" in what else "eval"
+        assert result["skipped"] == record["layouts"][seq_len][kind]["skipped"]
+        assert 0 <= result["skipped"] < 1 and float(bound) >= 1.0
+        if what != "validate":  # the attention's own bound: 1 / (1 - skipped)
+            assert result["bound"] == pytest.approx(1 / (1 - result["skipped"]))
+
+
+def test_skipped_fraction_of_a_causal_row_by_hand():
+    """One causal document filling a row of 4 blocks: 10 of the 16 blocks computed (the lower
+    triangle and the diagonal), so 6 / 16 skipped; the same with padding after 3 blocks: the
+    padding block computes its diagonal only (7 of 16)."""
+    import torch
+
+    doc_ids = torch.zeros(1, 512, dtype=torch.long)
+    summary = bench.block_summary([(doc_ids, torch.zeros_like(doc_ids), True)])
+    assert summary == {"skipped": 6 / 16, "blocks": 16}
+    doc_ids[0, 384:] = -1
+    summary = bench.block_summary([(doc_ids, torch.zeros_like(doc_ids), True)])
+    assert summary["skipped"] == pytest.approx(1 - 7 / 16)
+    assert bench.amdahl_bound(0.5, 0.5) == pytest.approx(1 / 0.75)

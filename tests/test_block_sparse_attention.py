@@ -423,7 +423,8 @@ def test_state_dict_does_not_depend_on_the_path():
 
 # --- 4. GPU: backward ------------------------------------------------------------------------
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward needs CUDA")
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA device (FlexAttention's backward needs one)")
 @pytest.mark.parametrize("dtype, atol", [(torch.float32, 2e-4), (torch.bfloat16, 5e-2)])
 def test_flex_backward_equals_sdpa_on_cuda(dtype, atol):
     """Training step on CUDA: the loss and every parameter's gradient on the FlexAttention path

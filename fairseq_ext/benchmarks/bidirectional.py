@@ -43,13 +43,46 @@ Example::
 
     .venv/bin/python scripts/bench_bidirectional.py --arch-size small --seq-len 512 \\
         --batch-size 4 --threads 1 --rounds 5
+
+``--part flex``: FlexAttention against SDPA's dense mask (issue 24;
+:mod:`fairseq_ext.modules.block_sparse_attention`), the same model and batches on both paths, at
+each ``--seq-lens`` T (default 512, 1024, 2048), each figure a ratio (SDPA time / FlexAttention
+time) beside the share of the dense scores the BlockMask skips (``skipped``; the attention's
+gain is bounded by ``1 / (1 - skipped)``):
+
+* **evaluation rows**: the batches ``fairseq-validate --task bidirectional_lm --eval-mode M
+  --tokens-per-sample T --max-tokens N`` scores (one document per row, documents longer than T
+  cut into pieces), from the ``valid`` split of ``--data`` (the embedded corpus's data-bin), or
+  without ``--data`` from a synthetic data-bin of documents of log-uniform lengths in
+  ``[--min-doc-len, --max-doc-len]`` (default 64-1024) with ``--synthetic-tokens`` tokens;
+* **training rows**: ``--batch-size`` packed rows of T tokens, documents as in the throughput
+  part (``--variant``'s layouts, default ``hyb_pre``; cross-document attention, footnote 4).
+
+Timed, in interleaved rounds (median), each summed over all of a T's batches:
+
+* ``attention``: one layer's attention alone, ``(T, B, C)`` projections in, ``(T, B, C)`` out,
+  the model's heads, on evaluation rows and on training rows (forward);
+* ``validate``: the whole ``fairseq-validate`` forward: the ``bidirectional_lm`` criterion on
+  every evaluation batch under ``torch.no_grad`` (mask building, embeddings, layers, predicted
+  logits, loss); its bound is Amdahl's, ``1 / (1 - a + a (1 - skipped))`` with ``a`` the
+  attention's measured share of the SDPA forward;
+* ``train step`` (CUDA only: FlexAttention has no CPU backward): one update of the model on the
+  training rows (forward, backward, AdamW), both paths with attention dropout 0 (FlexAttention
+  has none).
+
+Example (the CPU figures of ``docs/benchmarks.md``)::
+
+    .venv/bin/python scripts/bench_bidirectional.py --part flex --arch-size small \\
+        --data data-bin/python-docs-spm8000 --threads 2
 """
 import argparse
 import itertools
 import json
+import statistics
 import sys
+import tempfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
@@ -68,10 +101,17 @@ from fairseq_ext.benchmarks.common import (
 )
 from fairseq_ext.benchmarks.three_ml import DTYPES, UpdateRunner
 from fairseq_ext.criterions.bidirectional_lm import BidirectionalLmLoss
+from fairseq_ext.data.bidirectional_eval_dataset import EVAL_MODES
 from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset
 from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
 from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 from fairseq_ext.models.sizes import DECODER_LM_SIZES
+from fairseq_ext.modules.bidirectional_attention_mask import additive_attention_mask, may_attend
+from fairseq_ext.modules.block_sparse_attention import (
+    BLOCK_SIZE,
+    document_block_mask,
+    flex_attention_available,
+)
 from fairseq_ext.output_files import refused, write_text
 
 #: The command line (scripts/bench_bidirectional.py).
@@ -81,6 +121,10 @@ PROG = "bench_bidirectional.py"
 MODELS = ("bidirectional_lm", "transformer_lm", "bidirectional_lm_all_logits")
 ALL_LOGITS = "bidirectional_lm_all_logits"
 ARCH_SIZES = ("125m", "small", "mini", "tiny")
+#: --part: training throughput against transformer_lm; FlexAttention against SDPA.
+PARTS = ("throughput", "flex")
+#: The two attention paths of --part flex, as --attention-impl names them.
+PATHS = ("sdpa", "flex")
 #: What makes fairseq's transformer_lm the same network as bidir_lm_* but for mask and positions.
 BASELINE_SETTINGS = dict(decoder_learned_pos=True, share_decoder_input_output_embed=True,
                          decoder_normalize_before=True, activation_fn="gelu", dropout=0.1,
@@ -179,12 +223,271 @@ def layout_summary(batches: List[dict], pad: int) -> Dict[str, float]:
     return {"documents_per_row": float(np.mean(docs)), "predicted_per_row": float(np.mean(predicted))}
 
 
+# --------------------------------------------------------------------------- --part flex
+
+
+def synthetic_data_bin(directory: Path, vocab_size: int, total_tokens: int, min_doc_len: int,
+                       max_doc_len: int, seed: int) -> Path:
+    """A data-bin in ``directory`` whose ``valid`` split holds documents of log-uniform lengths in
+    ``[min_doc_len, max_doc_len]`` (random words, each line ending in ``</s>``) adding up to about
+    ``total_tokens``, each followed by an empty line (fairseq's document separator), and a
+    dictionary of ``vocab_size`` symbols (the task adds ``<mask>``)."""
+    from fairseq.data import Dictionary, indexed_dataset
+
+    dictionary = Dictionary()
+    for i in range(vocab_size - len(dictionary) - 1):
+        dictionary.add_symbol(f"w{i}")
+    directory.mkdir(parents=True, exist_ok=True)
+    dictionary.save(str(directory / "dict.txt"))
+    rng = np.random.default_rng(seed)
+    builder = indexed_dataset.make_builder(str(directory / "valid.bin"), impl="mmap",
+                                           vocab_size=len(dictionary))
+    written = 0
+    while written < total_tokens:
+        n = int(round(np.exp(rng.uniform(np.log(min_doc_len), np.log(max_doc_len)))))
+        words = rng.integers(dictionary.nspecial, len(dictionary), size=n - 1)
+        builder.add_item(torch.tensor([*words, dictionary.eos()], dtype=torch.int32))
+        builder.add_item(torch.tensor([dictionary.eos()], dtype=torch.int32))
+        written += n
+    builder.finalize(str(directory / "valid.idx"))
+    return directory
+
+
+def evaluation_batches(data: Path, seq_len: int, eval_mode: str, r_bidir: Optional[str],
+                       max_tokens: int, max_batches: int, seed: int):
+    """``(task, batches)``: the ``bidirectional_lm`` task with ``--eval-mode`` at
+    ``--tokens-per-sample seq_len`` on ``data``, and the batches fairseq-validate scores from its
+    ``valid`` split with ``--max-tokens max_tokens`` (the first ``max_batches``; 0: all)."""
+    from fairseq_ext.tasks.bidirectional_lm import BidirectionalLMConfig, BidirectionalLMTask
+
+    cfg = BidirectionalLMConfig(data=str(data), seed=seed, tokens_per_sample=seq_len,
+                                eval_mode=eval_mode, r_bidir=r_bidir)
+    task = BidirectionalLMTask.setup_task(cfg)
+    task.load_dataset("valid", combine=False)
+    iterator = task.get_batch_iterator(task.dataset("valid"), max_tokens=max_tokens,
+                                       max_positions=seq_len, seed=seed)
+    batches = list(iterator.next_epoch_itr(shuffle=False))
+    return task, batches[:max_batches] if max_batches else batches
+
+
+def block_summary(layouts) -> Dict[str, float]:
+    """Over ``(doc_ids, bidir_lens, cross_document)`` layouts: the share of the dense scores
+    (whole blocks of every row, padding included) the BlockMasks skip, weighted by each batch's
+    dense work."""
+    computed = total = 0.0
+    for doc_ids, bidir_lens, cross in layouts:
+        blocks = document_block_mask(doc_ids, bidir_lens, cross).computed_blocks
+        computed += float(blocks.sum())
+        total += blocks.numel()
+    return {"skipped": 1.0 - computed / total, "blocks": total}
+
+
+def sdpa_attention(q, k, v, bias, num_heads: int, scale: float):
+    """One layer's attention on the SDPA path, as MaskedSelfAttention runs it: ``(T, B, C)``
+    projections, an additive ``(B, 1, T, T)`` mask -> ``(T, B, C)``."""
+    length, batch, channels = q.shape
+    head_dim = channels // num_heads
+
+    def split(x):
+        return x.view(length, batch, num_heads, head_dim).permute(1, 2, 0, 3)
+
+    out = torch.nn.functional.scaled_dot_product_attention(split(q), split(k), split(v),
+                                                           attn_mask=bias, scale=scale)
+    return out.permute(2, 0, 1, 3).reshape(length, batch, channels)
+
+
+class AttentionCase:
+    """One layer's attention alone on a list of layouts, on either path (random projections of
+    the model's width; the masks built once, beforehand: they are built once per batch for all
+    layers)."""
+
+    def __init__(self, layouts, num_heads: int, channels: int, device: torch.device,
+                 dtype: torch.dtype, seed: int):
+        generator = torch.Generator().manual_seed(seed)
+        self.num_heads, self.scale = num_heads, (channels // num_heads) ** -0.5
+        self.inputs, self.masks = [], {"sdpa": [], "flex": []}
+        for doc_ids, bidir_lens, cross in layouts:
+            shape = (doc_ids.size(1), doc_ids.size(0), channels)
+            self.inputs.append([torch.randn(shape, generator=generator).to(device, dtype)
+                                for _ in range(3)])
+            doc_ids, bidir_lens = doc_ids.to(device), bidir_lens.to(device)
+            self.masks["sdpa"].append(additive_attention_mask(
+                may_attend(doc_ids, bidir_lens, cross), dtype))
+            self.masks["flex"].append(document_block_mask(doc_ids, bidir_lens, cross))
+
+    def run(self, path: str) -> None:
+        with torch.no_grad():
+            for (q, k, v), mask in zip(self.inputs, self.masks[path]):
+                if path == "flex":
+                    mask.attend(q, k, v, self.num_heads, self.scale)
+                else:
+                    sdpa_attention(q, k, v, mask, self.num_heads, self.scale)
+
+
+def eval_layouts(batches):
+    return [(b["net_input"]["doc_ids"], b["net_input"]["bidir_lens"], True) for b in batches]
+
+
+def validate_forward(model, criterion, batches, path: str) -> None:
+    """fairseq-validate's computation on ``batches`` (the criterion under ``no_grad``, the model
+    in eval mode) on ``path``."""
+    model.decoder.attention_impl = path
+    with torch.no_grad():
+        for batch in batches:
+            criterion(model, batch)
+
+
+def length_summary(batches) -> Dict[str, float]:
+    """Rows, real tokens, and the real length of rows (p10 / median / p90) of ``batches``."""
+    lengths = np.concatenate([b["net_input"]["doc_ids"].ge(0).sum(dim=1).numpy()
+                              for b in batches])
+    p10, p50, p90 = np.percentile(lengths, [10, 50, 90])
+    return {"rows": int(len(lengths)), "tokens": int(lengths.sum()), "p10": float(p10),
+            "median": float(p50), "p90": float(p90),
+            "padded_fraction": 1.0 - float(lengths.sum()) / sum(
+                b["net_input"]["doc_ids"].numel() for b in batches)}
+
+
+def amdahl_bound(attention_share: float, skipped: float) -> float:
+    """The whole forward's bound when only its attention (``attention_share`` of it) shrinks
+    to ``1 - skipped``."""
+    return 1.0 / (1.0 - attention_share + attention_share * (1.0 - skipped))
+
+
+def main_flex(args: argparse.Namespace) -> int:
+    """``--part flex``: FlexAttention against SDPA (module doc)."""
+    if not flex_attention_available():
+        print(f"error: torch {torch.__version__} has no FlexAttention", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    dtype = DTYPES[args.dtype]
+    size = DECODER_LM_SIZES[args.arch_size]
+    cases, layouts_meta = {}, {}
+    temporary = None
+    data = args.data
+    if data is None:
+        temporary = tempfile.TemporaryDirectory(prefix="bench_flex_")
+        data = synthetic_data_bin(Path(temporary.name), args.vocab_size, args.synthetic_tokens,
+                                  args.min_doc_len, args.max_doc_len, args.seed)
+    try:
+        for seq_len in args.seq_lens:
+            task, batches = evaluation_batches(data, seq_len, args.eval_mode, args.r_bidir,
+                                               args.max_tokens, args.max_batches, args.seed)
+            torch.manual_seed(args.seed)
+            model = build_arch(f"bidir_lm_{args.arch_size}", task, seq_len, dropout=0.0,
+                               attention_dropout=0.0).to(device=device, dtype=dtype).eval()
+            criterion = BidirectionalLmLoss(MaskedLmConfig(tpu=False), task)
+            batches = [move_to(b, device) for b in batches]
+            stub = MaskedLmTaskStub(args.vocab_size)
+            sampler = ObjectiveSampler.from_flags(args.variant)
+            train = build_batches(stub, sampler, args.batches, args.batch_size, seq_len,
+                                  args.min_doc_len, min(args.max_doc_len, seq_len),
+                                  args.seed)["bidirectional_lm"]
+            eval_cpu = [move_to(b, torch.device("cpu")) for b in batches]
+            layouts = {"eval": eval_layouts(eval_cpu), "train": eval_layouts(train)}
+            layouts_meta[seq_len] = {"eval": {**length_summary(eval_cpu),
+                                              **block_summary(layouts["eval"])},
+                                     "train": {**length_summary(train),
+                                               **block_summary(layouts["train"])}}
+            for name in ("eval", "train"):
+                case = AttentionCase(layouts[name], size.heads, size.dim, device, dtype, args.seed)
+                for path in PATHS:
+                    cases[(seq_len, f"attention {name} rows", path)] = (
+                        lambda c=case, p=path: timed(lambda: c.run(p), device))
+            for path in PATHS:
+                cases[(seq_len, "validate", path)] = (
+                    lambda m=model, c=criterion, b=batches, p=path:
+                    timed(lambda: validate_forward(m, c, b, p), device))
+            if device.type == "cuda":
+                train_model = build_arch(f"bidir_lm_{args.arch_size}", stub, seq_len,
+                                         attention_dropout=0.0)
+                runner = UpdateRunner(train_model, BidirectionalLmLoss(MaskedLmConfig(tpu=False),
+                                                                       stub), device, dtype)
+                train_device = [move_to(b, device) for b in train]
+                for path in PATHS:
+                    cases[(seq_len, "train step", path)] = (
+                        lambda r=runner, b=train_device, p=path: timed(
+                            lambda: train_steps(r, b, p), device))
+        load_before = load_average()
+        times = interleaved_rounds(cases, args.warmup, args.rounds, progress=not args.quiet)
+    finally:
+        if temporary is not None:
+            temporary.cleanup()
+    medians = {key: statistics.median(values) for key, values in times.items()}
+    results = []
+    for seq_len in args.seq_lens:
+        layers = size.layers
+        attention_ms = medians[(seq_len, "attention eval rows", "sdpa")]
+        share = min(1.0, layers * attention_ms / medians[(seq_len, "validate", "sdpa")])
+        for what in ("attention eval rows", "attention train rows", "validate", "train step"):
+            if (seq_len, what, "sdpa") not in medians:
+                continue
+            rows_kind = "train" if "train" in what else "eval"
+            skipped = layouts_meta[seq_len][rows_kind]["skipped"]
+            bound = (amdahl_bound(share, skipped) if what == "validate"
+                     else 1.0 / (1.0 - skipped))
+            sdpa_s, flex_s = medians[(seq_len, what, "sdpa")], medians[(seq_len, what, "flex")]
+            results.append({"seq_len": seq_len, "what": what, "sdpa_s": sdpa_s, "flex_s": flex_s,
+                            "ratio": sdpa_s / flex_s, "skipped": skipped, "bound": bound,
+                            "attention_share": share if what == "validate" else None})
+    env = environment(device)
+    env["load_average_before"] = load_before
+    source = (f"{args.data}" if args.data else
+              f"synthetic documents of {args.min_doc_len}-{args.max_doc_len} tokens (log-uniform)")
+    print(f"--part flex: bidir_lm_{args.arch_size} ({size.layers} x {size.dim}, {size.heads} "
+          f"heads), {args.dtype} on {env['device']} ({env['threads']} threads), torch "
+          f"{env['torch']}; median of {args.rounds} interleaved rounds after {args.warmup} "
+          f"warm-up (compiles); load average {load_before} before, {env['load_average']} after")
+    print(f"evaluation rows: --eval-mode {args.eval_mode}"
+          + (f" --r-bidir {args.r_bidir}" if args.r_bidir else "")
+          + f" --max-tokens {args.max_tokens} on {source}; training rows: {args.batches} x "
+          f"{args.batch_size} packed rows, {args.variant}, documents of {args.min_doc_len}-"
+          f"{args.max_doc_len} tokens; blocks of {BLOCK_SIZE}")
+    for seq_len in args.seq_lens:
+        meta = layouts_meta[seq_len]["eval"]
+        print(f"T = {seq_len}: {meta['rows']} evaluation rows, lengths p10/median/p90 "
+              f"{meta['p10']:.0f}/{meta['median']:.0f}/{meta['p90']:.0f}, "
+              f"{100 * meta['padded_fraction']:.0f}% padding")
+    print("| T | what | sdpa ms | flex ms | ratio sdpa/flex | blocks skipped | bound |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for r in results:
+        note = (f" (attention {100 * r['attention_share']:.0f}% of the forward)"
+                if r["attention_share"] is not None else "")
+        print(f"| {r['seq_len']} | {r['what']}{note} | {1e3 * r['sdpa_s']:.1f} | "
+              f"{1e3 * r['flex_s']:.1f} | {r['ratio']:.2f} | {100 * r['skipped']:.1f}% | "
+              f"{r['bound']:.2f} |")
+    if device.type != "cuda":
+        print("train step: not timed (FlexAttention has no CPU backward; run with --device cuda)")
+    if args.json:
+        write_text(args.json, json.dumps({
+            "command": sys.argv, "part": "flex",
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "environment": env, "layouts": {str(k): v for k, v in layouts_meta.items()},
+            "results": results,
+            "times_s": {"|".join(map(str, key)): value for key, value in times.items()},
+        }, indent=2), args.force)
+    return 0
+
+
+def train_steps(runner: UpdateRunner, batches, path: str) -> None:
+    runner.model.decoder.attention_impl = path
+    for batch in batches:
+        runner.update(batch)
+
+
 # --------------------------------------------------------------------------- main
+
+
+def comma_ints(text: str) -> List[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--part", choices=PARTS, default="throughput",
+                   help="throughput: training tokens/s against transformer_lm; flex: "
+                        "FlexAttention against SDPA's dense mask (module doc)")
     p.add_argument("--arch-size", choices=ARCH_SIZES, default="small",
                    help="bidir_lm_<size> against transformer_lm(_gpt) of the same size")
     p.add_argument("--seq-len", type=int, default=512, help="tokens per packed row (T)")
@@ -192,23 +495,61 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--vocab-size", type=int, default=50265,
                    help="dictionary size, <mask> included (GPT-2 BPE: 50265)")
     p.add_argument("--variant", choices=sorted(VARIANTS), default="hyb_pre")
-    p.add_argument("--min-doc-len", type=int, default=16)
-    p.add_argument("--max-doc-len", type=int, default=None, help="default: --seq-len")
+    p.add_argument("--min-doc-len", type=int, default=None,
+                   help="default: 16 (throughput), 64 (flex)")
+    p.add_argument("--max-doc-len", type=int, default=None,
+                   help="default: --seq-len (throughput), 1024 (flex)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
-                   help="bf16/fp16 run under torch.autocast (fp16 with a GradScaler)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+                   help="bf16/fp16 run under torch.autocast (fp16 with a GradScaler); --part "
+                        "flex: the model's dtype, autocast for its training step")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed rounds first (default: 2 throughput, 1 flex)")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds (median reported)")
     p.add_argument("--batches", type=int, default=2, help="distinct batches, cycled")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--seed", type=int, default=1)
+    flex = p.add_argument_group("--part flex")
+    flex.add_argument("--seq-lens", type=comma_ints, default=[512, 1024, 2048],
+                      help="the T values, comma-separated (--tokens-per-sample of the "
+                           "evaluation; tokens per training row)")
+    flex.add_argument("--data", type=Path, default=None,
+                      help="a data-bin whose valid split gives the evaluation rows (e.g. "
+                           "data-bin/python-docs-spm8000); default: a synthetic one")
+    flex.add_argument("--eval-mode", choices=EVAL_MODES, default="full_doc_ppl")
+    flex.add_argument("--r-bidir", default=None,
+                      help="--eval-mode suffix_ppl / infill: the R values (default 0)")
+    flex.add_argument("--max-tokens", type=int, default=8192,
+                      help="tokens per evaluation batch (fairseq-validate --max-tokens)")
+    flex.add_argument("--max-batches", type=int, default=0,
+                      help="evaluation batches per T (0: the whole split)")
+    flex.add_argument("--synthetic-tokens", type=int, default=65536,
+                      help="tokens of the synthetic evaluation split (without --data)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--force", action="store_true", help="overwrite --json if it exists")
     p.add_argument("--quiet", action="store_true", help="no per-round progress on stderr")
     args = p.parse_args(argv)
+    flex_part = args.part == "flex"
+    if args.min_doc_len is None:
+        args.min_doc_len = 64 if flex_part else 16
     if args.max_doc_len is None:
-        args.max_doc_len = args.seq_len
-    if not 1 <= args.min_doc_len <= args.max_doc_len <= args.seq_len:
+        args.max_doc_len = 1024 if flex_part else args.seq_len
+    if args.warmup is None:
+        args.warmup = 1 if flex_part else 2
+    if flex_part:
+        if not args.seq_lens or min(args.seq_lens) < 2:
+            p.error("--seq-lens: one or more lengths of at least 2, e.g. 512,1024,2048")
+        if not 1 <= args.min_doc_len <= args.max_doc_len:
+            p.error("need 1 <= --min-doc-len <= --max-doc-len")
+        if args.data is not None and not (args.data / "dict.txt").is_file():
+            p.error(f"--data {args.data}: no dict.txt there (a fairseq data-bin, e.g. from "
+                    "scripts/prepare_corpus.sh)")
+        if args.eval_mode != "full_doc_ppl" and args.r_bidir is None:
+            args.r_bidir = "0"
+        if args.max_tokens < max(args.seq_lens):
+            p.error(f"--max-tokens {args.max_tokens} must hold a row of --seq-lens "
+                    f"{max(args.seq_lens)}")
+    elif not 1 <= args.min_doc_len <= args.max_doc_len <= args.seq_len:
         p.error("need 1 <= --min-doc-len <= --max-doc-len <= --seq-len")
     if args.warmup < 0 or args.rounds < 1 or args.batches < 1 or args.batch_size < 1:
         p.error("--warmup must be >= 0; --rounds, --batches and --batch-size >= 1")
@@ -223,6 +564,13 @@ def main(argv=None) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.part == "flex":
+        return main_flex(args)
+    return main_throughput(args)
+
+
+def main_throughput(args: argparse.Namespace) -> int:
+    """``--part throughput``: training tokens/s, ours against transformer_lm (module doc)."""
     device = torch.device(args.device)
     task = MaskedLmTaskStub(args.vocab_size)
     pad = task.source_dictionary.pad()
