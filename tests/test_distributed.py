@@ -34,7 +34,8 @@ from conftest import REPO_ROOT, USER_DIR, json_log_records
 MLM = ["--task", "masked_lm", "--criterion", "masked_lm_flops", "--batch-size", "4"]
 #: One tiny model of each family with its recipe's task and criterion. 3ML-cross masks 1% (some
 #: batches hold no <mask>); bidirectional_lm is MskBi with 70% plain-LM documents in one-row
-#: batches (some updates have nothing to predict).
+#: batches (some updates have nothing to predict), one document per line (--document-format
+#: lines: several documents a row, so the first update has something to predict on some rank).
 FAMILIES = {
     "roberta": [*MLM, "--arch", "roberta_tiny"],
     "3ml_self": [*MLM, "--arch", "3ml_self_tiny", "--mask-prob", "0.4"],
@@ -43,7 +44,7 @@ FAMILIES = {
     "swishrnn_bert": [*MLM, "--arch", "swishrnn_bert_tiny"],
     "bidirectional_lm": ["--task", "bidirectional_lm", "--criterion", "bidirectional_lm",
                          "--variant", "msk_bi", "--plain-lm-prob", "0.7", "--max-tokens", "32",
-                         "--arch", "bidir_lm_tiny"],
+                         "--arch", "bidir_lm_tiny", "--document-format", "lines"],
 }
 #: The families whose edge case the two-process run must contain: an update whose records lack
 #: loss_mask (3ML-cross: no <mask> on either rank; MskBi: nothing predicted, loss "nan").
