@@ -44,7 +44,7 @@ constexpr int64_t kColumnGrain = 256;
 // The fp32 kernels walk a thread's columns in blocks of at most this many. Each time step then
 // reads and writes row segments of up to 16 KB: long enough for the hardware prefetchers to
 // stream them. (With 256-column blocks, 1 KB segments 4 B * columns apart, every segment began
-// a new 4 KB page and the walk waited on memory: forward + backward took 1.7x as long on one
+// a new 4 KB page and the walk waited on memory: forward + backward took 1.5-1.8x as long on one
 // thread at T = 512, B = 8, d' = 512; docs/benchmarks.md.) A block's carried state (k x width)
 // and parameters still fit in L2.
 constexpr int64_t kMaxColumnBlock = 4096;
