@@ -37,6 +37,7 @@ from fairseq_ext.modules.block_sparse_attention import (
     choose_attention_impl,
     document_block_mask,
     flex_attention_available,
+    flex_pays_off,
     packed_blocks,
 )
 from fairseq_ext.modules.sdpa_attention import MaskedSelfAttention
@@ -318,12 +319,16 @@ def test_choice_of_path(requested, device, needs_grad, dropout, length, expected
             choose_attention_impl(requested, device, needs_grad, dropout, length)
 
 
-def test_auto_follows_gradients_and_mode_in_the_model(monkeypatch):
-    """``auto`` in the model: FlexAttention without gradients, SDPA when the call trains or
-    computes gradients, or when attention dropout is in effect; each batch's mask built once
-    (not per layer), on the path chosen."""
-    model, task = tiny_model(attention_dropout=0.1)
-    net_input = hand_batch(task)
+def sparse_batch(task, rows=2, length=1000, doc_len=60):
+    """Rows of ``doc_len``-token causal documents: under --no-cross-document-attention their
+    BlockMask skips most blocks (over 75%)."""
+    lengths = [doc_len] * (length // doc_len) + [length % doc_len]
+    return hand_batch(task, [(lengths, [0] * len(lengths))] * rows, length)
+
+
+def count_builds(monkeypatch):
+    """The mask builders and the compiled kernel, recorded as they are called (the kernel
+    replaced by :func:`fake_flex`: no compile)."""
     built = []
     monkeypatch.setattr(block_sparse_attention, "compiled_flex_attention",
                         lambda: built.append("flex call") or fake_flex)
@@ -331,21 +336,57 @@ def test_auto_follows_gradients_and_mode_in_the_model(monkeypatch):
         original = getattr(fairseq_ext.models.bidirectional_lm, name)
         monkeypatch.setattr(fairseq_ext.models.bidirectional_lm, name,
                             lambda *a, _name=name, _f=original, **k: built.append(_name) or _f(*a, **k))
-    with torch.no_grad():
-        model(**net_input)  # eval, no gradients: flex, once for both layers
-    assert built == ["document_block_mask", "flex call", "flex call"]
+    return built
+
+
+def test_auto_follows_gradients_mode_and_sparsity_in_the_model(monkeypatch, caplog):
+    """``auto`` in the model on CPU: FlexAttention without gradients where the BlockMask skips
+    enough (CPU_MIN_SKIPPED), SDPA where it skips less, where the call computes gradients, or
+    where attention dropout is in effect; each batch's mask built once (not per layer)."""
+    model, task = tiny_model(attention_dropout=0.1, no_cross_document_attention=True)
+    sparse, dense = sparse_batch(task), hand_batch(task)
+    assert document_block_mask(sparse["doc_ids"], sparse["bidir_lens"], False).skipped_fraction() >= 0.75
+    assert document_block_mask(dense["doc_ids"], dense["bidir_lens"], False).skipped_fraction() < 0.75
+    built = count_builds(monkeypatch)
+    with caplog.at_level("INFO"), torch.no_grad():
+        model(**sparse)  # eval, no gradients, sparse: flex, its mask once for both layers
+        assert built == ["document_block_mask", "flex call", "flex call"]
+        built.clear()
+        model(**dense)  # skips too little: the block mask decided it, then SDPA's mask
+        assert built == ["document_block_mask", "additive_attention_mask"]
+    assert ("bidirectional_lm attention: FlexAttention (--attention-impl auto; cpu, no "
+            "gradients)") in caplog.text
+    assert "pays off where the BlockMask skips at least 75% of the scores" in caplog.text
     built.clear()
-    model(**net_input)  # eval with gradients (CPU): sdpa
+    model(**sparse)  # eval with gradients (CPU): sdpa
     model.train()
     with torch.no_grad():
-        model(**net_input)  # training mode, attention dropout 0.1: sdpa
+        model(**sparse)  # training mode, attention dropout 0.1: sdpa
     assert built == ["additive_attention_mask"] * 2
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     built.clear()
     model.eval()
-    model(**net_input)  # gradients enabled, but nothing requires them: flex
-    assert built[0] == "document_block_mask"
+    model(**sparse)  # gradients enabled, but nothing requires them: flex
+    assert built[0] == "document_block_mask" and "flex call" in built
+    built.clear()
+    model.decoder.attention_impl = "flex"
+    with torch.no_grad():
+        model(**dense)  # explicit flex: whatever it skips
+    assert built == ["document_block_mask", "flex call", "flex call"]
+
+
+def test_flex_pays_off_on_cpu_by_dtype():
+    dense_layout = document_block_mask(torch.zeros(2, 512, dtype=torch.long),
+                                       torch.zeros(2, 512, dtype=torch.long))  # 6/16 skipped
+    doc_ids = (torch.arange(2048) // 128).expand(2, 2048)  # 16 documents of one block each
+    sparse_layout = document_block_mask(doc_ids, torch.zeros_like(doc_ids), False)  # 240/256
+    assert dense_layout.skipped_fraction() == pytest.approx(6 / 16)
+    assert sparse_layout.skipped_fraction() == pytest.approx(240 / 256)
+    for layout, fp32, bf16 in ((dense_layout, False, False), (sparse_layout, True, True)):
+        assert flex_pays_off(layout, CPU, torch.float32) is fp32
+        assert flex_pays_off(layout, CPU, torch.bfloat16) is bf16
+        assert flex_pays_off(layout, CUDA, torch.bfloat16) is True
 
 
 def fake_flex(q, k, v, block_mask, scale):
@@ -550,10 +591,11 @@ def test_eval_modes_score_the_same_on_both_paths(eval_checkpoint, mode):
 
 
 @pytest.mark.slow
-def test_fairseq_validate_auto_runs_flex_and_matches_sdpa(eval_checkpoint):
-    """The real command: ``auto`` (the checkpoint's setting) runs FlexAttention in
-    fairseq-validate on CPU, ``--model-overrides "{'attention_impl': 'sdpa'}"`` the dense
-    mask, and the printed metrics agree."""
+def test_fairseq_validate_on_both_paths_prints_the_same_metrics(eval_checkpoint):
+    """The real command: ``--model-overrides "{'attention_impl': 'flex'}"`` runs FlexAttention in
+    fairseq-validate on CPU; ``auto`` (the checkpoint's setting) runs SDPA on these rows (one
+    causal document per row of two blocks: the BlockMask skips about a quarter, too little for
+    the CPU kernel); the printed metrics agree."""
     from test_bidirectional_eval import final_record
 
     data, checkpoint = eval_checkpoint
@@ -562,15 +604,16 @@ def test_fairseq_validate_auto_runs_flex_and_matches_sdpa(eval_checkpoint):
                "--log-format", "json", "--eval-mode", "suffix_ppl", "--r-bidir", "0,1",
                "--batch-size", "4"]
     outputs = {}
-    for impl, overrides in (("auto", []), ("sdpa", ["--model-overrides",
-                                                    "{'attention_impl': 'sdpa'}"])):
+    for impl, overrides in (("auto", []), ("flex", ["--model-overrides",
+                                                    "{'attention_impl': 'flex'}"])):
         proc = run_cli(command + overrides, env={"OMP_NUM_THREADS": "1"})
         outputs[impl] = proc.stdout + proc.stderr
-    assert ("bidirectional_lm attention: FlexAttention (--attention-impl auto; cpu, no "
-            "gradients)") in outputs["auto"]
-    assert "SDPA with a dense mask (--attention-impl sdpa" in outputs["sdpa"]
-    assert "FlexAttention" not in outputs["sdpa"]
-    flex, sdpa = final_record(outputs["auto"]), final_record(outputs["sdpa"])
+    assert ("bidirectional_lm attention: FlexAttention (--attention-impl flex; cpu, no "
+            "gradients)") in outputs["flex"]
+    assert ("bidirectional_lm attention: SDPA with a dense mask (--attention-impl auto; cpu, no "
+            "gradients; FlexAttention's CPU kernel pays off where") in outputs["auto"]
+    assert "attention: FlexAttention" not in outputs["auto"]
+    flex, sdpa = final_record(outputs["flex"]), final_record(outputs["auto"])
     assert set(flex) == set(sdpa)
     for key, value in sdpa.items():
         assert flex[key] == pytest.approx(value, abs=1.5e-3), key  # printed to 3 decimals

@@ -51,8 +51,10 @@ Attention path (``--attention-impl``, default ``auto``): ``sdpa`` (the dense mas
 (FlexAttention). FlexAttention computes no attention dropout and has no CPU backward, so it runs
 on CUDA and, without gradients, on CPU (``fairseq-validate``, ``scripts/infill_rescore.py``,
 ``scripts/score_choices.py``, fairseq-train's validation), while attention dropout is inactive.
-``auto`` picks ``flex`` for each batch where it runs and the rows span more than one block of
-128 tokens, ``sdpa`` elsewhere; ``flex`` where it cannot run is refused: when ``fairseq-train``
+``auto`` picks ``flex`` for each batch where it runs, the rows span more than one block of 128
+tokens and it pays off (on CUDA always; on CPU where its block mask skips at least 75% of the
+scores in fp32, 90% in bf16: :mod:`fairseq_ext.modules.block_sparse_attention`), ``sdpa``
+elsewhere; ``flex`` where it cannot run is refused: when ``fairseq-train``
 or ``fairseq-hydra-train`` reads the config (training on CPU: ``--cpu`` or no CUDA device;
 ``--attention-dropout`` above 0), else at the batch. Both paths compute the same attention with
 the same parameters, so the state dict does not depend on the choice and a checkpoint runs on
@@ -119,8 +121,10 @@ from fairseq_ext.modules.bidirectional_attention_mask import (
 )
 from fairseq_ext.modules.block_sparse_attention import (
     ATTENTION_IMPLS,
+    CPU_MIN_SKIPPED,
     choose_attention_impl,
     document_block_mask,
+    flex_pays_off,
     flex_unsupported_reason,
 )
 from fairseq_ext.modules.classification_heads import (
@@ -327,31 +331,47 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
                                                                 self.r_bidir)
         return self.extract_features_with_layout(tokens, src_positions, doc_ids, bidir_lens)
 
+    def needs_grad(self) -> bool:
+        """Whether this call's outputs need gradients."""
+        return torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+
     def attention_path(self, tokens) -> str:
-        """``"sdpa"`` or ``"flex"`` for this batch (``--attention-impl``; module doc): whether
-        the call needs gradients, the device, attention dropout in effect, the row length."""
-        needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        """``"sdpa"`` or ``"flex"`` for this batch as far as where FlexAttention runs decides
+        (``--attention-impl``; module doc): whether the call needs gradients, the device,
+        attention dropout in effect, the row length. (``auto`` on CPU then also asks whether
+        it pays off: :meth:`attention_mask`.)"""
         dropout = max((m.dropout_module.p for m in self.modules()
                        if isinstance(m, MaskedSelfAttention)
                        and (m.training or m.dropout_module.apply_during_inference)), default=0.0)
-        path = choose_attention_impl(self.attention_impl, tokens.device, needs_grad, dropout,
-                                     tokens.size(1))
-        key = (path, tokens.device.type, needs_grad)
-        if key not in self._logged_paths:
-            self._logged_paths.add(key)
-            logger.info("bidirectional_lm attention: %s (--attention-impl %s; %s, %s)",
-                        "FlexAttention" if path == "flex" else "SDPA with a dense mask",
-                        self.attention_impl, tokens.device.type,
-                        "with gradients" if needs_grad else "no gradients")
-        return path
+        return choose_attention_impl(self.attention_impl, tokens.device, self.needs_grad(),
+                                     dropout, tokens.size(1))
 
     def attention_mask(self, tokens, doc_ids, bidir_lens, dtype):
-        """The batch's mask for every layer: SDPA's additive ``(B, 1, T, T)`` float mask, or
-        FlexAttention's :class:`~fairseq_ext.modules.block_sparse_attention.DocumentBlockMask`
-        (:meth:`attention_path`), from the same rule."""
+        """The batch's mask for every layer: FlexAttention's
+        :class:`~fairseq_ext.modules.block_sparse_attention.DocumentBlockMask` where
+        :meth:`attention_path` allows it (under ``auto``, where it also pays off:
+        :func:`~fairseq_ext.modules.block_sparse_attention.flex_pays_off`), else SDPA's additive
+        ``(B, 1, T, T)`` float mask; both from the same rule. Logs each kind of choice once."""
+        why = ""
         if self.attention_path(tokens) == "flex":
-            return document_block_mask(doc_ids, bidir_lens, self.cross_document)
+            block_mask = document_block_mask(doc_ids, bidir_lens, self.cross_document)
+            if self.attention_impl == "flex" or flex_pays_off(block_mask, tokens.device, dtype):
+                self.log_attention_path("FlexAttention", tokens.device, why)
+                return block_mask
+            why = (f"; FlexAttention's CPU kernel pays off where the BlockMask skips at least "
+                   f"{CPU_MIN_SKIPPED.get(dtype, 0.9):.0%} of the scores; e.g. this batch's skips "
+                   f"{block_mask.skipped_fraction():.0%}")
+        self.log_attention_path("SDPA with a dense mask", tokens.device, why)
         return additive_attention_mask(may_attend(doc_ids, bidir_lens, self.cross_document), dtype)
+
+    def log_attention_path(self, path: str, device: torch.device, why: str) -> None:
+        needs_grad = self.needs_grad()
+        key = (path, device.type, needs_grad, bool(why))
+        if key not in self._logged_paths:
+            self._logged_paths.add(key)
+            logger.info("bidirectional_lm attention: %s (--attention-impl %s; %s, %s%s)", path,
+                        self.attention_impl, device.type,
+                        "with gradients" if needs_grad else "no gradients", why)
 
     def extract_features_with_layout(self, tokens, positions, doc_ids, bidir_lens):
         """The decoder on ``tokens`` ``(B, T)`` at 0-based ``positions``, attending as the
@@ -425,9 +445,10 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
                             help="attention path (default auto): sdpa, a dense mask through "
                                  "scaled_dot_product_attention; flex, FlexAttention's block "
                                  "mask, which skips empty blocks (CUDA; CPU without gradients; "
-                                 "no attention dropout); auto, flex where it runs and rows "
-                                 "span more than 128 tokens, else sdpa. Same results and "
-                                 "state dict either way")
+                                 "no attention dropout); auto, flex where it runs, rows "
+                                 "span more than 128 tokens and it pays off (CPU: its block "
+                                 "mask skips >= 75%% of the scores in fp32), else sdpa. Same "
+                                 "results and state dict either way")
         # No default (not even None): fairseq-train declares the model's flags and then the
         # task's on one parser and keeps the first declaration, so under --task
         # bidirectional_lm this flag is the task's evaluation --r-bidir, which must stay unset

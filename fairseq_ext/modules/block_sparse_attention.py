@@ -44,6 +44,16 @@ CUDA, and on CPU for calls that need no gradient (``fairseq-validate``,
 both cases only while attention dropout is inactive (evaluation, or ``--attention-dropout 0``).
 :func:`choose_attention_impl` turns ``--attention-impl auto | sdpa | flex`` into the path of a
 batch.
+
+**Where it pays** (:func:`flex_pays_off`). On CUDA, FlexAttention is the faster kernel whatever
+it skips. On CPU (torch 2.13, 2 threads of a Xeon with AVX-512 and AMX;
+``scripts/bench_bidirectional.py --part flex``, ``docs/benchmarks.md``), its kernel computes a
+block of scores 2.5-5 times slower than SDPA's flash kernel does (fp32; the partial blocks, which
+evaluate the ``mask_mod``, cost the most), so it gains only where the BlockMask skips most of the
+blocks: at 87.5% skipped, 1.5x in fp32 and 1.0x in bf16; at 44% (one causal document per row,
+what the evaluation modes score), 0.65x and 0.7x. So ``auto`` on CPU takes FlexAttention only for
+a batch whose BlockMask skips at least :data:`CPU_MIN_SKIPPED` of the scores (by dtype), and
+SDPA otherwise; ``flex`` takes it regardless.
 """
 import dataclasses
 import functools
@@ -66,6 +76,10 @@ ATTENTION_IMPLS = ("auto", "sdpa", "flex")
 BLOCK_SIZE = 128
 #: Distinct compiled shapes allowed for ``flex_attention`` (torch's default is 8).
 RECOMPILE_LIMIT = 64
+#: ``auto`` on CPU: the least share of the dense scores a batch's BlockMask must skip for
+#: FlexAttention to be taken, by dtype (module doc, "Where it pays": the measured break-even is
+#: about 65-80% in fp32, 85-90% in bf16).
+CPU_MIN_SKIPPED = {torch.float32: 0.75, torch.bfloat16: 0.9, torch.float16: 0.9}
 
 
 def flex_attention_available() -> bool:
@@ -135,6 +149,16 @@ def choose_attention_impl(requested: str, device: torch.device, needs_grad: bool
                              "elsewhere) or sdpa")
         return "flex"
     return "flex" if reason is None and length > BLOCK_SIZE else "sdpa"
+
+
+def flex_pays_off(block_mask: "DocumentBlockMask", device: torch.device,
+                  dtype: torch.dtype) -> bool:
+    """Whether ``auto`` takes FlexAttention for a batch it can run (module doc, "Where it
+    pays"): always on CUDA; on CPU where ``block_mask`` skips at least
+    :data:`CPU_MIN_SKIPPED` of the scores."""
+    if device.type == "cuda":
+        return True
+    return block_mask.skipped_fraction() >= CPU_MIN_SKIPPED.get(dtype, 0.9)
 
 
 def padded_length(length: int, block_size: int = BLOCK_SIZE) -> int:
