@@ -170,32 +170,33 @@ def hand_infill_logits(model, tokens, position, r_bidir, mask=MASK):
     return logits[-1].double()
 
 
-def spec_position(tokens, document, eval_seed):
-    """--eval-mode infill's position: uniform over the non-special tokens, seeded by
-    (eval seed, document)."""
+def spec_positions(tokens, document, eval_seed, count=1):
+    """``--eval-mode infill``'s rule: ``count`` non-special positions drawn one after the other
+    without replacement from ``default_rng((eval seed, document))``."""
     candidates = [p for p, t in enumerate(tokens) if t not in SPECIALS]
-    if not candidates:
-        return None
-    return candidates[int(np.random.default_rng((eval_seed, document)).integers(len(candidates)))]
+    rng = np.random.default_rng((eval_seed, document))
+    return [candidates.pop(int(rng.integers(len(candidates))))
+            for _ in range(min(count, len(candidates)))]
 
 
-def hand_proposals(model, documents, top_k, r_bidir, eval_seed):
+def hand_proposals(model, documents, top_k, r_bidir, eval_seed, positions=1):
     rows, no_token, short = [], 0, 0
     for document, tokens in enumerate(documents):
-        position = spec_position(tokens, document, eval_seed)
-        if position is None:
+        drawn = spec_positions(tokens, document, eval_seed, positions)
+        if not drawn:
             no_token += 1
             continue
         if len(tokens) < 2:
             short += 1
             continue
-        logits = hand_infill_logits(model, tokens, position, r_bidir)
-        words = logits.clone()
-        words[SPECIALS] = -math.inf
-        candidates = torch.topk(words, top_k).indices.tolist()
-        log_probs = torch.log_softmax(logits, dim=-1)[candidates].tolist()
-        rows.append({"document": document, "position": position, "answer": tokens[position],
-                     "candidates": candidates, "log_probs": log_probs})
+        for position in drawn:
+            logits = hand_infill_logits(model, tokens, position, r_bidir)
+            words = logits.clone()
+            words[SPECIALS] = -math.inf
+            candidates = torch.topk(words, top_k).indices.tolist()
+            log_probs = torch.log_softmax(logits, dim=-1)[candidates].tolist()
+            rows.append({"document": document, "position": position, "answer": tokens[position],
+                         "candidates": candidates, "log_probs": log_probs})
     return rows, no_token, short
 
 
@@ -230,18 +231,22 @@ def test_sequences_longer_than_the_model_are_refused(word_setup):
 
 # --- 2. Table 6 ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("r_bidir, eval_seed, top_k", [("1", 1, 8), ("0.5", 4, 20)])
-def test_proposals_top_k_and_upper_bound_by_hand(word_setup, r_bidir, eval_seed, top_k):
+@pytest.mark.parametrize("r_bidir, eval_seed, top_k, positions",
+                         [("1", 1, 8, 1), ("0.5", 4, 20, 1), ("1", 1, 8, 3)])
+def test_proposals_top_k_and_upper_bound_by_hand(word_setup, r_bidir, eval_seed, top_k, positions):
     proposer = load_scoring_model(word_setup["checkpoints"]["msk_bi"], word_setup["data"],
                                   "--proposer")
     proposals, _ = infill_rescore.make_proposals(proposer, word_setup["data"], "valid", r_bidir,
-                                                 eval_seed, top_k, batch_size=4)
+                                                 eval_seed, top_k, batch_size=4,
+                                                 infill_positions=positions)
     hand, no_token, short = hand_proposals(proposer.model, word_setup["documents"], top_k,
-                                           r_bidir, eval_seed)
+                                           r_bidir, eval_seed, positions)
     assert (no_token, short) == (2, 1)
     header = proposals.header
     assert (header["skipped_no_maskable_token"], header["skipped_too_short"]) == (no_token, short)
-    assert header["documents"] == len(hand) == len(word_setup["documents"]) - 3
+    assert header["documents"] == len(word_setup["documents"]) - 3
+    assert header["positions"] == len(hand) == len(proposals.proposals)
+    assert len(hand) > header["documents"] if positions > 1 else len(hand) == header["documents"]
     for got, expected in zip(proposals.proposals, hand):
         assert (got.document, got.position, got.answer) == (
             expected["document"], expected["position"], expected["answer"])
@@ -285,8 +290,8 @@ def test_rescored_accuracy_is_the_argmax_of_hand_scores(word_setup, tmp_path, ca
     results = json.loads((tmp_path / "results.json").read_text())
     proposer = load_scoring_model(checkpoints["msk_bi"], data).model
     hand, _, _ = hand_proposals(proposer, word_setup["documents"], 12, "1", 2)
-    assert (f"documents {len(hand)} | skipped 3 (2 without a non-special token, 1 shorter than 2 "
-            "tokens)") in printed
+    assert (f"documents {len(hand)} | positions {len(hand)} | skipped 3 (2 without a non-special "
+            "token, 1 shorter than 2 tokens)") in printed
     for scorer_path, row in zip(scorers, results["scorers"]):
         model = load_scoring_model(scorer_path, data).model
         correct, margins = 0, []
@@ -302,8 +307,9 @@ def test_rescored_accuracy_is_the_argmax_of_hand_scores(word_setup, tmp_path, ca
         assert min(margins) > 1e-4  # the hand argmax is unambiguous at float32 precision
         assert row["correct"] == correct
         assert row["accuracy"] == pytest.approx(100 * correct / len(hand))
+        share = correct / len(hand)
         assert f"scorer {scorer_path} ({row['variant']}) | full-sequence, n_bidir 0 | accuracy " \
-               f"{100 * correct / len(hand):.2f}" in printed
+               f"{100 * share:.2f} ± {100 * math.sqrt(share * (1 - share) / len(hand)):.2f}" in printed
     in_top = sum(p["answer"] in p["candidates"] for p in hand)
     assert f"top-12 upper bound (answer among the candidates) | accuracy {100 * in_top / len(hand):.2f}" \
         in printed

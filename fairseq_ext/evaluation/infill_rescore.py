@@ -1,11 +1,11 @@
 """Full-sequence infilling (Artetxe et al. 2022, §3.2 "Single token infilling", Table 6)::
 
     python scripts/infill_rescore.py DATA --proposer MSK_BI.pt --scorer NXT_UNI.pt [--scorer ...]
-        [--top-k 32] [--r-bidir 1] [--eval-seed 1] [--valid-subset valid]
+        [--top-k 32] [--r-bidir 1] [--eval-seed 1] [--infill-positions 1] [--valid-subset valid]
         [--candidates-out FILE | --candidates-in FILE] [--json FILE] [--force]
 
-**Positions.** Each document of the ``--valid-subset`` split gets the masked position of
-``fairseq-validate --eval-mode infill --eval-seed S`` (the same
+**Positions.** Each document of the ``--valid-subset`` split gets the masked positions of
+``fairseq-validate --eval-mode infill --eval-seed S --infill-positions K`` (default 1; the same
 :class:`~fairseq_ext.data.bidirectional_eval_dataset.BidirectionalEvalDataset`, built by the
 ``bidirectional_lm`` task from ``DATA`` with the proposer's ``--document-format`` and
 ``--tokens-per-sample``, so the documents are read and cut as in its training), so direct and
@@ -117,7 +117,7 @@ class ProposalSet:
 # --- documents and positions ----------------------------------------------------------------
 
 def infill_eval_dataset(data, subset: str, tokens_per_sample: int, r_bidir: str, eval_seed: int,
-                        document_format: str):
+                        document_format: str, infill_positions: int = 1):
     """``(task, dataset)``: the ``--eval-mode infill`` evaluation dataset of ``DATA``'s
     ``subset``, built by the ``bidirectional_lm`` task exactly as ``fairseq-validate`` builds it
     (the variant does not enter the dataset)."""
@@ -127,6 +127,7 @@ def infill_eval_dataset(data, subset: str, tokens_per_sample: int, r_bidir: str,
     cfg = BidirectionalLMConfig(data=str(data), tokens_per_sample=int(tokens_per_sample),
                                 document_format=str(document_format), eval_mode="infill",
                                 r_bidir=str(r_bidir), eval_seed=int(eval_seed),
+                                infill_positions=int(infill_positions),
                                 variant="msk_bi", seed=1)
     task = BidirectionalLMTask.setup_task(cfg)
     try:
@@ -192,7 +193,7 @@ def propose(proposer: ScoringModel, dataset, top_k: int, batch_size: int = 16) -
 
 
 def make_proposals(proposer: ScoringModel, data, subset: str, r_bidir: str, eval_seed: int,
-                   top_k: int, batch_size: int = 16):
+                   top_k: int, batch_size: int = 16, infill_positions: int = 1):
     """``(ProposalSet, dataset)`` of the proposer on ``DATA``'s ``subset``."""
     require_capability(proposer, "mask", "direct infilling (the proposals)",
                        "give a checkpoint trained on masks (msk_*, hyb_*; the paper uses MskBi) "
@@ -200,7 +201,7 @@ def make_proposals(proposer: ScoringModel, data, subset: str, r_bidir: str, eval
     tokens_per_sample = int(proposer.task.cfg.tokens_per_sample)
     document_format = str(proposer.task.cfg.document_format)
     _, dataset = infill_eval_dataset(data, subset, tokens_per_sample, r_bidir, eval_seed,
-                                     document_format)
+                                     document_format, infill_positions)
     proposals = propose(proposer, dataset, top_k, batch_size)
     _, short = scorable_items(dataset)
     header = {
@@ -209,8 +210,9 @@ def make_proposals(proposer: ScoringModel, data, subset: str, r_bidir: str, eval
         "proposer": proposer.path, "proposer_variant": proposer.variant,
         "valid_subset": subset, "eval_seed": int(eval_seed), "r_bidir": str(r_bidir),
         "top_k": int(top_k), "document_format": document_format,
-        "tokens_per_sample": tokens_per_sample,
-        "documents": len(proposals), "skipped_no_maskable_token": int(dataset.skipped),
+        "tokens_per_sample": tokens_per_sample, "infill_positions": int(infill_positions),
+        "documents": len({p.document for p in proposals}), "positions": len(proposals),
+        "skipped_no_maskable_token": int(dataset.skipped),
         "skipped_too_short": int(short),
     }
     return ProposalSet(header, proposals), dataset
@@ -228,7 +230,7 @@ def write_candidates(path: Path, proposals: ProposalSet, force: bool = False) ->
 
 
 HEADER_KEYS = ("dictionary_sha256", "dictionary_size", "valid_subset", "eval_seed", "r_bidir",
-               "top_k", "document_format", "tokens_per_sample")
+               "top_k", "document_format", "tokens_per_sample", "infill_positions")
 ROW_KEYS = ("document", "length", "position", "answer", "candidates", "log_probs")
 
 
@@ -338,7 +340,8 @@ def summary(proposals: ProposalSet) -> Dict[str, object]:
     rows = proposals.proposals
     direct = sum(p.candidates[0] == p.answer for p in rows)
     in_top = sum(p.answer in p.candidates for p in rows)
-    return {"documents": len(rows), "top_k": proposals.top_k,
+    return {"documents": len({p.document for p in rows}), "positions": len(rows),
+            "top_k": proposals.top_k,
             "direct_correct": direct, "direct_accuracy": accuracy(direct, len(rows)),
             "direct_accuracy_se": accuracy_error(direct, len(rows)),
             "in_top_k": in_top, "upper_bound": accuracy(in_top, len(rows))}
@@ -350,8 +353,9 @@ def report_lines(data, results: Dict[str, object]) -> List[str]:
     skipped = int(header["skipped_no_maskable_token"]) + int(header["skipped_too_short"])
     lines = [
         f"infill rescoring | {data} {header['valid_subset']} | eval seed {header['eval_seed']} | "
-        f"documents {stats['documents']} | skipped {skipped} ({header['skipped_no_maskable_token']}"
-        f" without a non-special token, {header['skipped_too_short']} shorter than 2 tokens)",
+        f"documents {stats['documents']} | positions {stats['positions']} | skipped {skipped} "
+        f"({header['skipped_no_maskable_token']} without a non-special token, "
+        f"{header['skipped_too_short']} shorter than 2 tokens)",
         f"proposer {header['proposer']} ({header['proposer_variant']}) | direct infill, r_bidir "
         f"{header['r_bidir']} | accuracy {stats['direct_accuracy']:.2f} ± "
         f"{stats['direct_accuracy_se']:.2f}",
@@ -396,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-seed", type=int, default=None,
                         help=f"seeds the masked positions as --eval-mode infill does (default "
                              f"{DEFAULT_EVAL_SEED})")
+    parser.add_argument("--infill-positions", type=int, default=None,
+                        help="masked positions per document, as --eval-mode infill's (default 1, "
+                             "the paper's); more give smaller standard errors")
     parser.add_argument("--valid-subset", default=None,
                         help=f"the split to score (default {DEFAULT_SUBSET})")
     parser.add_argument("--candidates-out", type=Path, help="write the proposals (JSONL) there")
@@ -432,6 +439,8 @@ def run(args) -> Dict[str, object]:
                            "to only write the proposals)")
     if args.batch_size < 1:
         raise ScoringError(f"--batch-size {args.batch_size} must be at least 1")
+    if args.infill_positions is not None and args.infill_positions < 1:
+        raise ScoringError(f"--infill-positions {args.infill_positions} must be at least 1")
     if not (Path(args.data) / "dict.txt").is_file():
         raise ScoringError(f"DATA {args.data}: no dict.txt there (give the data-bin directory)")
     refuse_existing([args.candidates_out, args.json], args.force)  # before any checkpoint loads
@@ -445,7 +454,8 @@ def run(args) -> Dict[str, object]:
         proposer = load_scoring_model(args.proposer, args.data, "--proposer", device)
         proposals, dataset = make_proposals(
             proposer, args.data, args.valid_subset or DEFAULT_SUBSET, r_bidir,
-            DEFAULT_EVAL_SEED if args.eval_seed is None else args.eval_seed, top_k, args.batch_size)
+            DEFAULT_EVAL_SEED if args.eval_seed is None else args.eval_seed, top_k, args.batch_size,
+            1 if args.infill_positions is None else args.infill_positions)
         del proposer
         if args.candidates_out is not None:
             write_candidates(args.candidates_out, proposals, args.force)
@@ -456,6 +466,7 @@ def run(args) -> Dict[str, object]:
         check_same("--r-bidir", None if args.r_bidir is None else parse_r_bidir(args.r_bidir)[0],
                    parse_r_bidir(str(header["r_bidir"]))[0], path)
         check_same("--eval-seed", args.eval_seed, header["eval_seed"], path)
+        check_same("--infill-positions", args.infill_positions, header["infill_positions"], path)
         check_same("--valid-subset", args.valid_subset, header["valid_subset"], path)
         if args.top_k is not None:
             if not 1 <= args.top_k <= proposals.top_k:
@@ -465,7 +476,8 @@ def run(args) -> Dict[str, object]:
             proposals = proposals.truncated(args.top_k)
         data_task, dataset = infill_eval_dataset(args.data, header["valid_subset"],
                                                  header["tokens_per_sample"], header["r_bidir"],
-                                                 header["eval_seed"], header["document_format"])
+                                                 header["eval_seed"], header["document_format"],
+                                                 header["infill_positions"])
         check_fingerprint(proposals, path, data_task.source_dictionary, args.data)
         check_documents(proposals, path, dataset)
     scorer_rows = []
