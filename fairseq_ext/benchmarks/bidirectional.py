@@ -324,8 +324,10 @@ class AttentionCase:
                     sdpa_attention(q, k, v, mask, self.num_heads, self.scale)
 
 
-def eval_layouts(batches):
-    return [(b["net_input"]["doc_ids"], b["net_input"]["bidir_lens"], True) for b in batches]
+def batch_layouts(batches, cross_document: bool = True):
+    """``(doc_ids, bidir_lens, cross_document)`` of each batch."""
+    return [(b["net_input"]["doc_ids"], b["net_input"]["bidir_lens"], cross_document)
+            for b in batches]
 
 
 def validate_forward(model, criterion, batches, path: str) -> None:
@@ -384,7 +386,8 @@ def main_flex(args: argparse.Namespace) -> int:
                                   args.min_doc_len, min(args.max_doc_len, seq_len),
                                   args.seed)["bidirectional_lm"]
             eval_cpu = [move_to(b, torch.device("cpu")) for b in batches]
-            layouts = {"eval": eval_layouts(eval_cpu), "train": eval_layouts(train)}
+            layouts = {"eval": batch_layouts(eval_cpu),
+                       "train": batch_layouts(train, not args.no_cross_document_attention)}
             layouts_meta[seq_len] = {"eval": {**length_summary(eval_cpu),
                                               **block_summary(layouts["eval"])},
                                      "train": {**length_summary(train),
@@ -399,8 +402,9 @@ def main_flex(args: argparse.Namespace) -> int:
                     lambda m=model, c=criterion, b=batches, p=path:
                     timed(lambda: validate_forward(m, c, b, p), device))
             if device.type == "cuda":
-                train_model = build_arch(f"bidir_lm_{args.arch_size}", stub, seq_len,
-                                         attention_dropout=0.0)
+                train_model = build_arch(
+                    f"bidir_lm_{args.arch_size}", stub, seq_len, attention_dropout=0.0,
+                    no_cross_document_attention=args.no_cross_document_attention)
                 runner = UpdateRunner(train_model, BidirectionalLmLoss(MaskedLmConfig(tpu=False),
                                                                        stub), device, dtype)
                 train_device = [move_to(b, device) for b in train]
@@ -442,7 +446,9 @@ def main_flex(args: argparse.Namespace) -> int:
           + (f" --r-bidir {args.r_bidir}" if args.r_bidir else "")
           + f" --max-tokens {args.max_tokens} on {source}; training rows: {args.batches} x "
           f"{args.batch_size} packed rows, {args.variant}, documents of {args.min_doc_len}-"
-          f"{args.max_doc_len} tokens; blocks of {BLOCK_SIZE}")
+          f"{args.max_doc_len} tokens"
+          + (", no cross-document attention" if args.no_cross_document_attention else "")
+          + f"; blocks of {BLOCK_SIZE}")
     for seq_len in args.seq_lens:
         meta = layouts_meta[seq_len]["eval"]
         print(f"T = {seq_len}: {meta['rows']} evaluation rows, lengths p10/median/p90 "
@@ -525,6 +531,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                       help="evaluation batches per T (0: the whole split)")
     flex.add_argument("--synthetic-tokens", type=int, default=65536,
                       help="tokens of the synthetic evaluation split (without --data)")
+    flex.add_argument("--no-cross-document-attention", action="store_true",
+                      help="training rows: each token attends within its document only (the "
+                           "task's flag; default: to earlier documents too, footnote 4)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--force", action="store_true", help="overwrite --json if it exists")
     p.add_argument("--quiet", action="store_true", help="no per-round progress on stderr")
