@@ -295,6 +295,30 @@ def test_attention_module_flex_equals_sdpa_on_random_layouts():
     assert torch.allclose(flex, sdpa, atol=1e-5, rtol=0)
 
 
+def test_batches_of_one_packed_length_share_one_compiled_kernel():
+    """5 rows of 300 tokens (15 blocks), 4 of 512 (16) and 7 of 250 (14) all pack into 16
+    blocks: after the first, the others compile nothing (the module doc's claim); the outputs
+    still match SDPA."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    attention = MaskedSelfAttention(64, 2).eval()
+    rng = random.Random(3)
+    graphs = []
+    for rows, length in ((ROWS, LENGTH), (4, 512), (7, 250)):
+        doc_ids, bidir_lens = random_layout(rng, rows, length)
+        x = torch.randn(length, rows, 64)
+        with torch.no_grad():
+            block_mask = document_block_mask(doc_ids, bidir_lens)
+            assert block_mask.packed_length == 16 * BLOCK_SIZE
+            flex = attention(x, x, x, attn_mask=block_mask, need_weights=False)[0]
+            dense = additive_attention_mask(may_attend(doc_ids, bidir_lens), torch.float32)
+            sdpa = attention(x, x, x, attn_mask=dense, need_weights=False)[0]
+        assert torch.allclose(flex, sdpa, atol=1e-5, rtol=0)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[1] == graphs[2] == graphs[0]
+
+
 # --- 3. which path, where --------------------------------------------------------------------
 
 @pytest.mark.parametrize("requested, device, needs_grad, dropout, length, expected", [

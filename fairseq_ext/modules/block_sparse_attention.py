@@ -105,7 +105,9 @@ def run_flex_attention(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float
     """The compiled ``flex_attention`` under the raised recompile limit (module doc)."""
     import torch._dynamo
 
-    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+    config = torch._dynamo.config  # recompile_limit, called cache_size_limit before torch 2.6
+    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    with config.patch(**{limit: RECOMPILE_LIMIT}):
         return compiled_flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
 
 
