@@ -52,7 +52,7 @@ Attention path (``--attention-impl``, default ``auto``): ``sdpa`` (the dense mas
 on CUDA and, without gradients, on CPU (``fairseq-validate``, ``scripts/infill_rescore.py``,
 ``scripts/score_choices.py``, fairseq-train's validation), while attention dropout is inactive.
 ``auto`` picks ``flex`` for each batch where it runs, the rows span more than one block of 128
-tokens and it pays off (on CUDA always; on CPU where its block mask skips at least 75% of the
+tokens and it pays off (on CUDA always; on CPU where its block mask skips at least 80% of the
 scores in fp32, 90% in bf16: :mod:`fairseq_ext.modules.block_sparse_attention`), ``sdpa``
 elsewhere; ``flex`` where it cannot run is refused: when ``fairseq-train``
 or ``fairseq-hydra-train`` reads the config (training on CPU: ``--cpu`` or no CUDA device;
@@ -447,7 +447,7 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
                                  "mask, which skips empty blocks (CUDA; CPU without gradients; "
                                  "no attention dropout); auto, flex where it runs, rows "
                                  "span more than 128 tokens and it pays off (CPU: its block "
-                                 "mask skips >= 75%% of the scores in fp32), else sdpa. Same "
+                                 "mask skips >= 80%% of the scores in fp32), else sdpa. Same "
                                  "results and state dict either way")
         # No default (not even None): fairseq-train declares the model's flags and then the
         # task's on one parser and keeps the first declaration, so under --task
