@@ -29,8 +29,9 @@ value, :mod:`fairseq_ext.data.bidirectional_eval_dataset`) it also logs, per gro
   over all documents); ``documents`` counts the documents scored;
 
 each with its standard error, ``<name>_se`` (``ppl_se``, ``suffix_ppl_r<R>_se``,
-``infill_acc_r<R>_se``, ...): the delta method over documents for losses and perplexities, the
-binomial error over positions for accuracy (:mod:`fairseq_ext.evaluation.uncertainty`), from
+``infill_acc_r<R>_se``, ...): the delta method over documents for losses and perplexities (over
+positions for the infilled tokens', each position a row), the binomial error over positions for
+accuracy (:mod:`fairseq_ext.evaluation.uncertainty`), from
 per-row sums that add up across batches and workers. The per-row scores themselves travel to the
 task under :data:`EVAL_ROWS_KEY`, which the task removes from the logging output
 (``--eval-scores-out``).
@@ -115,8 +116,9 @@ def evaluation_report_lines(logging_outputs) -> List[str]:
                 f"ppl {figures['ppl']:.2f} ± {figures['ppl_se']:.2f}")
         if mode == "infill":
             text += f" | accuracy {figures['acc']:.2f} ± {figures['acc_se']:.2f}"
-        lines.append(text + " (± 1 standard error: delta method over documents"
-                     + (", binomial over positions)" if mode == "infill" else ")"))
+        lines.append(text + (" (± 1 standard error over positions; accuracy: binomial)"
+                             if mode == "infill" else
+                             " (± 1 standard error: delta method over documents)"))
     return lines
 
 

@@ -65,8 +65,9 @@ class Estimate:
     standard_error: float
 
     def resolved(self) -> bool:
-        """Whether a *difference* is larger than :data:`RESOLVED_AT` standard errors."""
-        return abs(self.value) > RESOLVED_AT * self.standard_error
+        """Whether a *difference* is larger than :data:`RESOLVED_AT` standard errors (a Python
+        bool: JSON writes it as true/false)."""
+        return bool(abs(self.value) > RESOLVED_AT * self.standard_error)
 
 
 def perplexity(losses: Sequence[float], tokens: Sequence[float]) -> Estimate:
