@@ -38,6 +38,7 @@ from fairseq_ext.modules.block_sparse_attention import (
     document_block_mask,
     flex_attention_available,
     flex_pays_off,
+    layout_blocks,
     packed_blocks,
 )
 from fairseq_ext.modules.sdpa_attention import MaskedSelfAttention
@@ -144,6 +145,9 @@ def test_block_mask_equals_torchs_create_block_mask(cross_document, seed):
     columns = torch.arange(total)
     packed = mask_mod(torch.tensor(0), torch.tensor(0), columns.view(-1, 1), columns.view(1, -1))
     dense = may_attend(doc_ids, bidir_lens, cross_document)[:, 0]
+    # the dense mask the block flags come from is the unpadded one, padded
+    assert torch.equal(layout_blocks(doc_ids, bidir_lens, cross_document).dense_mask()[:, 0],
+                       dense)
     for b in range(rows):
         block = packed[b * padded:(b + 1) * padded]
         assert torch.equal(block[:length, b * padded:b * padded + length], dense[b])
@@ -356,7 +360,7 @@ def count_builds(monkeypatch):
     built = []
     monkeypatch.setattr(block_sparse_attention, "compiled_flex_attention",
                         lambda: built.append("flex call") or fake_flex)
-    for name in ("document_block_mask", "additive_attention_mask"):
+    for name in ("layout_blocks", "may_attend", "additive_attention_mask"):
         original = getattr(fairseq_ext.models.bidirectional_lm, name)
         monkeypatch.setattr(fairseq_ext.models.bidirectional_lm, name,
                             lambda *a, _name=name, _f=original, **k: built.append(_name) or _f(*a, **k))
@@ -366,7 +370,8 @@ def count_builds(monkeypatch):
 def test_auto_follows_gradients_mode_and_sparsity_in_the_model(monkeypatch, caplog):
     """``auto`` in the model on CPU: FlexAttention without gradients where the BlockMask skips
     enough (CPU_MIN_SKIPPED), SDPA where it skips less, where the call computes gradients, or
-    where attention dropout is in effect; each batch's mask built once (not per layer)."""
+    where attention dropout is in effect; each batch's mask built once (not per layer), the rule
+    evaluated once even when the block flags decide for SDPA."""
     model, task = tiny_model(attention_dropout=0.1, no_cross_document_attention=True)
     sparse, dense = sparse_batch(task), hand_batch(task)
     assert document_block_mask(sparse["doc_ids"], sparse["bidir_lens"], False).skipped_fraction() >= 0.8
@@ -374,10 +379,10 @@ def test_auto_follows_gradients_mode_and_sparsity_in_the_model(monkeypatch, capl
     built = count_builds(monkeypatch)
     with caplog.at_level("INFO"), torch.no_grad():
         model(**sparse)  # eval, no gradients, sparse: flex, its mask once for both layers
-        assert built == ["document_block_mask", "flex call", "flex call"]
+        assert built == ["layout_blocks", "flex call", "flex call"]
         built.clear()
-        model(**dense)  # skips too little: the block mask decided it, then SDPA's mask
-        assert built == ["document_block_mask", "additive_attention_mask"]
+        model(**dense)  # skips too little: the block flags decided it, their dense mask reused
+        assert built == ["layout_blocks", "additive_attention_mask"]
     assert ("bidirectional_lm attention: FlexAttention (--attention-impl auto; cpu, no "
             "gradients)") in caplog.text
     assert "pays off where the BlockMask skips at least 80% of the scores" in caplog.text
@@ -386,18 +391,18 @@ def test_auto_follows_gradients_mode_and_sparsity_in_the_model(monkeypatch, capl
     model.train()
     with torch.no_grad():
         model(**sparse)  # training mode, attention dropout 0.1: sdpa
-    assert built == ["additive_attention_mask"] * 2
+    assert built == ["may_attend", "additive_attention_mask"] * 2
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     built.clear()
     model.eval()
     model(**sparse)  # gradients enabled, but nothing requires them: flex
-    assert built[0] == "document_block_mask" and "flex call" in built
+    assert built[0] == "layout_blocks" and "flex call" in built
     built.clear()
     model.decoder.attention_impl = "flex"
     with torch.no_grad():
         model(**dense)  # explicit flex: whatever it skips
-    assert built == ["document_block_mask", "flex call", "flex call"]
+    assert built == ["layout_blocks", "flex call", "flex call"]
 
 
 def test_flex_pays_off_on_cpu_by_dtype():

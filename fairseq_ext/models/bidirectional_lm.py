@@ -123,9 +123,9 @@ from fairseq_ext.modules.block_sparse_attention import (
     ATTENTION_IMPLS,
     CPU_MIN_SKIPPED,
     choose_attention_impl,
-    document_block_mask,
     flex_pays_off,
     flex_unsupported_reason,
+    layout_blocks,
 )
 from fairseq_ext.modules.classification_heads import (
     PositionClassificationHead,
@@ -352,17 +352,20 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
         :meth:`attention_path` allows it (under ``auto``, where it also pays off:
         :func:`~fairseq_ext.modules.block_sparse_attention.flex_pays_off`), else SDPA's additive
         ``(B, 1, T, T)`` float mask; both from the same rule. Logs each kind of choice once."""
-        why = ""
+        why, allowed = "", None
         if self.attention_path(tokens) == "flex":
-            block_mask = document_block_mask(doc_ids, bidir_lens, self.cross_document)
-            if self.attention_impl == "flex" or flex_pays_off(block_mask, tokens.device, dtype):
+            blocks = layout_blocks(doc_ids, bidir_lens, self.cross_document)
+            if self.attention_impl == "flex" or flex_pays_off(blocks, tokens.device, dtype):
                 self.log_attention_path("FlexAttention", tokens.device, why)
-                return block_mask
+                return blocks.block_mask()
             why = (f"; FlexAttention's CPU kernel pays off where the BlockMask skips at least "
                    f"{CPU_MIN_SKIPPED.get(dtype, 0.9):.0%} of the scores; e.g. this batch's skips "
-                   f"{block_mask.skipped_fraction():.0%}")
+                   f"{blocks.skipped_fraction():.0%}")
+            allowed = blocks.dense_mask()  # the rule evaluated once per batch, either way
         self.log_attention_path("SDPA with a dense mask", tokens.device, why)
-        return additive_attention_mask(may_attend(doc_ids, bidir_lens, self.cross_document), dtype)
+        if allowed is None:
+            allowed = may_attend(doc_ids, bidir_lens, self.cross_document)
+        return additive_attention_mask(allowed, dtype)
 
     def log_attention_path(self, path: str, device: torch.device, why: str) -> None:
         needs_grad = self.needs_grad()

@@ -19,10 +19,10 @@ document is its column minus the column where its document starts.
 
 The rule is stated once, elementwise, in :func:`attention_rule`; :func:`layout_mask_mod` reads a
 layout through it as a FlexAttention ``mask_mod(b, h, q_idx, kv_idx)``, and :func:`may_attend`
-evaluates that ``mask_mod`` on broadcast index grids: the boolean ``(B, 1, T, T)`` mask, with
-tensor operations only (no Python loop over positions), once per batch, shared by every layer.
-:func:`additive_attention_mask` turns it into the float mask
-``torch.nn.functional.scaled_dot_product_attention`` adds to its logits;
+evaluates it on broadcast views of the layout (the mask_mod's values on index grids): the
+boolean ``(B, 1, T, T)`` mask, with tensor operations only (no Python loop over positions),
+once per batch, shared by every layer. :func:`additive_attention_mask` turns it into the float
+mask ``torch.nn.functional.scaled_dot_product_attention`` adds to its logits;
 :mod:`fairseq_ext.modules.block_sparse_attention` turns the same ``mask_mod`` into
 FlexAttention's block mask. A padding query attends to itself only, so no softmax row is empty
 (an empty row gives NaN, which a backward pass would spread even though padding outputs are
@@ -66,14 +66,15 @@ def attention_rule(query_doc: Tensor, query_index: Tensor, query_bidir_len: Tens
     that broadcast together (0-d ones under FlexAttention's ``vmap``).
 
     A key of the query's document is allowed iff ``key_index <= query_index`` or ``key_index <
-    n_bidir``; keys of earlier documents of the row are allowed when ``cross_document``; later
-    documents and padding never are. A padding query attends to itself only (no empty row)."""
-    key_real = key_doc >= 0
-    same_document = (query_doc == key_doc) & key_real
-    within = (key_index <= query_index) | (key_index < query_bidir_len)
-    allowed = same_document & within
+    n_bidir`` (§2's "j <= max(i, n_bidir)" with 1-based indices: ``key_index < max(query_index
+    + 1, n_bidir)``, one comparison of the full size); keys of earlier documents of the row are
+    allowed when ``cross_document``; later documents and padding never are. A padding query
+    attends to itself only (no empty row)."""
+    allowed = (key_doc == query_doc) & (key_index < torch.maximum(query_index + 1,
+                                                                  query_bidir_len))
     if cross_document:
-        allowed = allowed | (key_real & (key_doc < query_doc))
+        allowed = allowed | (key_doc < query_doc)
+    allowed = allowed & (key_doc >= 0)
     return allowed | (same_position & (query_doc < 0))
 
 
@@ -101,14 +102,24 @@ def may_attend(doc_ids: Tensor, bidir_lens: Tensor, cross_document: bool = True,
     """The boolean "query may attend to key" mask ``(B, 1, T, T)`` (``[b, 0, i, j]``: query
     ``i``, key ``j``) of §2 and footnote 4, given the layout ``doc_ids`` / ``bidir_lens``
     ``(B, T)`` and, optionally, each token's ``index`` within its document (else derived from
-    ``doc_ids``): :func:`layout_mask_mod` evaluated on broadcast index grids, so the dense mask
-    SDPA takes and FlexAttention's block mask follow the same rule (:func:`attention_rule`)."""
-    batch, length = doc_ids.shape
-    mask_mod = layout_mask_mod(doc_ids, bidir_lens, cross_document, index)
+    ``doc_ids``): :func:`attention_rule` on broadcast views of the layout, queries along
+    dimension 2 and keys along dimension 3: what :func:`layout_mask_mod` gives on index grids
+    (without its gathers), so the dense mask SDPA takes and FlexAttention's block mask follow
+    the same rule."""
+    check_layout(doc_ids, bidir_lens)
+    if index is None:
+        index = index_in_document(doc_ids)
+    length = doc_ids.size(1)
     columns = torch.arange(length, device=doc_ids.device)
-    rows = torch.arange(batch, device=doc_ids.device).view(batch, 1, 1, 1)
-    head = torch.zeros((), dtype=torch.long, device=doc_ids.device)
-    return mask_mod(rows, head, columns.view(1, 1, length, 1), columns.view(1, 1, 1, length))
+
+    def queries(x: Tensor) -> Tensor:
+        return x[:, None, :, None]
+
+    def keys(x: Tensor) -> Tensor:
+        return x[:, None, None, :]
+
+    return attention_rule(queries(doc_ids), queries(index), queries(bidir_lens), keys(doc_ids),
+                          keys(index), columns[:, None] == columns[None, :], cross_document)
 
 
 def additive_attention_mask(allowed: Tensor, dtype: torch.dtype) -> Tensor:

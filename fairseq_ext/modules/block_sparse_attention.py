@@ -154,14 +154,13 @@ def choose_attention_impl(requested: str, device: torch.device, needs_grad: bool
     return "flex" if reason is None and length > BLOCK_SIZE else "sdpa"
 
 
-def flex_pays_off(block_mask: "DocumentBlockMask", device: torch.device,
-                  dtype: torch.dtype) -> bool:
+def flex_pays_off(blocks, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether ``auto`` takes FlexAttention for a batch it can run (module doc, "Where it
-    pays"): always on CUDA; on CPU where ``block_mask`` skips at least
-    :data:`CPU_MIN_SKIPPED` of the scores."""
+    pays"): always on CUDA; on CPU where ``blocks`` (a :class:`LayoutBlocks` or
+    :class:`DocumentBlockMask`) skip at least :data:`CPU_MIN_SKIPPED` of the scores."""
     if device.type == "cuda":
         return True
-    return block_mask.skipped_fraction() >= CPU_MIN_SKIPPED.get(dtype, 0.9)
+    return blocks.skipped_fraction() >= CPU_MIN_SKIPPED.get(dtype, 0.9)
 
 
 def padded_length(length: int, block_size: int = BLOCK_SIZE) -> int:
@@ -248,49 +247,93 @@ class DocumentBlockMask:
         return out.permute(2, 1, 0, 3).reshape(length, batch, channels)
 
 
-def document_block_mask(doc_ids: Tensor, bidir_lens: Tensor, cross_document: bool = True,
-                        block_size: int = BLOCK_SIZE) -> DocumentBlockMask:
-    """The :class:`DocumentBlockMask` of the layout ``doc_ids`` / ``bidir_lens`` ``(B, T)``
-    (the batch fields, ``-1`` / ``0`` at padding): each row padded to ``T_pad`` (padding
-    columns), the block flags from :func:`may_attend` on that padded layout, the rows packed
-    end to end and padded to whole :func:`packed_blocks`, and the ``mask_mod`` the same rule on
-    the packed layout, restricted to pairs of one row."""
-    from torch.nn.attention.flex_attention import BlockMask
+@dataclasses.dataclass
+class LayoutBlocks:
+    """A batch's layout padded to whole blocks, its dense mask there, and which blocks compute
+    anything (:func:`layout_blocks`): enough to decide whether FlexAttention pays off
+    (:meth:`skipped_fraction`) and then to build either path's mask without evaluating the rule
+    again (:meth:`block_mask`, :meth:`dense_mask`)."""
 
+    doc_ids: Tensor  # (B, T_pad)
+    bidir_lens: Tensor
+    index: Tensor
+    cross_document: bool
+    length: int
+    block_size: int
+    #: (B, 1, T_pad, T_pad) bool: may_attend on the padded layout
+    allowed: Tensor
+    #: (B, n, n) per row, query block, key block: computed at all (partial or full), full
+    computed: Tensor
+    full: Tensor
+
+    def skipped_fraction(self) -> float:
+        """As :meth:`DocumentBlockMask.skipped_fraction`."""
+        return 1.0 - float(self.computed.float().mean())
+
+    def dense_mask(self) -> Tensor:
+        """:func:`may_attend` of the unpadded layout, ``(B, 1, T, T)`` (a view)."""
+        return self.allowed[:, :, :self.length, :self.length]
+
+    def block_mask(self) -> DocumentBlockMask:
+        """The :class:`DocumentBlockMask` (:func:`document_block_mask`)."""
+        from torch.nn.attention.flex_attention import BlockMask
+
+        batch, padded = self.doc_ids.shape
+        block_size, device = self.block_size, self.doc_ids.device
+        blocks = padded // block_size
+        total_blocks = packed_blocks(batch * blocks)
+        total = total_blocks * block_size
+        # padding blocks after the rows: their queries attend to themselves (partial diagonal)
+        diagonal = torch.ones(total_blocks - batch * blocks, dtype=torch.bool, device=device)
+        kv_counts, kv_indices = packed_kv_blocks(self.computed & ~self.full, total_blocks,
+                                                 diagonal)
+        full_counts, full_indices = packed_kv_blocks(self.full, total_blocks)
+        # the same rule over the packed sequence (row 0 of a 1 x L layout; indices within
+        # documents computed per row), padded to `total`, for pairs of one row
+        tail = total - batch * padded
+        row_mask = layout_mask_mod(
+            torch.nn.functional.pad(self.doc_ids.reshape(1, -1), (0, tail), value=-1),
+            torch.nn.functional.pad(self.bidir_lens.reshape(1, -1), (0, tail), value=0),
+            self.cross_document,
+            torch.nn.functional.pad(self.index.reshape(1, -1), (0, tail), value=0))
+        row_of = (torch.arange(total, device=device) // padded).clamp(max=batch)
+
+        def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return (row_of[q_idx] == row_of[kv_idx]) & row_mask(b, h, q_idx, kv_idx)
+
+        block_mask = BlockMask.from_kv_blocks(kv_counts, kv_indices, full_counts, full_indices,
+                                              BLOCK_SIZE=block_size, mask_mod=mask_mod,
+                                              seq_lengths=(total, total))
+        return DocumentBlockMask(block_mask, batch, self.length, padded, total, self.computed)
+
+
+def layout_blocks(doc_ids: Tensor, bidir_lens: Tensor, cross_document: bool = True,
+                  block_size: int = BLOCK_SIZE) -> LayoutBlocks:
+    """The :class:`LayoutBlocks` of the layout ``doc_ids`` / ``bidir_lens`` ``(B, T)`` (the
+    batch fields, ``-1`` / ``0`` at padding): each row padded to ``T_pad`` (padding columns),
+    :func:`may_attend` on that, and its block flags."""
     check_layout(doc_ids, bidir_lens)
     batch, length = doc_ids.shape
     padded = padded_length(length, block_size)
     blocks = padded // block_size
-    total_blocks = packed_blocks(batch * blocks)
-    total = total_blocks * block_size
-    # the rows padded to T_pad, then the packed sequence to `total` (one row of padding)
     doc_ids = torch.nn.functional.pad(doc_ids, (0, padded - length), value=-1)
     bidir_lens = torch.nn.functional.pad(bidir_lens, (0, padded - length), value=0)
     index = index_in_document(doc_ids)
     with torch.no_grad():
         allowed = may_attend(doc_ids, bidir_lens, cross_document, index)
-        allowed = allowed.view(batch, blocks, block_size, blocks, block_size)
-        computed = allowed.any(dim=4).any(dim=2)
-        full = allowed.all(dim=4).all(dim=2)
-    # padding blocks after the rows: their queries attend to themselves (partial diagonal)
-    tail_blocks = total_blocks - batch * blocks
-    diagonal = torch.ones(tail_blocks, dtype=torch.bool, device=doc_ids.device)
-    kv_counts, kv_indices = packed_kv_blocks(computed & ~full, total_blocks, diagonal)
-    full_counts, full_indices = packed_kv_blocks(full, total_blocks)
-    # the same rule over the packed sequence (row 0 of a 1 x L layout; indices within documents
-    # computed per row) for pairs of one row
-    tail = total - batch * padded
-    row_mask = layout_mask_mod(
-        torch.nn.functional.pad(doc_ids.reshape(1, -1), (0, tail), value=-1),
-        torch.nn.functional.pad(bidir_lens.reshape(1, -1), (0, tail), value=0),
-        cross_document,
-        torch.nn.functional.pad(index.reshape(1, -1), (0, tail), value=0))
-    row_of = (torch.arange(total, device=doc_ids.device) // padded).clamp(max=batch)
+        tiles = allowed.view(batch, blocks, block_size, blocks, block_size)
+        computed = tiles.any(dim=4).any(dim=2)
+        full = tiles.all(dim=4).all(dim=2)
+    return LayoutBlocks(doc_ids, bidir_lens, index, cross_document, length, block_size, allowed,
+                        computed, full)
 
-    def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return (row_of[q_idx] == row_of[kv_idx]) & row_mask(b, h, q_idx, kv_idx)
 
-    block_mask = BlockMask.from_kv_blocks(kv_counts, kv_indices, full_counts, full_indices,
-                                          BLOCK_SIZE=block_size, mask_mod=mask_mod,
-                                          seq_lengths=(total, total))
-    return DocumentBlockMask(block_mask, batch, length, padded, total, computed)
+def document_block_mask(doc_ids: Tensor, bidir_lens: Tensor, cross_document: bool = True,
+                        block_size: int = BLOCK_SIZE) -> DocumentBlockMask:
+    """The :class:`DocumentBlockMask` of the layout ``doc_ids`` / ``bidir_lens`` ``(B, T)``
+    (the batch fields, ``-1`` / ``0`` at padding): each row padded to ``T_pad`` (padding
+    columns), the block flags from :func:`may_attend` on that padded layout
+    (:func:`layout_blocks`), the rows packed end to end and padded to whole
+    :func:`packed_blocks`, and the ``mask_mod`` the same rule on the packed layout, restricted
+    to pairs of one row."""
+    return layout_blocks(doc_ids, bidir_lens, cross_document, block_size).block_mask()
