@@ -322,8 +322,8 @@ def layout_blocks(doc_ids: Tensor, bidir_lens: Tensor, cross_document: bool = Tr
     with torch.no_grad():
         allowed = may_attend(doc_ids, bidir_lens, cross_document, index)
         tiles = allowed.view(batch, blocks, block_size, blocks, block_size)
-        computed = tiles.any(dim=4).any(dim=2)
-        full = tiles.all(dim=4).all(dim=2)
+        computed = tiles.amax(dim=(2, 4))  # any pair allowed (one pass; any() takes one dim)
+        full = tiles.amin(dim=(2, 4))  # every pair allowed
     return LayoutBlocks(doc_ids, bidir_lens, index, cross_document, length, block_size, allowed,
                         computed, full)
 
