@@ -131,6 +131,10 @@ def test_flex_part_prints_each_ratio_beside_the_skipped_blocks(capsys, tmp_path)
     assert len(rows) == 6, printed
     record = json.loads(out.read_text())
     assert len(record["results"]) == 6 and "train step: not timed" in printed
+    for seq_len in (200, 300):
+        auto = re.search(rf"^T = {seq_len}: validate with --attention-impl auto .* ([\d.]+) ms, "
+                         r"ratio sdpa/auto ([\d.]+)$", printed, re.M)
+        assert auto and float(auto.group(2)) > 0, printed
     for (seq_len, what, sdpa_ms, flex_ms, ratio, skipped, bound), result in zip(
             rows, record["results"]):
         assert (int(seq_len), what) == (result["seq_len"], result["what"])

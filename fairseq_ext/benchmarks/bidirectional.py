@@ -65,7 +65,8 @@ Timed, in interleaved rounds (median), each summed over all of a T's batches:
 * ``validate``: the whole ``fairseq-validate`` forward: the ``bidirectional_lm`` criterion on
   every evaluation batch under ``torch.no_grad`` (mask building, embeddings, layers, predicted
   logits, loss); its bound is Amdahl's, ``1 / (1 - a + a (1 - skipped))`` with ``a`` the
-  attention's measured share of the SDPA forward;
+  attention's measured share of the SDPA forward; also timed with ``--attention-impl auto``
+  (the default: per batch, FlexAttention where it pays off), printed below the table;
 * ``train step`` (CUDA only: FlexAttention has no CPU backward): one update of the model on the
   training rows (forward, backward, AdamW), both paths with attention dropout 0 (FlexAttention
   has none).
@@ -397,7 +398,7 @@ def main_flex(args: argparse.Namespace) -> int:
                 for path in PATHS:
                     cases[(seq_len, f"attention {name} rows", path)] = (
                         lambda c=case, p=path: timed(lambda: c.run(p), device))
-            for path in PATHS:
+            for path in (*PATHS, "auto"):  # auto: what fairseq-validate runs by default
                 cases[(seq_len, "validate", path)] = (
                     lambda m=model, c=criterion, b=batches, p=path:
                     timed(lambda: validate_forward(m, c, b, p), device))
@@ -433,7 +434,8 @@ def main_flex(args: argparse.Namespace) -> int:
             sdpa_s, flex_s = medians[(seq_len, what, "sdpa")], medians[(seq_len, what, "flex")]
             results.append({"seq_len": seq_len, "what": what, "sdpa_s": sdpa_s, "flex_s": flex_s,
                             "ratio": sdpa_s / flex_s, "skipped": skipped, "bound": bound,
-                            "attention_share": share if what == "validate" else None})
+                            "attention_share": share if what == "validate" else None,
+                            "auto_s": medians.get((seq_len, what, "auto"))})
     env = environment(device)
     env["load_average_before"] = load_before
     source = (f"{args.data}" if args.data else
@@ -462,6 +464,11 @@ def main_flex(args: argparse.Namespace) -> int:
         print(f"| {r['seq_len']} | {r['what']}{note} | {1e3 * r['sdpa_s']:.1f} | "
               f"{1e3 * r['flex_s']:.1f} | {r['ratio']:.2f} | {100 * r['skipped']:.1f}% | "
               f"{r['bound']:.2f} |")
+    for r in results:
+        if r["auto_s"] is not None:
+            print(f"T = {r['seq_len']}: validate with --attention-impl auto (fairseq-validate's "
+                  f"default) {1e3 * r['auto_s']:.1f} ms, ratio sdpa/auto "
+                  f"{r['sdpa_s'] / r['auto_s']:.2f}")
     if device.type != "cuda":
         print("train step: not timed (FlexAttention has no CPU backward; run with --device cuda)")
     if args.json:
