@@ -301,12 +301,16 @@ def check_bidirectional_pretrain_dry_run(work: Work, run: Run) -> None:
 def check_eval_mode(run: Run, mode: str, r_values: List[str]) -> None:
     """A fairseq-validate --eval-mode run: one report line per R (or the full-document line),
     each with finite figures, and the summary with the mode's metrics."""
-    lines = re.findall(rf"\| {mode}(?: \| r_bidir (\S+))? \| documents (\d+) \| tokens (\d+) \| "
-                       r"loss (\S+) \| ppl (\S+)", run.output)
+    lines = re.findall(rf"\| {mode}(?: \| r_bidir (\S+))? \| (?:documents|positions) (\d+) \| "
+                       r"tokens (\d+) \| loss (\S+) ± (\S+) \| ppl (\S+) ± (\S+)", run.output)
     assert [r for r, *_ in lines] == (r_values or [""]), run.output[-2000:]
-    for _, documents, tokens, loss, ppl in lines:
-        assert int(documents) > 0 and int(tokens) > 0 and math.isfinite(float(loss))
+    for _, rows, tokens, loss, loss_se, ppl, ppl_se in lines:
+        assert int(rows) > 0 and int(tokens) > 0 and math.isfinite(float(loss))
         assert float(ppl) == pytest.approx(2 ** float(loss), rel=1e-2)
+        # the delta method: SE(2^loss) = 2^loss * ln 2 * SE(loss)
+        assert float(loss_se) > 0
+        rounding = float(ppl) * math.log(2) * 0.0005 + 0.005  # loss_se printed to 3 places, ppl_se to 2
+        assert float(ppl_se) == pytest.approx(float(ppl) * math.log(2) * float(loss_se), abs=rounding)
     summary = run.output[run.output.index("valid on 'valid' subset"):]
     expected = {"full_doc_ppl": ["ppl", "documents"], "suffix_ppl": [f"suffix_ppl_r{r}" for r in r_values],
                 "infill": [f"infill_acc_r{r}" for r in r_values]}[mode]
@@ -317,7 +321,10 @@ def check_evaluate_table(run: Run) -> None:
     assert "| full ppl |" in run.stdout and "infill acc R=1" in run.stdout
     row = next(line for line in run.stdout.splitlines() if line.startswith("| hyb_pre"))
     cells = [cell.strip() for cell in row.strip("|").split("|")][1:]
-    assert len(cells) == 11 and all(math.isfinite(float(cell)) for cell in cells), row
+    # each cell "value ± standard error"
+    pairs = [re.fullmatch(r"(\S+) ± (\S+)", cell) for cell in cells]
+    assert len(cells) == 11 and all(pairs), row
+    assert all(math.isfinite(float(pair[1])) and float(pair[2]) >= 0 for pair in pairs), row
 
 
 def check_equal_budget_dry_run(work: Work, run: Run) -> None:
@@ -414,7 +421,8 @@ def check_infill_rescore(run: Run) -> None:
     """Table 6's report: the proposer's direct accuracy, the top-8 upper bound (at least it) and
     the scorer's accuracy (at most the bound), on every scorable document."""
     assert run.returncode == 0, run.output[-2000:]
-    figures = dict(re.findall(r"^(proposer|top-8|scorer) .*\| accuracy (\S+)$", run.stdout, re.M))
+    figures = dict(re.findall(r"^(proposer|top-8|scorer) .*\| accuracy (\S+)(?: ± \S+)?$",
+                              run.stdout, re.M))
     assert set(figures) == {"proposer", "top-8", "scorer"}, run.stdout
     direct, bound, rescored = (float(figures[k]) for k in ("proposer", "top-8", "scorer"))
     assert 0 <= direct <= bound <= 100 and 0 <= rescored <= bound

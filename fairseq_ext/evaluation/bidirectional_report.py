@@ -275,8 +275,17 @@ def all_differences(rows: Sequence[Dict[str, object]], r_values: str,
 
 
 def row_names(rows: Sequence[Dict[str, object]], names: Optional[Sequence[str]]) -> List[str]:
-    return (list(names) if names is not None else
-            [f"{Path(str(row['checkpoint'])).parent.name} ({row['variant']})" for row in rows])
+    """The tables' row names: ``names`` if given, else each checkpoint's folder (the variant in
+    parentheses where the folder is not named after it), or :func:`log_names` where those repeat."""
+    if names is not None:
+        return list(names)
+    default = []
+    for row in rows:
+        folder, variant = Path(str(row["checkpoint"])).parent.name, str(row["variant"])
+        default.append(folder if folder == variant else f"{folder} ({variant})")
+    if len(set(default)) == len(default):
+        return default
+    return log_names([Path(str(row["checkpoint"])) for row in rows])
 
 
 def format_report(rows: Sequence[Dict[str, object]], r_values: str,
@@ -369,8 +378,9 @@ def main(argv=None) -> int:
                                     args.batch_size, args.cpu, args.log_dir, name,
                                     args.infill_positions, scores_dir)
                 for checkpoint, name in zip(args.checkpoints, names)]
-        print(format_report(rows, args.r_bidir, names))
-        differences = all_differences(rows, args.r_bidir, names)
+        table_names = row_names(rows, None)  # the log names above are file names
+        print(format_report(rows, args.r_bidir, table_names))
+        differences = all_differences(rows, args.r_bidir, table_names)
         if args.log_dir is None:
             for row in rows:
                 row["scores"] = {}  # the temporary files are gone after this
