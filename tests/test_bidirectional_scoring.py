@@ -39,7 +39,7 @@ from test_bidirectional_lm_data import reference_documents, write_data_bin
 import fairseq_ext
 from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, run_cli
 from fairseq_ext.corpus.encoders import train_sentencepiece, write_sentencepiece_dictionary
-from fairseq_ext.evaluation import infill_rescore, multiple_choice
+from fairseq_ext.evaluation import infill_rescore, multiple_choice, sequence_scoring
 from fairseq_ext.evaluation.sequence_scoring import (
     ScoringError,
     dictionary_fingerprint,
@@ -206,7 +206,10 @@ def rescore_args(data, *flags):
 
 # --- 1. full-sequence log-likelihood -------------------------------------------------------------
 
-def test_full_sequence_log_likelihood_by_hand(word_setup):
+@pytest.mark.parametrize("logit_rows", [None, 7])  # 7: output chunks that cut across sequences
+def test_full_sequence_log_likelihood_by_hand(word_setup, logit_rows, monkeypatch):
+    if logit_rows is not None:
+        monkeypatch.setattr(sequence_scoring, "LOGIT_ROWS_PER_CHUNK", logit_rows)
     scoring = load_scoring_model(word_setup["checkpoints"]["nxt_uni"], word_setup["data"])
     model = scoring.model
     rng = np.random.default_rng(3)
@@ -292,9 +295,11 @@ def test_rescored_accuracy_is_the_argmax_of_hand_scores(word_setup, tmp_path, ca
     hand, _, _ = hand_proposals(proposer, word_setup["documents"], 12, "1", 2)
     assert (f"documents {len(hand)} | positions {len(hand)} | skipped 3 (2 without a non-special "
             "token, 1 shorter than 2 tokens)") in printed
+    outcomes = []  # per scorer, 1/0 per position, by hand
     for scorer_path, row in zip(scorers, results["scorers"]):
         model = load_scoring_model(scorer_path, data).model
         correct, margins = 0, []
+        outcomes.append([])
         for proposal in hand:
             tokens = list(word_setup["documents"][proposal["document"]])
             scores = []
@@ -303,7 +308,9 @@ def test_rescored_accuracy_is_the_argmax_of_hand_scores(word_setup, tmp_path, ca
                 scores.append(hand_log_likelihood(model, tokens))
             ranked = sorted(scores, reverse=True)
             margins.append(ranked[0] - ranked[1])
-            correct += proposal["candidates"][int(np.argmax(scores))] == proposal["answer"]
+            outcomes[-1].append(int(proposal["candidates"][int(np.argmax(scores))] == proposal["answer"]))
+            correct += outcomes[-1][-1]
+        assert row["correct_by_position"] == outcomes[-1]
         assert min(margins) > 1e-4  # the hand argmax is unambiguous at float32 precision
         assert row["correct"] == correct
         assert row["accuracy"] == pytest.approx(100 * correct / len(hand))
@@ -313,6 +320,23 @@ def test_rescored_accuracy_is_the_argmax_of_hand_scores(word_setup, tmp_path, ca
     in_top = sum(p["answer"] in p["candidates"] for p in hand)
     assert f"top-12 upper bound (answer among the candidates) | accuracy {100 * in_top / len(hand):.2f}" \
         in printed
+    # paired differences: the other scorer against the best, the best against direct infilling,
+    # each mean(c_A - c_B) with sd(c_A - c_B, ddof 1) / sqrt(N), in points
+    best = 0 if sum(outcomes[0]) >= sum(outcomes[1]) else 1
+    direct = [int(p["candidates"][0] == p["answer"]) for p in hand]
+    expected = [(outcomes[1 - best], outcomes[best]), (outcomes[best], direct)]
+    assert len(results["differences"]) == 2
+    for row, (a, b) in zip(results["differences"], expected):
+        d = [x - y for x, y in zip(a, b)]
+        mean = sum(d) / len(d)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
+        assert row["difference"] == pytest.approx(100 * mean)
+        assert row["standard_error"] == pytest.approx(100 * sd / math.sqrt(len(d)))
+        assert row["resolved"] is (abs(mean) > 2 * sd / math.sqrt(len(d)))
+        assert (f"{row['a']} - {row['b']} | {100 * mean:+.2f} ± {100 * sd / math.sqrt(len(d)):.2f}"
+                in printed)
+    assert results["differences"][0]["b"] == f"{scorers[best]} ({results['scorers'][best]['variant']})"
+    assert results["differences"][1]["b"].startswith("proposer ")
 
 
 def test_candidate_files_round_trip_and_shrink(word_setup, tmp_path):

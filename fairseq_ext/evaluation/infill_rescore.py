@@ -28,6 +28,12 @@ the best-scoring candidate (ties: the proposer's higher-ranked one); accuracy is
 positions where it is the original token, printed ± its binomial standard error
 (:mod:`fairseq_ext.evaluation.uncertainty`).
 
+**Differences.** Every scorer re-ranks the same candidates at the same positions, so the report
+compares them paired over those positions: each scorer against the best scorer, and the best
+scorer against the proposer's direct infilling, ``acc_A - acc_B ± sd(c_A - c_B) / sqrt(N)``,
+``*`` where the difference is larger than twice that error. The JSON keeps every scorer's
+per-position outcome (``correct_by_position``, in proposal order) and the ``differences``.
+
 **Candidate files.** ``--candidates-out FILE`` writes the proposals as JSONL: a header line
 (``format``, ``version``, the dictionary's ``dictionary_sha256`` over its symbols and its
 ``dictionary_size``, ``proposer``, ``proposer_variant``, ``valid_subset``, ``eval_seed``,
@@ -66,7 +72,11 @@ from fairseq_ext.evaluation.sequence_scoring import (
     require_capability,
     sequence_log_likelihoods,
 )
-from fairseq_ext.evaluation.uncertainty import binomial_standard_error
+from fairseq_ext.evaluation.uncertainty import (
+    RESOLVED_AT,
+    binomial_standard_error,
+    paired_accuracy_difference,
+)
 from fairseq_ext.output_files import (
     OutputError,
     atomic_file,
@@ -366,7 +376,39 @@ def report_lines(data, results: Dict[str, object]) -> List[str]:
         lines.append(f"scorer {row['checkpoint']} ({row['variant']}) | full-sequence, n_bidir 0 | "
                      f"accuracy {row['accuracy']:.2f} ± {row['accuracy_se']:.2f}")
     lines.append("(± 1 binomial standard error over positions)")
+    if results.get("differences"):
+        lines.append(f"paired differences over the same positions, in points (* resolved: larger "
+                     f"than {RESOLVED_AT:g} standard errors of the difference):")
+        for row in results["differences"]:
+            mark = " *" if row["resolved"] else ""
+            lines.append(f"  {row['a']} - {row['b']} | {row['difference']:+.2f} ± "
+                         f"{row['standard_error']:.2f}{mark}")
     return lines
+
+
+def scorer_label(row: Dict[str, object]) -> str:
+    return f"{row['checkpoint']} ({row['variant']})"
+
+
+def paired_differences(proposals: ProposalSet,
+                       scorer_rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
+    """Module docstring, "Differences": every other scorer against the best one, then the best
+    scorer against the proposer's direct infilling, paired over the same positions."""
+    if not scorer_rows or not proposals.proposals:
+        return []
+    best = max(range(len(scorer_rows)), key=lambda i: scorer_rows[i]["correct"])  # first on ties
+    direct = [int(p.candidates[0] == p.answer) for p in proposals.proposals]
+    pairs = [(scorer_label(row), row["correct_by_position"], scorer_label(scorer_rows[best]),
+              scorer_rows[best]["correct_by_position"])
+             for index, row in enumerate(scorer_rows) if index != best]
+    pairs.append((scorer_label(scorer_rows[best]), scorer_rows[best]["correct_by_position"],
+                  f"proposer {proposals.header['proposer']} (direct)", direct))
+    out = []
+    for a, correct_a, b, correct_b in pairs:
+        estimate = paired_accuracy_difference(correct_a, correct_b)
+        out.append({"a": a, "b": b, "difference": estimate.value,
+                    "standard_error": estimate.standard_error, "resolved": estimate.resolved()})
+    return out
 
 
 # --- command line -----------------------------------------------------------------------------
@@ -491,13 +533,16 @@ def run(args) -> Dict[str, object]:
                                f"documents reach {longest} tokens (the proposer's "
                                f"--tokens-per-sample {proposals.header['tokens_per_sample']})")
         chosen, _ = rescore(scorer, dataset, proposals)
-        correct = sum(c == p.answer for c, p in zip(chosen, proposals.proposals))
+        by_position = [int(c == p.answer) for c, p in zip(chosen, proposals.proposals)]
+        correct = sum(by_position)
         scorer_rows.append({"checkpoint": str(scorer_path), "variant": scorer.variant,
                             "correct": correct,
                             "accuracy": accuracy(correct, len(proposals.proposals)),
-                            "accuracy_se": accuracy_error(correct, len(proposals.proposals))})
+                            "accuracy_se": accuracy_error(correct, len(proposals.proposals)),
+                            "correct_by_position": by_position})
         del scorer
-    return {"header": proposals.header, "summary": summary(proposals), "scorers": scorer_rows}
+    return {"header": proposals.header, "summary": summary(proposals), "scorers": scorer_rows,
+            "differences": paired_differences(proposals, scorer_rows)}
 
 
 def main(argv=None) -> int:

@@ -37,8 +37,12 @@ from typing import FrozenSet, List, Optional, Sequence
 import numpy as np
 import torch
 
-#: Rows of the output projection computed at a time (bounds the logits' memory).
-LOGIT_ROWS_PER_CHUNK = 4096
+#: Rows of the output projection computed at a time (bounds the logits' memory). Measured on 2
+#: CPU threads over 4,064 rows: 1,024 runs the 8,002-piece vocabulary 2.2x faster than 4,096
+#: (46 against 102 ms; the 131 MB logits of 4,096 rows are fresh pages from the allocator at
+#: every call, 63K page faults) and the 50,265-piece one as fast (1.32 against 1.31 s); fewer
+#: rows starve the matmul at the larger vocabulary (256: 1.58 s).
+LOGIT_ROWS_PER_CHUNK = 1024
 MASK_SYMBOL = "<mask>"
 
 
