@@ -63,7 +63,7 @@ EVAL_ROWS_KEY = "eval_rows"
 
 def evaluation_stats(logging_outputs) -> Dict[tuple, Dict[str, float]]:
     """``{(mode, label): {"loss": nats, "n": tokens, "rows": ..., "correct": ..., "loss_sq",
-    "n_sq", "loss_n", "correct_sq"}}`` summed over ``logging_outputs`` (the criterion's
+    "n_sq", "loss_n"}}`` summed over ``logging_outputs`` (the criterion's
     ``eval:<mode>:<label>:<stat>`` keys), in logged order. A row is a document (an infilled
     position for ``infill``)."""
     stats: Dict[tuple, Dict[str, float]] = {}

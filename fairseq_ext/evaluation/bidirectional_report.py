@@ -34,6 +34,7 @@ errors, and its paired differences are left out, with a note.
 """
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -218,6 +219,18 @@ def estimate_of(row: Dict[str, object], column: Column) -> Optional[Estimate]:
     return Estimate(float(value), math.nan if error is None else float(error))
 
 
+@functools.lru_cache(maxsize=32)
+def _read_scores_version(path: str, mtime_ns: int, size: int):
+    return read_eval_scores(path)
+
+
+def scores_of(path) -> tuple:
+    """:func:`read_eval_scores` of ``path``, parsed once per version of the file: the report
+    pairs every file with several others, in every column it serves."""
+    stat = os.stat(path)
+    return _read_scores_version(str(path), stat.st_mtime_ns, stat.st_size)
+
+
 def paired_difference(row_a: Dict[str, object], row_b: Dict[str, object],
                       column: Column) -> Tuple[Optional[Estimate], str]:
     """``(figure_A - figure_B, why not)`` over the rows both scored in ``column``, paired
@@ -226,7 +239,7 @@ def paired_difference(row_a: Dict[str, object], row_b: Dict[str, object],
     paths = [(row.get("scores") or {}).get(mode) for row in (row_a, row_b)]
     if any(path is None for path in paths):
         return None, "no scored rows (a checkpoint predates --eval-scores-out)"
-    (settings_a, rows_a), (settings_b, rows_b) = (read_eval_scores(path) for path in paths)
+    (settings_a, rows_a), (settings_b, rows_b) = (scores_of(path) for path in paths)
     differing = sorted(key for key in settings_a if settings_a[key] != settings_b.get(key))
     if differing:
         return None, "scored with other settings: " + ", ".join(

@@ -52,6 +52,7 @@ from fairseq_ext.data.documents import (
     BLANK_LINE_SEPARATED,
     DOCUMENT_FORMATS,
     LINES,
+    SMALLEST_BLANK_LINE_BLOCK,
     DocumentFormatError,
     check_document_format,
     read_documents,
@@ -153,10 +154,10 @@ def objective_sampler(cfg: BidirectionalLMConfig) -> ObjectiveSampler:
             "left for complete_doc to keep; use complete (several documents per row, the "
             f"paper's) or eos (one per row), or --document-format {LINES} to pack lines within "
             "documents")
-    if break_mode == "complete_doc" and cfg.tokens_per_sample < 3:
+    if break_mode == "complete_doc" and cfg.tokens_per_sample < SMALLEST_BLANK_LINE_BLOCK:
         raise ValueError(f"--tokens-per-sample {cfg.tokens_per_sample} with complete_doc: must be "
-                         "at least 3, or a split long line could leave a 1-token piece, which "
-                         "complete_doc takes for a document separator")
+                         f"at least {SMALLEST_BLANK_LINE_BLOCK}, or a split long line could leave "
+                         "a 1-token piece, which complete_doc takes for a document separator")
     sampler = ObjectiveSampler.from_task_config(cfg)
     sampler.check_targets_stay_hidden(cfg.tokens_per_sample)
     check_evaluation(cfg, sampler)
