@@ -211,3 +211,13 @@ def build_uninitialised(monkeypatch):
     for module in (roberta_model, bert_rab):
         monkeypatch.setattr(module, "init_bert_params", lambda _: None)
     return lambda arch, **kwargs: build(arch, **kwargs)[0]
+
+
+@pytest.fixture(scope="module")
+def forked():
+    """A forked fairseq CLI server for the module's runs (:class:`forked_cli.ForkedCli`):
+    fairseq-train and fairseq-validate without a fresh interpreter each."""
+    from forked_cli import ForkedCli
+
+    with ForkedCli() as cli:
+        yield cli

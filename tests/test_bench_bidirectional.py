@@ -134,17 +134,25 @@ def test_flex_part_prints_each_ratio_beside_the_skipped_blocks(capsys, tmp_path)
     for seq_len in (200, 300):
         auto = re.search(rf"^T = {seq_len}: validate with --attention-impl auto .* ([\d.]+) ms, "
                          r"ratio sdpa/auto ([\d.]+)$", printed, re.M)
-        assert auto and float(auto.group(2)) > 0, printed
+        validate = next(r for r in record["results"]
+                        if (r["seq_len"], r["what"]) == (seq_len, "validate"))
+        assert auto and float(auto.group(2)) == pytest.approx(
+            validate["sdpa_s"] / validate["auto_s"], abs=0.006), printed
     for (seq_len, what, sdpa_ms, flex_ms, ratio, skipped, bound), result in zip(
             rows, record["results"]):
         assert (int(seq_len), what) == (result["seq_len"], result["what"])
         assert float(ratio) == pytest.approx(result["sdpa_s"] / result["flex_s"], abs=0.006)
-        assert float(sdpa_ms) > 0 and float(flex_ms) > 0
-        kind = "train" if "train" in what else "eval"
-        assert result["skipped"] == record["layouts"][seq_len][kind]["skipped"]
-        assert 0 <= result["skipped"] < 1 and float(bound) >= 1.0
+        assert float(sdpa_ms) == pytest.approx(1e3 * result["sdpa_s"], abs=0.06)
+        assert float(flex_ms) == pytest.approx(1e3 * result["flex_s"], abs=0.06)
+        assert float(skipped) == pytest.approx(100 * result["skipped"], abs=0.06)
+        assert float(bound) == pytest.approx(result["bound"], abs=0.006)
+        assert 0 <= result["skipped"] < 1 and result["bound"] >= 1.0
         if what != "validate":  # the attention's own bound: 1 / (1 - skipped)
             assert result["bound"] == pytest.approx(1 / (1 - result["skipped"]))
+        else:  # Amdahl's, with the attention's measured share of the forward
+            share = result["attention_share"]
+            assert result["bound"] == pytest.approx(
+                1 / (1 - share + share * (1 - result["skipped"])))
 
 
 def test_skipped_fraction_of_a_causal_row_by_hand():

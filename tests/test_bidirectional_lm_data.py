@@ -113,6 +113,13 @@ def attention(doc_ids, bidir_lens, cross_document=True):
     return allowed
 
 
+def with_empty_lines(lines, every):
+    """``lines`` with an empty line (``</s>`` alone) after every ``every``-th: documents of
+    ``every`` lines, as scripts/prepare_corpus.sh writes them."""
+    return [out for index, line in enumerate(lines)
+            for out in ([line, [EOS]] if index % every == every - 1 else [line])]
+
+
 def reference_documents(lines, document_format, max_length):
     """fairseq_ext.data.documents's rule written plainly: lines longer than ``max_length`` cut
     into near-equal pieces (first ones longer); under ``lines`` each piece is a document; under

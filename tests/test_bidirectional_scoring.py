@@ -34,7 +34,7 @@ from fairseq import options, tasks
 from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import OmegaConf
-from test_bidirectional_lm_data import reference_documents, write_data_bin
+from test_bidirectional_lm_data import reference_documents, with_empty_lines, write_data_bin
 
 import fairseq_ext
 from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, run_cli
@@ -298,7 +298,7 @@ def test_rescored_accuracy_is_the_argmax_of_hand_scores(word_setup, tmp_path, ca
     outcomes = []  # per scorer, 1/0 per position, by hand
     for scorer_path, row in zip(scorers, results["scorers"]):
         model = load_scoring_model(scorer_path, data).model
-        correct, margins = 0, []
+        margins = []
         outcomes.append([])
         for proposal in hand:
             tokens = list(word_setup["documents"][proposal["document"]])
@@ -309,9 +309,9 @@ def test_rescored_accuracy_is_the_argmax_of_hand_scores(word_setup, tmp_path, ca
             ranked = sorted(scores, reverse=True)
             margins.append(ranked[0] - ranked[1])
             outcomes[-1].append(int(proposal["candidates"][int(np.argmax(scores))] == proposal["answer"]))
-            correct += outcomes[-1][-1]
         assert row["correct_by_position"] == outcomes[-1]
         assert min(margins) > 1e-4  # the hand argmax is unambiguous at float32 precision
+        correct = sum(outcomes[-1])
         assert row["correct"] == correct
         assert row["accuracy"] == pytest.approx(100 * correct / len(hand))
         share = correct / len(hand)
@@ -661,13 +661,6 @@ def test_one_input_is_one_document_even_with_an_empty_line_inside(word_setup, tm
 
 
 # --- slow: fairseq-train checkpoints, fairseq-validate's positions -------------------------------
-
-def with_empty_lines(lines, every):
-    """``lines`` with an empty line (``</s>`` alone) after every ``every``-th: documents of
-    ``every`` lines, as scripts/prepare_corpus.sh writes them."""
-    return [out for index, line in enumerate(lines)
-            for out in ([line, [EOS]] if index % every == every - 1 else [line])]
-
 
 @pytest.mark.slow
 def test_proposer_matches_fairseq_validate_infill(tmp_path):

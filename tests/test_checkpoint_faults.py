@@ -50,7 +50,6 @@ from pathlib import Path
 
 import pytest
 from checkpoint_state import assert_identical, training_state
-from forked_cli import ForkedCli
 
 from conftest import USER_DIR, fairseq_cli, json_log_records, run_cli
 
@@ -148,12 +147,6 @@ def num_updates(path):
 
     return checkpoint_utils.load_checkpoint_to_cpu(str(path))["optimizer_history"][-1][
         "num_updates"]
-
-
-@pytest.fixture(scope="module")
-def forked():
-    with ForkedCli() as cli:
-        yield cli
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,6 @@ restored runs must equal the straight run's, and the stopped run's update 3 the 
 import pytest
 import torch
 from checkpoint_state import assert_identical, training_state
-from forked_cli import ForkedCli
 
 from conftest import USER_DIR, json_log_records
 
@@ -58,12 +57,6 @@ COMMON = ["--user-dir", USER_DIR, "--tokens-per-sample", "32", "--optimizer", "a
           "--num-workers", "0", "--log-format", "json", "--log-interval", "1",
           "--no-progress-bar", "--max-valid-steps", "2", "--save-interval-updates", "1",
           "--no-epoch-checkpoints"]
-
-
-@pytest.fixture(scope="module")
-def forked():
-    with ForkedCli() as cli:
-        yield cli
 
 
 def inner_records(output):

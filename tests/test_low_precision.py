@@ -18,7 +18,6 @@ import math
 
 import pytest
 import torch
-from forked_cli import ForkedCli
 from recipe_checks import dry_run
 
 import fairseq_ext  # noqa: F401  (the allow-list: torch.load of fairseq checkpoints)
@@ -45,12 +44,6 @@ PRECISIONS = {
     "fp16": (["common.fp16=true", "common.memory_efficient_fp16=true", "optimizer._name=adam"],
              torch.float16),
 }
-
-
-@pytest.fixture(scope="module")
-def forked():
-    with ForkedCli() as cli:
-        yield cli
 
 
 @pytest.mark.slow

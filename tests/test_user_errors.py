@@ -282,14 +282,6 @@ def last_line(output):
 
 
 @pytest.fixture(scope="module")
-def forked():
-    from forked_cli import ForkedCli
-
-    with ForkedCli() as cli:
-        yield cli
-
-
-@pytest.fixture(scope="module")
 def one_update(forked, tiny_data_bin, tmp_path_factory):
     """{arch: checkpoint_last.pt after one update on tiny_data_bin}."""
     root = tmp_path_factory.mktemp("one_update")
