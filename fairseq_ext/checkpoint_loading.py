@@ -37,6 +37,8 @@ import os
 
 import torch.serialization
 
+from fairseq_ext.cli.errors import UserInputError
+
 #: The only non-builtin globals found in fairseq 0.12 checkpoints.
 FAIRSEQ_CHECKPOINT_GLOBALS = (argparse.Namespace,)
 
@@ -49,7 +51,7 @@ def allow_fairseq_checkpoint_globals() -> None:
         torch.serialization.add_safe_globals(missing)
 
 
-class CheckpointLoadError(ValueError):
+class CheckpointLoadError(UserInputError, ValueError):
     """A checkpoint that cannot be read; the message says what to do about it."""
 
 

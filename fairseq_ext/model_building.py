@@ -9,6 +9,8 @@ import torch
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
+from fairseq_ext.cli.errors import ConfigError
+
 
 class MaskedLmTaskStub:
     """The parts of fairseq's ``masked_lm`` task that model construction and our criteria read:
@@ -41,7 +43,7 @@ def build_arch(arch: str, task, seq_len: int = 512, **overrides):
     """The model of ``fairseq-train --arch ARCH --tokens-per-sample SEQ_LEN`` with ``overrides``
     as further flags (``None`` values are left to the arch)."""
     if arch not in ARCH_CONFIG_REGISTRY:
-        raise ValueError(unknown_arch_message(arch))
+        raise ConfigError(unknown_arch_message(arch))
     args = argparse.Namespace(arch=arch, max_positions=seq_len, tokens_per_sample=seq_len,
                               **{k: v for k, v in overrides.items() if v is not None})
     ARCH_CONFIG_REGISTRY[arch](args)

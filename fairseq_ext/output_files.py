@@ -22,10 +22,12 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Optional, Union
 
+from fairseq_ext.cli.errors import UserInputError
+
 PathLike = Union[str, os.PathLike]
 
 
-class OutputError(Exception):
+class OutputError(UserInputError):
     """An output that may not be written as asked (it exists and there is no ``--force``, or it
     is of the wrong kind): one line for the user, exit status 2."""
 

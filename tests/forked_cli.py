@@ -8,7 +8,9 @@ for ``fairseq-train``) with ``sys.argv`` set, its stdout and stderr in a log fil
 
 Each run is a new process that holds nothing from the runs before it: the server only imports
 modules (single-threaded, never trains), so a child starts from exactly the module state a
-fresh ``fairseq-train`` has once its imports are done. That matters to the tests that use it:
+fresh ``fairseq-train`` has once its imports are done (the child installs the one-line error
+printing that importing fairseq-ext installs under a fairseq CLI's argv, and an uncaught
+exception goes to ``sys.excepthook`` as in any Python process). That matters to the tests that use it:
 a resume that only worked because some state survived in memory would fail here as it fails
 for a user.
 
@@ -21,6 +23,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from fairseq_ext.cli.errors import install_one_line_errors
+from fairseq_ext.models.validation import fairseq_program
 
 #: The console scripts the server can run, and the module whose ``cli_main`` each one calls.
 CLI_MODULES = {"fairseq-train": "fairseq_cli.train", "fairseq-validate": "fairseq_cli.validate",
@@ -96,6 +101,8 @@ def _run_child(request) -> int:
     os.dup2(log, 1)
     os.dup2(log, 2)
     sys.argv = [request["cli"], *request["args"]]
+    # what importing fairseq_ext (--user-dir) does in a fresh process with this argv
+    install_one_line_errors(fairseq_program())
     try:
         importlib.import_module(CLI_MODULES[request["cli"]]).cli_main()
         return 0
@@ -104,9 +111,7 @@ def _run_child(request) -> int:
             print(stop.code, file=sys.stderr)  # sys.exit("message"), as Python prints it
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:
-        import traceback
-
-        traceback.print_exc()
+        sys.excepthook(*sys.exc_info())  # what Python does with an uncaught exception
         return 1
     finally:
         sys.stdout.flush()

@@ -24,6 +24,7 @@ from fairseq import metrics, utils
 from fairseq.criterions import CRITERION_REGISTRY, register_criterion
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 
+from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.models.validation import warn_if_validate_ignores_criterion
 
 CATEGORIES = ("mask", "replaced", "unchanged")
@@ -50,8 +51,8 @@ class MaskedLmCategoriesLoss(MaskedLmLoss):
         super().__init__(cfg, task)
         self.mask_idx = task.source_dictionary.index("<mask>")
         if self.mask_idx == task.source_dictionary.unk():
-            raise ValueError("--criterion masked_lm_categories needs a <mask> symbol in the "
-                             "dictionary; use --task masked_lm (which adds it)")
+            raise ConfigError("--criterion masked_lm_categories needs a <mask> symbol in the "
+                              "dictionary; use --task masked_lm (which adds it)")
         # fairseq-validate builds the checkpoint's criterion (this one) whatever --criterion says
         warn_if_validate_ignores_criterion(registered_name(type(self)))
 

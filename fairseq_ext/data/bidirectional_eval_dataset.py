@@ -52,6 +52,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.data.bidirectional_lm_dataset import (
     RowSizedDataset,
     arrange_document,
@@ -76,21 +77,21 @@ def round_half_up(ratio: float, n: int) -> int:
 def parse_r_bidir(text: Optional[str]) -> List[float]:
     """``--r-bidir`` ("0.5" or "0,0.25,0.5,0.75,1") as floats in [0, 1]; errors name the flag."""
     if text is None or not str(text).strip():
-        raise ValueError(f"--r-bidir is empty: give one ratio in [0, 1] or a list, e.g. "
-                         f"--r-bidir {PAPER_R_VALUES}")
+        raise ConfigError(f"--r-bidir is empty: give one ratio in [0, 1] or a list, e.g. "
+                          f"--r-bidir {PAPER_R_VALUES}")
     values = []
     for part in str(text).split(","):
         try:
             value = float(part)
         except ValueError:
-            raise ValueError(f"--r-bidir {text!r}: {part.strip()!r} is not a number; give ratios "
-                             f"in [0, 1], e.g. --r-bidir {PAPER_R_VALUES}") from None
+            raise ConfigError(f"--r-bidir {text!r}: {part.strip()!r} is not a number; give ratios "
+                              f"in [0, 1], e.g. --r-bidir {PAPER_R_VALUES}") from None
         if not 0.0 <= value <= 1.0 or math.isnan(value):
-            raise ValueError(f"--r-bidir {text!r}: {part.strip()} is outside [0, 1] (n_bidir = R x "
-                             "the context length, so R = 0 is causal and R = 1 fully bidirectional)")
+            raise ConfigError(f"--r-bidir {text!r}: {part.strip()} is outside [0, 1] (n_bidir = R x "
+                              "the context length, so R = 0 is causal and R = 1 fully bidirectional)")
         values.append(value)
     if len(set(values)) != len(values):
-        raise ValueError(f"--r-bidir {text!r} repeats a value")
+        raise ConfigError(f"--r-bidir {text!r} repeats a value")
     return values
 
 
@@ -187,9 +188,9 @@ class BidirectionalEvalDataset(RowSizedDataset):
                  split: str = "valid"):
         super().__init__()
         if mode not in EVAL_MODES:
-            raise ValueError(f"--eval-mode {mode!r} is not one of {', '.join(EVAL_MODES)}")
+            raise ConfigError(f"--eval-mode {mode!r} is not one of {', '.join(EVAL_MODES)}")
         if positions_per_document < 1:
-            raise ValueError(f"--infill-positions {positions_per_document} must be at least 1")
+            raise ConfigError(f"--infill-positions {positions_per_document} must be at least 1")
         self.documents = documents
         self.split = split
         self.mode = mode

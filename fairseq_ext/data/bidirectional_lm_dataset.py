@@ -61,6 +61,7 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset, TokenBlockDataset, data_utils
 
+from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.data.bidirectional_sampling import DocumentObjective, ObjectiveSampler
 
 #: Padding value of each (B, T) field of the batch; ``None``: the dictionary's ``<pad>``.
@@ -172,7 +173,7 @@ class BidirectionalLMDataset(RowSizedDataset):
         first, offset, last = (int(value) for value in self.blocks.block_to_dataset_index[index])
         lengths = self.document_sizes[first:last + 1]
         if offset != 0 or int(lengths.sum()) != int(self._sizes[index]):
-            raise ValueError(
+            raise ConfigError(
                 f"block {index} does not consist of whole documents (offset {offset}, documents "
                 f"{first}..{last} of {int(lengths.sum())} tokens, block of {int(self._sizes[index])});"
                 " use --sample-break-mode complete, complete_doc or eos")

@@ -47,6 +47,8 @@ from typing import Dict, FrozenSet, Optional, Tuple
 
 import numpy as np
 
+from fairseq_ext.cli.errors import ConfigError
+
 #: The knobs, in the order they are drawn, and the flag that sets each.
 FLAGS = {"n_mask": "--n-mask", "n_bidir": "--n-bidir", "n_predict": "--n-predict"}
 #: Names each knob's expression may use: the document length and the knobs drawn before it.
@@ -366,28 +368,28 @@ class CountRule:
         try:
             expression = parse_count_expression(text)
         except ValueError as error:
-            raise ValueError(f"{FLAGS[knob]} {text!r}: {error}; {GRAMMAR_HELP}") from None
+            raise ConfigError(f"{FLAGS[knob]} {text!r}: {error}; {GRAMMAR_HELP}") from None
         unknown = expression.names() - set(ALLOWED_NAMES[knob])
         if unknown:
             later = " (not drawn before it)" if unknown <= set(_NAMES) else ""
-            raise ValueError(f"{FLAGS[knob]} {text!r} may only use {', '.join(ALLOWED_NAMES[knob])};"
-                             f" it uses {', '.join(sorted(unknown))}{later}. The knobs are drawn "
-                             "in the order n_mask, n_bidir, n_predict")
+            raise ConfigError(f"{FLAGS[knob]} {text!r} may only use {', '.join(ALLOWED_NAMES[knob])};"
+                              f" it uses {', '.join(sorted(unknown))}{later}. The knobs are drawn "
+                              "in the order n_mask, n_bidir, n_predict")
         return cls(knob, text, expression)
 
     def draw(self, env: Environment, rng: np.random.Generator, mask_prob: float) -> int:
         try:
             value = self.expression.draw(env, rng, mask_prob)
         except EmptyRangeError as error:
-            raise ValueError(f"{self.describe()}: {error}") from None
+            raise ConfigError(f"{self.describe()}: {error}") from None
         return min(max(value, 0), env["n"])
 
     def bounds(self, env: Environment, mask_prob: float) -> Bounds:
         try:
             low, high = self.expression.bounds(env, mask_prob)
         except EmptyRangeError as error:
-            raise ValueError(f"{self.describe()}: {error}; write e.g. U(min(a,n),n) to keep the "
-                             "range non-empty") from None
+            raise ConfigError(f"{self.describe()}: {error}; write e.g. U(min(a,n),n) to keep the "
+                              "range non-empty") from None
         n = env["n"]
         return min(max(low, 0), n), min(max(high, 0), n)
 
@@ -433,11 +435,11 @@ class ObjectiveSampler:
         variant's expression). Raises ``ValueError`` naming the flag for bad input."""
         variant = str(variant)
         if variant not in VARIANTS:
-            raise ValueError(f"--variant {variant!r} is not one of Table 1's variants: "
-                             f"{', '.join(VARIANTS)}")
+            raise ConfigError(f"--variant {variant!r} is not one of Table 1's variants: "
+                              f"{', '.join(VARIANTS)}")
         for flag, probability in (("--mask-prob", mask_prob), ("--plain-lm-prob", plain_lm_prob)):
             if not 0.0 <= float(probability) <= 1.0:
-                raise ValueError(f"{flag} {probability} is not a probability in [0, 1]")
+                raise ConfigError(f"{flag} {probability} is not a probability in [0, 1]")
         defaults = VARIANTS[variant]
         given = {"n_mask": n_mask, "n_bidir": n_bidir, "n_predict": n_predict}
         rules = {knob: CountRule.parse(knob, getattr(defaults, knob) if text is None else text)
@@ -496,7 +498,7 @@ class ObjectiveSampler:
     def _check_hidden(self, doc: DocumentObjective) -> None:
         safe = largest_safe_n_predict(doc.n, doc.n_mask, doc.n_bidir)
         if doc.n_predict > safe:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.n_predict.describe()} gives n_predict={doc.n_predict} for a document of "
                 f"n={doc.n} tokens with n_mask={doc.n_mask} ({self.n_mask.describe()}) and "
                 f"n_bidir={doc.n_bidir} ({self.n_bidir.describe()}): positions would attend to "

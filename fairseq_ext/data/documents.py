@@ -44,6 +44,8 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset, TokenBlockDataset
 
+from fairseq_ext.cli.errors import ConfigError, UserInputError
+
 logger = logging.getLogger(__name__)
 
 BLANK_LINE_SEPARATED = "blank_line_separated"
@@ -57,7 +59,7 @@ EMPTY_LINE_SIZE = 1
 SMALLEST_BLANK_LINE_BLOCK = 3
 
 
-class DocumentFormatError(ValueError):
+class DocumentFormatError(UserInputError, ValueError):
     """Lines that make no document under the chosen format; the message says what to change."""
 
 
@@ -119,10 +121,10 @@ def check_document_format(document_format: str, max_length: int) -> None:
     """Refuse, naming the flag, a format this module does not know or a ``--tokens-per-sample``
     too small for it."""
     if document_format not in DOCUMENT_FORMATS:
-        raise ValueError(f"--document-format {document_format!r} is not one of "
-                         f"{', '.join(DOCUMENT_FORMATS)}")
+        raise ConfigError(f"--document-format {document_format!r} is not one of "
+                          f"{', '.join(DOCUMENT_FORMATS)}")
     if document_format == BLANK_LINE_SEPARATED and max_length < SMALLEST_BLANK_LINE_BLOCK:
-        raise ValueError(
+        raise ConfigError(
             f"--tokens-per-sample {max_length} with --document-format {BLANK_LINE_SEPARATED}: must"
             f" be at least {SMALLEST_BLANK_LINE_BLOCK}, or a cut long line could leave a 1-token "
             "piece, which reads as an empty line (a document boundary)")

@@ -4,6 +4,7 @@ A multiply-add counts as 2 FLOPs; embedding lookups, biases, norms, activations,
 dropout are ignored. The whole-model formulas combine these per family
 (:mod:`fairseq_ext.flops.families`).
 """
+from fairseq_ext.cli.errors import ConfigError
 
 #: Training FLOPs = 3 x forward: the backward pass computes the gradients of the inputs and of
 #: the weights, each a matrix product as large as the forward one. The 3ML paper (App. D) says
@@ -72,7 +73,7 @@ def decoder_lm_forward_flops(length: float, dim: int, ffn_dim: int, layers: int,
 
 def check_mask_prob(mask_prob: float) -> None:
     if not 0.0 < mask_prob < 1.0:
-        raise ValueError(f"--mask-prob must be in (0, 1); got {mask_prob}")
+        raise ConfigError(f"--mask-prob must be in (0, 1); got {mask_prob}")
 
 
 def format_flops(flops: float) -> str:

@@ -29,6 +29,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr, safe_hasattr
 from omegaconf import OmegaConf
 
+from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
 from fairseq_ext.models.roberta_sizes import roberta_size_defaults
 from fairseq_ext.models.sizes import ENCODER_SIZES, EncoderSize, register_sized_architecture
@@ -39,12 +40,12 @@ def validate_bert_config(args) -> None:
     """Clear errors, before anything is built, for sizes the encoder cannot take."""
     dim, heads = args.encoder_embed_dim, args.encoder_attention_heads
     if heads < 1 or dim % heads != 0:
-        raise ValueError(f"--encoder-embed-dim ({dim}) must be divisible by "
-                         f"--encoder-attention-heads ({heads})")
+        raise ConfigError(f"--encoder-embed-dim ({dim}) must be divisible by "
+                          f"--encoder-attention-heads ({heads})")
     for flag in ("encoder_layers", "encoder_ffn_embed_dim"):
         if getattr(args, flag) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be at least 1; got "
-                             f"{getattr(args, flag)}")
+            raise ConfigError(f"--{flag.replace('_', '-')} must be at least 1; got "
+                              f"{getattr(args, flag)}")
 
 
 class RelativeBiasEncoderLayer(TransformerEncoderLayer):

@@ -101,6 +101,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.data.bidirectional_eval_dataset import parse_r_bidir
 from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
 from fairseq_ext.models.sizes import (
@@ -151,20 +152,20 @@ def validate_bidirectional_lm_config(args) -> None:
     """Clear errors, naming the flag, for sizes the model cannot take."""
     dim, heads = args.decoder_embed_dim, args.decoder_attention_heads
     if heads < 1 or dim % heads != 0:
-        raise ValueError(f"--decoder-embed-dim ({dim}) must be divisible by "
-                         f"--decoder-attention-heads ({heads})")
+        raise ConfigError(f"--decoder-embed-dim ({dim}) must be divisible by "
+                          f"--decoder-attention-heads ({heads})")
     for flag in ("decoder_layers", "decoder_ffn_embed_dim", "max_target_positions"):
         value = safe_getattr(args, flag, None)
         if value is not None and value < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be at least 1; got {value}")
+            raise ConfigError(f"--{flag.replace('_', '-')} must be at least 1; got {value}")
     if not safe_getattr(args, "decoder_learned_pos", True):
-        raise ValueError("bidirectional_lm needs learned positional embeddings (masked tokens "
-                         "keep the position of their original slot); drop "
-                         "--decoder-learned-pos false")
+        raise ConfigError("bidirectional_lm needs learned positional embeddings (masked tokens "
+                          "keep the position of their original slot); drop "
+                          "--decoder-learned-pos false")
     if safe_getattr(args, "adaptive_softmax_cutoff", None) or safe_getattr(args, "adaptive_input",
                                                                            False):
-        raise ValueError("bidirectional_lm has no adaptive input/softmax; drop "
-                         "--adaptive-softmax-cutoff / --adaptive-input")
+        raise ConfigError("bidirectional_lm has no adaptive input/softmax; drop "
+                          "--adaptive-softmax-cutoff / --adaptive-input")
     check_attention_impl(args)
 
 
@@ -185,7 +186,7 @@ def check_attention_impl(args, program=None) -> None:
     the config. ``program``: the running fairseq CLI (default: :func:`fairseq_training_program`)."""
     impl = safe_getattr(args, ATTENTION_IMPL, None) or "auto"
     if impl not in ATTENTION_IMPLS:
-        raise ValueError(f"--attention-impl {impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
+        raise ConfigError(f"--attention-impl {impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
     program = fairseq_training_program() if program is None else program
     if impl != "flex" or program is None:
         return
@@ -193,10 +194,10 @@ def check_attention_impl(args, program=None) -> None:
     dropout = safe_getattr(args, "attention_dropout", 0.0) or 0.0
     reason = flex_unsupported_reason(device, needs_grad=True, attention_dropout=dropout)
     if reason is not None:
-        raise ValueError(f"--attention-impl flex cannot train here ({program} on "
-                         f"{device.type.upper()}): {reason}. Use --attention-impl auto "
-                         "(FlexAttention where it runs: on CUDA without attention dropout, "
-                         "and for evaluation) or sdpa")
+        raise ConfigError(f"--attention-impl flex cannot train here ({program} on "
+                          f"{device.type.upper()}): {reason}. Use --attention-impl auto "
+                          "(FlexAttention where it runs: on CUDA without attention dropout, "
+                          "and for evaluation) or sdpa")
 
 
 def no_cross_document_attention(args, task=None) -> bool:
@@ -234,9 +235,9 @@ def model_r_bidir(value) -> float:
         return 0.0
     values = parse_r_bidir(str(value))
     if len(values) != 1:
-        raise ValueError(f"--r-bidir {value!r}: the model takes one ratio in [0, 1] (n_bidir = R "
-                         "x each example's length; 0 causal, 1 fully bidirectional), not a list "
-                         "(lists are for fairseq-validate --task bidirectional_lm --eval-mode)")
+        raise ConfigError(f"--r-bidir {value!r}: the model takes one ratio in [0, 1] (n_bidir = R "
+                          "x each example's length; 0 causal, 1 fully bidirectional), not a list "
+                          "(lists are for fairseq-validate --task bidirectional_lm --eval-mode)")
     return values[0]
 
 

@@ -16,13 +16,14 @@ from typing import Mapping, Optional
 import torch
 from fairseq.utils import split_paths
 
+from fairseq_ext.cli.errors import UserInputError
 from fairseq_ext.models.validation import run_config_of
 
 #: The weight whose rows are the dictionary's symbols, in every fairseq-ext model.
 EMBEDDING_SUFFIX = "embed_tokens.weight"
 
 
-class DictionaryMismatchError(ValueError):
+class DictionaryMismatchError(UserInputError, ValueError):
     """The checkpoint's vocabulary is not the data-bin's."""
 
 

@@ -18,7 +18,7 @@ from typing import Callable, ClassVar, Dict, Mapping
 from fairseq.models import register_model_architecture
 from fairseq.utils import safe_getattr
 
-from fairseq_ext.models.validation import check_run_config
+from fairseq_ext.models.validation import check_attention_heads, check_run_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,13 +81,15 @@ def register_sized_architecture(model: str, arch: str, set_defaults: Callable, s
                                 description: str = "",
                                 table: Mapping[str, EncoderSize] = ENCODER_SIZES) -> Callable:
     """Register ``arch`` of fairseq model ``model``: ``set_defaults(args, table[size])`` fills
-    what the flags left unset, after :func:`check_run_config`. ``table`` is
+    what the flags left unset, after :func:`check_run_config`; the filled sizes are checked
+    (:func:`check_attention_heads`). ``table`` is
     :data:`ENCODER_SIZES` or :data:`DECODER_LM_SIZES`. Returns the registered function."""
     encoder = table[size]
 
     def architecture(args):
         check_run_config(args, arch)
         set_defaults(args, encoder)
+        check_attention_heads(args)
 
     architecture.__name__ = f"{arch}_architecture"
     architecture.__doc__ = (f"{arch}: {encoder.layers} layers, dim {encoder.dim}, FFN "

@@ -25,6 +25,7 @@ from fairseq.models import register_model
 from fairseq.utils import safe_getattr
 from torch import Tensor
 
+from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.models.bert_rab import (
     BertRabEncoder,
     BertRabModel,
@@ -38,8 +39,8 @@ from fairseq_ext.modules.swish_rnn import DIRECTIONS, SwishRNN
 
 def parse_step_sizes(text) -> Tuple[int, ...]:
     """``"1,2,4"`` -> ``(1, 2, 4)``; a clear error for anything else."""
-    error = ValueError(f"--swishrnn-step-sizes must be a comma-separated list of integers >= 1, "
-                       f"e.g. 1,2,4; got {text!r}")
+    error = ConfigError(f"--swishrnn-step-sizes must be a comma-separated list of integers >= 1, "
+                        f"e.g. 1,2,4; got {text!r}")
     if isinstance(text, int):
         text = str(text)
     if isinstance(text, (list, tuple)):  # hydra may hand over a list
@@ -139,8 +140,8 @@ class SwishRNNBertModel(BertRabModel):
         super().validate(args)
         parse_step_sizes(args.swishrnn_step_sizes)
         if args.swishrnn_direction not in DIRECTIONS:
-            raise ValueError(f"--swishrnn-direction must be one of {', '.join(DIRECTIONS)}; got "
-                             f"{args.swishrnn_direction!r}")
+            raise ConfigError(f"--swishrnn-direction must be one of {', '.join(DIRECTIONS)}; got "
+                              f"{args.swishrnn_direction!r}")
 
 
 # --- architectures: Table 3 (d' 2048 / 2752); small and tiny for CPU demos and tests ------------

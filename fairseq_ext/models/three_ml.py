@@ -61,6 +61,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
 from fairseq_ext.models.sizes import (
     ENCODER_SIZES,
@@ -90,22 +91,22 @@ def validate_three_ml_config(args, task) -> int:
     dictionary = task.source_dictionary
     mask_idx = dictionary.index("<mask>")
     if mask_idx == dictionary.unk():
-        raise ValueError(
+        raise ConfigError(
             "3ML needs a <mask> symbol in the dictionary; train with --task masked_lm (which "
             "adds it) or add '<mask>' to the dictionary"
         )
     check_masking(getattr(task, "cfg", None))
     if args.normalization not in NORMALIZATIONS:
-        raise ValueError(f"--normalization must be one of {NORMALIZATIONS}; got {args.normalization}")
+        raise ConfigError(f"--normalization must be one of {NORMALIZATIONS}; got {args.normalization}")
     for side in ("encoder", "decoder"):
         dim, heads = getattr(args, f"{side}_embed_dim"), getattr(args, f"{side}_attention_heads")
         if heads < 1 or dim % heads != 0:
-            raise ValueError(
+            raise ConfigError(
                 f"--{side}-embed-dim ({dim}) must be divisible by --{side}-attention-heads "
                 f"({heads})"
             )
     if args.decoder_layers < 1:
-        raise ValueError(f"--decoder-layers must be at least 1; got {args.decoder_layers}")
+        raise ConfigError(f"--decoder-layers must be at least 1; got {args.decoder_layers}")
     return mask_idx
 
 

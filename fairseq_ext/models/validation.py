@@ -45,7 +45,8 @@ from typing import Any, List, Optional, Sequence
 from fairseq.utils import safe_getattr, split_paths
 from omegaconf import OmegaConf
 
-from fairseq_ext.data.data_bin import check_split_not_empty
+from fairseq_ext.cli.errors import ConfigError
+from fairseq_ext.data.data_bin import check_data_bin, check_split, check_splits
 
 logger = logging.getLogger(__name__)
 
@@ -101,27 +102,40 @@ def check_masking(task_cfg) -> None:
     not checked."""
     mask_prob = safe_getattr(task_cfg, "mask_prob", None)
     if mask_prob is not None and not 0.0 < mask_prob < 1.0:
-        raise ValueError(f"--mask-prob must be in (0, 1); got {mask_prob}")
+        raise ConfigError(f"--mask-prob must be in (0, 1); got {mask_prob}")
     leave = safe_getattr(task_cfg, "leave_unmasked_prob", 0.0) or 0.0
     rand = safe_getattr(task_cfg, "random_token_prob", 0.0) or 0.0
     if not (0.0 <= leave <= 1.0 and 0.0 <= rand <= 1.0 and leave + rand <= 1.0):
-        raise ValueError(
+        raise ConfigError(
             "--leave-unmasked-prob and --random-token-prob must be in [0, 1] and sum to at most "
             f"1 (the rest of the corrupted tokens become <mask>); got {leave} + {rand}"
         )
     span = safe_getattr(task_cfg, "mask_multiple_length", None)
     if span is not None and span < 1:
-        raise ValueError(f"--mask-multiple-length must be at least 1; got {span}")
+        raise ConfigError(f"--mask-multiple-length must be at least 1; got {span}")
     stdev = safe_getattr(task_cfg, "mask_stdev", None)
     if stdev is not None and stdev < 0:
-        raise ValueError(f"--mask-stdev must be at least 0; got {stdev}")
+        raise ConfigError(f"--mask-stdev must be at least 0; got {stdev}")
+
+
+def check_attention_heads(model_cfg) -> None:
+    """Each attention's width must split evenly over its heads, or be refused here, when the
+    config is read: fairseq's ``MultiheadAttention`` would stop the run with a bare
+    ``AssertionError: embed_dim must be divisible by num_heads`` while the model is built.
+    Checks the encoder's and the decoder's (3ML's, the decoder LMs') where the arch has them."""
+    for side in ("encoder", "decoder"):
+        dim = safe_getattr(model_cfg, f"{side}_embed_dim", None)
+        heads = safe_getattr(model_cfg, f"{side}_attention_heads", None)
+        if isinstance(dim, int) and isinstance(heads, int) and (heads < 1 or dim % heads):
+            raise ConfigError(f"--{side}-embed-dim ({dim}) must be divisible by "
+                              f"--{side}-attention-heads ({heads}): change one of the two")
 
 
 def check_criterion(arch: str, task: Optional[str], criterion: Optional[str]) -> None:
     """Refuse a criterion that normalises a masked-LM (or generalized-bidirectionality) loss
     by every token."""
     if task == BIDIRECTIONAL_LM_TASK and criterion in ALL_TOKEN_CRITERIA:
-        raise ValueError(
+        raise ConfigError(
             f"--arch {arch} with --task {task} and --criterion {criterion} (fairseq-train's "
             f"default when --criterion is not given): {criterion} divides the loss by every "
             "token, while most variants predict only some of them. Add --criterion "
@@ -129,7 +143,7 @@ def check_criterion(arch: str, task: Optional[str], criterion: Optional[str]) ->
             "FLOPs); in a hydra config, criterion: bidirectional_lm"
         )
     if task == MASKED_LM_TASK and criterion in ALL_TOKEN_CRITERIA:
-        raise ValueError(
+        raise ConfigError(
             f"--arch {arch} with --task {task} and --criterion {criterion} (fairseq-train's "
             f"default when --criterion is not given): {criterion} divides the masked-LM loss "
             "by every token instead of the predicted ones, so loss and ppl come out several "
@@ -147,7 +161,7 @@ def check_run_config(model_cfg, arch: str) -> None:
     arguments = fairseq_validate_arguments()
     if run.task == MASKED_LM_TASK:
         check_masking(run.task_cfg)
-        check_validation_splits(model_cfg, run, fairseq_validate=arguments is not None)
+        check_data_splits(model_cfg, run, fairseq_validate=arguments is not None)
     if arguments is not None:
         saved = run.criterion
         if (isinstance(model_cfg, argparse.Namespace) and criterion_flag(arguments) is not None
@@ -160,25 +174,38 @@ def check_run_config(model_cfg, arch: str) -> None:
     check_criterion(arch, run.task, run.criterion)
 
 
-def check_validation_splits(model_cfg, run: RunConfig, fairseq_validate: bool = False) -> None:
-    """The validation splits the run will read must not be empty: fairseq's ``masked_lm`` task
-    loads them before any other plugin code runs and crashes in ``np.memmap`` on an empty one
-    (:func:`~fairseq_ext.data.data_bin.check_split_not_empty`). Under ``fairseq-train`` and
-    ``fairseq-validate`` the Namespace holds ``--valid-subset`` / ``--disable-validation``; under
-    hydra the run's ``dataset`` node does (``fairseq_validate``: it scores ``--valid-subset``
-    whatever the checkpoint's ``--disable-validation`` was). Only splits that exist are looked
-    at, so a model loaded elsewhere (the hub, exports) from its saved config is never refused."""
+def check_data_splits(model_cfg, run: RunConfig, fairseq_validate: bool = False) -> None:
+    """The data the run will read must be readable whole: fairseq's ``masked_lm`` task loads
+    it before any other plugin code runs, names a missing ``dict.txt`` at the end of a
+    traceback, crashes in ``np.memmap`` on an empty split and deep in training on a truncated
+    one. Under fairseq's tools DATA must be a data-bin
+    (:func:`~fairseq_ext.data.data_bin.check_data_bin`: it is what the user just typed). Each
+    split is checked whole (:func:`~fairseq_ext.data.data_bin.check_split`): the validation
+    splits, and under ``fairseq-train`` / ``fairseq-hydra-train`` the training split (with the
+    ``train1``, ``train2`` ... fairseq combines with it) of every path of a sharded DATA. Under
+    ``fairseq-train`` and ``fairseq-validate`` the Namespace holds ``--valid-subset`` /
+    ``--train-subset`` / ``--disable-validation``; under hydra the run's ``dataset`` node does
+    (``fairseq_validate``: it scores ``--valid-subset`` whatever the checkpoint's
+    ``--disable-validation`` was). Only splits that exist are looked at, so a model loaded
+    elsewhere (the hub, exports) from its saved config is never refused."""
     dataset = model_cfg
     if not isinstance(model_cfg, argparse.Namespace):
         root = model_cfg._get_parent() if OmegaConf.is_config(model_cfg) else None
         dataset = root.get("dataset") if root is not None and "dataset" in root else None
     data = safe_getattr(run.task_cfg, "data", None)
-    disabled = safe_getattr(dataset, "disable_validation", False) and not fairseq_validate
-    if not data or dataset is None or disabled:
+    if not data or dataset is None:
         return
-    for split in (safe_getattr(dataset, "valid_subset", None) or "").split(","):
-        if split:
-            check_split_not_empty(split_paths(str(data))[0], split, validation=True)
+    paths = split_paths(str(data))
+    if fairseq_program() is not None:  # DATA is what the user just typed: it must be a data-bin
+        check_data_bin(paths[0])
+    if not safe_getattr(dataset, "disable_validation", False) or fairseq_validate:
+        for split in (safe_getattr(dataset, "valid_subset", None) or "").split(","):
+            if split:
+                check_split(paths[0], split, validation=True)
+    train_split = safe_getattr(dataset, "train_subset", None)
+    if train_split and not fairseq_validate and fairseq_training_program() is not None:
+        for path in paths:
+            check_splits(path, train_split, combine=True)
 
 
 # --- fairseq-validate --criterion ---------------------------------------------------------------

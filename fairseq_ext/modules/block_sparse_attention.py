@@ -64,6 +64,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.modules.bidirectional_attention_mask import (
     check_layout,
     index_in_document,
@@ -140,16 +141,16 @@ def choose_attention_impl(requested: str, device: torch.device, needs_grad: bool
     else a ``ValueError`` naming the flag; ``auto``: ``flex`` where it can run and the rows span
     more than one block (a single block has nothing to skip), else ``sdpa``."""
     if requested not in ATTENTION_IMPLS:
-        raise ValueError(f"--attention-impl {requested!r}: choose one of "
-                         f"{', '.join(ATTENTION_IMPLS)}")
+        raise ConfigError(f"--attention-impl {requested!r}: choose one of "
+                          f"{', '.join(ATTENTION_IMPLS)}")
     if requested == "sdpa":
         return "sdpa"
     reason = flex_unsupported_reason(device, needs_grad, attention_dropout)
     if requested == "flex":
         if reason is not None:
-            raise ValueError(f"--attention-impl flex cannot run here: {reason}. Use "
-                             "--attention-impl auto (FlexAttention where it runs, SDPA "
-                             "elsewhere) or sdpa")
+            raise ConfigError(f"--attention-impl flex cannot run here: {reason}. Use "
+                              "--attention-impl auto (FlexAttention where it runs, SDPA "
+                              "elsewhere) or sdpa")
         return "flex"
     return "flex" if reason is None and length > BLOCK_SIZE else "sdpa"
 

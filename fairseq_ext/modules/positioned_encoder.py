@@ -12,14 +12,16 @@ import torch.nn.functional as F
 from fairseq.models.transformer import TransformerEncoder
 from fairseq.modules import LearnedPositionalEmbedding
 
+from fairseq_ext.cli.errors import ConfigError
+
 
 def embed_learned_positions(embed_positions: LearnedPositionalEmbedding,
                             positions: torch.Tensor) -> torch.Tensor:
     """Look up explicit positions (fairseq's convention: ``padding_idx + 1 + index``, and
     ``padding_idx`` at padding) in a learned positional embedding table."""
     if not isinstance(embed_positions, LearnedPositionalEmbedding):
-        raise ValueError("3ML needs learned positional embeddings (--encoder-learned-pos); "
-                         f"got {type(embed_positions).__name__}")
+        raise ConfigError("3ML needs learned positional embeddings (--encoder-learned-pos); "
+                          f"got {type(embed_positions).__name__}")
     return F.embedding(positions, embed_positions.weight, embed_positions.padding_idx)
 
 

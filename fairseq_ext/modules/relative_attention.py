@@ -32,15 +32,17 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from fairseq_ext.cli.errors import ConfigError
+
 
 def check_bucket_config(num_buckets: int, max_distance: int) -> None:
     """Clear errors for bucket settings the bidirectional map cannot use."""
     if num_buckets < 4 or num_buckets % 2:
-        raise ValueError(f"--rab-num-buckets must be an even number >= 4 (half of the buckets "
-                         f"for each direction); got {num_buckets}")
+        raise ConfigError(f"--rab-num-buckets must be an even number >= 4 (half of the buckets "
+                          f"for each direction); got {num_buckets}")
     if max_distance <= num_buckets // 4:
-        raise ValueError(f"--rab-max-distance ({max_distance}) must exceed the exactly bucketed "
-                         f"distances (--rab-num-buckets / 4 = {num_buckets // 4})")
+        raise ConfigError(f"--rab-max-distance ({max_distance}) must exceed the exactly bucketed "
+                          f"distances (--rab-num-buckets / 4 = {num_buckets // 4})")
 
 
 def relative_position_bucket(relative_position: Tensor, num_buckets: int = 32,

@@ -36,6 +36,7 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES
 from omegaconf import II, MISSING
 
+from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.criterions.bidirectional_lm import EVAL_ROWS_KEY, evaluation_report_lines
 from fairseq_ext.data.bidirectional_eval_dataset import (
     EVAL_MODES,
@@ -47,7 +48,7 @@ from fairseq_ext.data.bidirectional_eval_dataset import (
 )
 from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset
 from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
-from fairseq_ext.data.data_bin import DataBinError, check_data_bin, check_split_not_empty
+from fairseq_ext.data.data_bin import DataBinError, check_data_bin, check_splits
 from fairseq_ext.data.documents import (
     BLANK_LINE_SEPARATED,
     DOCUMENT_FORMATS,
@@ -140,24 +141,24 @@ def objective_sampler(cfg: BidirectionalLMConfig) -> ObjectiveSampler:
     break_mode = str(cfg.sample_break_mode)
     document_format = str(cfg.document_format)
     if break_mode not in DOCUMENT_BREAK_MODES:
-        raise ValueError(
+        raise ConfigError(
             f"--sample-break-mode {break_mode}: the objective is applied to whole documents "
             f"(§3.1), and '{break_mode}' cuts documents at block boundaries; use complete (the "
             f"paper's, footnote 3) or eos")
     if cfg.tokens_per_sample < 1:
-        raise ValueError(f"--tokens-per-sample {cfg.tokens_per_sample} must be positive")
+        raise ConfigError(f"--tokens-per-sample {cfg.tokens_per_sample} must be positive")
     check_document_format(document_format, cfg.tokens_per_sample)
     if break_mode == "complete_doc" and document_format == BLANK_LINE_SEPARATED:
-        raise ValueError(
+        raise ConfigError(
             f"--sample-break-mode complete_doc with --document-format {BLANK_LINE_SEPARATED}: the "
             "documents are already read whole (complete_doc's reading), so there is no boundary "
             "left for complete_doc to keep; use complete (several documents per row, the "
             f"paper's) or eos (one per row), or --document-format {LINES} to pack lines within "
             "documents")
     if break_mode == "complete_doc" and cfg.tokens_per_sample < SMALLEST_BLANK_LINE_BLOCK:
-        raise ValueError(f"--tokens-per-sample {cfg.tokens_per_sample} with complete_doc: must be "
-                         f"at least {SMALLEST_BLANK_LINE_BLOCK}, or a split long line could leave "
-                         "a 1-token piece, which complete_doc takes for a document separator")
+        raise ConfigError(f"--tokens-per-sample {cfg.tokens_per_sample} with complete_doc: must be "
+                          f"at least {SMALLEST_BLANK_LINE_BLOCK}, or a split long line could leave "
+                          "a 1-token piece, which complete_doc takes for a document separator")
     sampler = ObjectiveSampler.from_task_config(cfg)
     sampler.check_targets_stay_hidden(cfg.tokens_per_sample)
     check_evaluation(cfg, sampler)
@@ -168,54 +169,54 @@ def check_evaluation(cfg: BidirectionalLMConfig, sampler: ObjectiveSampler) -> N
     """Refuse, naming the flag, evaluation settings that are malformed, incomplete, or ask the
     checkpoint for something it was never trained to do (module docstring)."""
     if not 0.0 < float(cfg.suffix_fraction) < 1.0:
-        raise ValueError(f"--suffix-fraction {cfg.suffix_fraction} must lie in (0, 1): it is the "
-                         "share of each document's tokens to predict (§3.2: 0.2)")
+        raise ConfigError(f"--suffix-fraction {cfg.suffix_fraction} must lie in (0, 1): it is the "
+                          "share of each document's tokens to predict (§3.2: 0.2)")
     if cfg.infill_positions < 1:
-        raise ValueError(f"--infill-positions {cfg.infill_positions} must be at least 1 (masked "
-                         "positions scored per document)")
+        raise ConfigError(f"--infill-positions {cfg.infill_positions} must be at least 1 (masked "
+                          "positions scored per document)")
     mode = None if cfg.eval_mode is None else str(cfg.eval_mode)
     if cfg.infill_positions != 1 and mode != "infill":
-        raise ValueError(f"--infill-positions {cfg.infill_positions} belongs to --eval-mode infill "
-                         f"(it counts masked positions per document); this run has --eval-mode "
-                         f"{mode}")
+        raise ConfigError(f"--infill-positions {cfg.infill_positions} belongs to --eval-mode infill "
+                          f"(it counts masked positions per document); this run has --eval-mode "
+                          f"{mode}")
     if cfg.eval_scores_out is not None:
         if mode not in EVAL_MODES:
-            raise ValueError(f"--eval-scores-out {cfg.eval_scores_out} needs --eval-mode "
-                             f"{' / '.join(EVAL_MODES)}: it writes the rows those modes score")
+            raise ConfigError(f"--eval-scores-out {cfg.eval_scores_out} needs --eval-mode "
+                              f"{' / '.join(EVAL_MODES)}: it writes the rows those modes score")
         check_eval_scores_path(cfg.eval_scores_out)
     if mode is None:
         if cfg.r_bidir is not None:
-            raise ValueError(f"--r-bidir {cfg.r_bidir} without --eval-mode: add --eval-mode "
-                             "suffix_ppl or --eval-mode infill (the training objective draws "
-                             "n_bidir itself)")
+            raise ConfigError(f"--r-bidir {cfg.r_bidir} without --eval-mode: add --eval-mode "
+                              "suffix_ppl or --eval-mode infill (the training objective draws "
+                              "n_bidir itself)")
         return
     if mode not in (*EVAL_MODES, TRAINING_OBJECTIVE):
-        raise ValueError(f"--eval-mode {mode!r} is not one of "
-                         f"{', '.join((*EVAL_MODES, TRAINING_OBJECTIVE))}")
+        raise ConfigError(f"--eval-mode {mode!r} is not one of "
+                          f"{', '.join((*EVAL_MODES, TRAINING_OBJECTIVE))}")
     if mode == TRAINING_OBJECTIVE:
         if cfg.r_bidir is not None:
-            raise ValueError(f"--eval-mode training_objective draws n_bidir as in training; "
-                             f"--r-bidir {cfg.r_bidir} belongs to suffix_ppl or infill")
+            raise ConfigError(f"--eval-mode training_objective draws n_bidir as in training; "
+                              f"--r-bidir {cfg.r_bidir} belongs to suffix_ppl or infill")
         return
     if mode in MODES_WITH_R:
         if cfg.r_bidir is None:
-            raise ValueError(f"--eval-mode {mode} needs --r-bidir: n_bidir = R x the context; "
-                             f"give one R in [0, 1] or a list, e.g. --r-bidir {PAPER_R_VALUES}")
+            raise ConfigError(f"--eval-mode {mode} needs --r-bidir: n_bidir = R x the context; "
+                              f"give one R in [0, 1] or a list, e.g. --r-bidir {PAPER_R_VALUES}")
         r_values = parse_r_bidir(cfg.r_bidir)
     elif cfg.r_bidir is not None:
-        raise ValueError(f"--eval-mode full_doc_ppl scores with n_bidir = 0 (Table 3); "
-                         f"--r-bidir {cfg.r_bidir} belongs to suffix_ppl or infill")
+        raise ConfigError(f"--eval-mode full_doc_ppl scores with n_bidir = 0 (Table 3); "
+                          f"--r-bidir {cfg.r_bidir} belongs to suffix_ppl or infill")
     else:
         r_values = []
     trained = sampler.trained_capabilities()
     variant = str(cfg.variant)
     if mode in ("full_doc_ppl", "suffix_ppl") and "next" not in trained:
-        raise ValueError(
+        raise ConfigError(
             f"--eval-mode {mode}: this checkpoint (--variant {variant}) was never trained to "
             "predict next tokens (the paper excludes msk_* from perplexity, footnote 5); score "
             "it with --eval-mode infill")
     if mode == "infill" and "mask" not in trained:
-        raise ValueError(
+        raise ConfigError(
             f"--eval-mode infill: this checkpoint (--variant {variant}) was never trained on "
             "<mask> tokens, so it cannot infill directly; use full-sequence scoring instead "
             "(scripts/infill_rescore.py, Table 6), or --eval-mode full_doc_ppl / suffix_ppl")
@@ -237,7 +238,7 @@ class BidirectionalLMTask(FairseqTask):
         super().__init__(cfg)
         self.sampler = sampler if sampler is not None else objective_sampler(cfg)
         if MASK_SYMBOL in dictionary.indices:
-            raise ValueError(
+            raise ConfigError(
                 f"the dictionary of --data ({cfg.data}) already contains {MASK_SYMBOL}: the data "
                 f"could then hold the token that marks masked positions; binarize with a "
                 f"dictionary without it (the task adds it)")
@@ -261,7 +262,7 @@ class BidirectionalLMTask(FairseqTask):
         sampler = objective_sampler(cfg)  # flag errors before touching the data
         paths = utils.split_paths(cfg.data)
         if not paths:
-            raise ValueError("--data (the positional data-bin argument) is empty")
+            raise ConfigError("--data (the positional data-bin argument) is empty")
         check_data_bin(paths[0])
         dictionary = Dictionary.load(os.path.join(paths[0], "dict.txt"))
         logger.info("dictionary: %d types", len(dictionary))
@@ -303,14 +304,14 @@ class BidirectionalLMTask(FairseqTask):
         ``--eval-mode`` evaluation when one is set."""
         paths = utils.split_paths(self.cfg.data)
         data = paths[(epoch - 1) % len(paths)]
-        check_split_not_empty(data, split, validation=not combine)
+        check_splits(data, split, validation=not combine, combine=combine)
         split_path = os.path.join(data, split)
         lines = data_utils.load_indexed_dataset(split_path, self.dictionary, combine=combine)
         if lines is None:
             raise FileNotFoundError(f"Dataset not found: {split} ({split_path})")
         if "task_cfg" in kwargs and self.eval_mode is None:
             # fairseq-validate passes the checkpoint's task config; fairseq-train does not
-            raise ValueError(
+            raise ConfigError(
                 "fairseq-validate on a bidirectional_lm checkpoint needs an evaluation mode: add "
                 "--task bidirectional_lm and one of --eval-mode full_doc_ppl, --eval-mode "
                 "suffix_ppl --r-bidir R, --eval-mode infill --r-bidir R, or --eval-mode "

@@ -1,0 +1,2 @@
+"""fairseq-ext at the command line: the errors our checks raise and how fairseq's command-line
+tools print them (:mod:`fairseq_ext.cli.errors`)."""
