@@ -25,8 +25,8 @@ path should be string ... not NoneType``. These tests are ours, written from rea
   of fairseq's ``test_data_utils``, is compared with a pure-Python reference over 216 settings
   in ``tests/test_fairseq_build.py``.)
 
-How to run fairseq's own suite against this build and against the unpatched wheel, and what it
-gave: ``docs/fairseq_build.md``.
+fairseq's own suite run against this build and against the unpatched wheel, test by test:
+``docs/fairseq_tests.md``.
 """
 import contextlib
 import dataclasses
