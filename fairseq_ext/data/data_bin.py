@@ -145,11 +145,11 @@ def check_split(data: str, split: str, validation: bool = False) -> None:
         raise DataBinError(f"the {split} split of {data} is truncated: its index {error.path} "
                            f"has {error.size} bytes, fewer than the {error.needed} its header "
                            f"announces (its write or copy was cut short); {REBUILD}") from None
-    if indexed is None or indexed[1] == 0:
+    actual = os.path.getsize(bin_path)
+    if indexed is None or indexed[1] == actual == 0:
         check_split_not_empty(data, split, validation=validation)
         return
     sequences, expected = indexed
-    actual = os.path.getsize(bin_path)
     if actual < expected:
         raise DataBinError(
             f"the {split} split of {data} is truncated: {bin_path} has {actual} bytes, but "
