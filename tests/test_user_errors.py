@@ -459,7 +459,8 @@ BAD_INPUT = {
                   "--mask-prob must be in (0, 1); got 1.5"),
     "encoder_heads": ("fairseq-train", "roberta_tiny", ["--encoder-attention-heads", "3"],
                       "--encoder-embed-dim (64) must be divisible by --encoder-attention-heads (3)"),
-    "decoder_heads": ("fairseq-train", "3ml_self_tiny", ["--decoder-attention-heads", "3"],
+    "decoder_heads": ("fairseq-train", "3ml_self_tiny", ["--decoder-attention-heads", "3"],  # 3ML's
+                      # decoder is half as wide as the encoder's 64 (three_ml.py's defaults)
                       "--decoder-embed-dim (32) must be divisible by --decoder-attention-heads (3)"),
     "step_sizes": ("fairseq-train", "swishrnn_bert_tiny", ["--swishrnn-step-sizes", "0"],
                    "--swishrnn-step-sizes must be a comma-separated list of integers >= 1"),
