@@ -163,11 +163,12 @@ PRETRAINED = "/pretrained/model.pt"
 
 @pytest.mark.parametrize("last_exists", [False, True], ids=["first_launch", "resume"])
 def test_finetune_from_model(mocked_file_system, last_exists):
-    """First launch: the pretrained model, everything reset. A later launch (checkpoint_last
-    exists): checkpoint_last, nothing reset."""
+    """First launch: the pretrained model, everything reset (the dataloader too: epoch 1, not
+    the saved position, epoch 2). A later launch (checkpoint_last exists): checkpoint_last,
+    nothing reset, resumed in epoch 2."""
     mocked_file_system.side_effect = lambda path: path == PRETRAINED or (
         last_exists and path == "<joined>")
-    trainer = fake_trainer((1, 0))
+    trainer = fake_trainer((2, 50))
     with file_system_access() as accessed:
         checkpoint_utils.load_checkpoint(checkpoint_config(finetune_from_model=PRETRAINED),
                                          trainer)
@@ -176,10 +177,9 @@ def test_finetune_from_model(mocked_file_system, last_exists):
     resets = [reset_optimizer, reset_lr_scheduler, kwargs["reset_meters"]]
     if last_exists:
         assert path == "<joined>" and resets == [False, False, False]
-        trainer.get_train_iterator.assert_called_once_with(epoch=1, load_dataset=True)
+        trainer.get_train_iterator.assert_called_once_with(epoch=2, load_dataset=True)
     else:
         assert path == PRETRAINED and resets == [True, True, True]
-        # the dataloader is reset too: a fresh epoch 1, not the pretrained model's position
         trainer.get_train_iterator.assert_called_once_with(epoch=1, load_dataset=True)
 
 

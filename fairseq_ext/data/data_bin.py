@@ -23,6 +23,9 @@ import os
 import struct
 from typing import Optional, Tuple
 
+import numpy as np
+from fairseq.data import indexed_dataset
+
 from fairseq_ext.cli.errors import UserInputError
 
 
@@ -53,13 +56,10 @@ def check_split_not_empty(data: str, split: str, validation: bool = False) -> No
         raise DataBinError(f"the {split} split of {data} is empty ({path} has 0 bytes): {fix}")
 
 
-#: The index headers of fairseq's two binary formats (``fairseq.data.indexed_dataset``):
-#: ``mmap`` (fairseq-preprocess's default) and ``cached``/``lazy`` (the legacy IndexedDataset).
-MMAP_INDEX_MAGIC = b"MMIDIDX\x00\x00"
-LEGACY_INDEX_MAGIC = b"TNTIDX\x00\x00"
-#: Bytes per token of each dtype code of the mmap index, as fairseq's ``_code_to_dtype`` maps
-#: them (uint8, int8, int16, int32, int64, float64, double, uint16, uint32, uint64).
-MMAP_DTYPE_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 8, 7: 8, 8: 2, 9: 4, 10: 8}
+#: The index headers of fairseq's two binary formats, as fairseq writes them: ``mmap``
+#: (fairseq-preprocess's default) and ``cached``/``lazy`` (the legacy IndexedDataset).
+MMAP_INDEX_MAGIC = indexed_dataset.MMapIndexedDataset.Index._HDR_MAGIC
+LEGACY_INDEX_MAGIC = indexed_dataset.IndexedDataset._HDR_MAGIC
 
 
 class _TruncatedIndex(Exception):
@@ -100,10 +100,10 @@ def indexed_bytes(index_path: str) -> Optional[Tuple[int, int]]:
             (last_size,) = struct.unpack("<i", f.read(4))
             f.seek(26 + count * 4 + (count - 1) * 8)
             (last_offset,) = struct.unpack("<q", f.read(8))
-            itemsize = MMAP_DTYPE_BYTES.get(dtype_code)
-            if itemsize is None:
+            dtype = indexed_dataset._code_to_dtype.get(dtype_code)  # fairseq's own table
+            if dtype is None:
                 return None
-            return count, last_offset + last_size * itemsize
+            return count, last_offset + last_size * np.dtype(dtype).itemsize
         if head[:8] == LEGACY_INDEX_MAGIC:
             f.seek(8)
             header = f.read(40)
@@ -130,8 +130,9 @@ def check_split(data: str, split: str, validation: bool = False) -> None:
     (:func:`check_split_not_empty`; ``validation`` as there). A split with neither file is left
     to the task (fairseq names it). Reads the index's header and last entry, and the sizes of
     both files: cheap enough to run on every load."""
-    bin_path = os.path.join(data, f"{split}.bin")
-    idx_path = os.path.join(data, f"{split}.idx")
+    prefix = os.path.join(data, split)
+    bin_path = indexed_dataset.data_file_path(prefix)
+    idx_path = indexed_dataset.index_file_path(prefix)
     has_bin, has_idx = os.path.isfile(bin_path), os.path.isfile(idx_path)
     if not (has_bin or has_idx):
         return
@@ -167,6 +168,7 @@ def check_splits(data: str, split: str, validation: bool = False, combine: bool 
     ... after it that fairseq's ``load_indexed_dataset(combine=True)`` reads while they exist."""
     check_split(data, split, validation=validation)
     for k in itertools.count(1):
-        if not combine or not os.path.isfile(os.path.join(data, f"{split}{k}.idx")):
+        if not combine or not os.path.isfile(indexed_dataset.index_file_path(
+                os.path.join(data, f"{split}{k}"))):
             return
         check_split(data, f"{split}{k}", validation=validation)

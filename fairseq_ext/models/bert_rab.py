@@ -33,15 +33,13 @@ from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
 from fairseq_ext.models.roberta_sizes import roberta_size_defaults
 from fairseq_ext.models.sizes import ENCODER_SIZES, EncoderSize, register_sized_architecture
+from fairseq_ext.models.validation import check_attention_heads
 from fairseq_ext.modules.relative_attention import RelativeBiasSelfAttention, check_bucket_config
 
 
 def validate_bert_config(args) -> None:
     """Clear errors, before anything is built, for sizes the encoder cannot take."""
-    dim, heads = args.encoder_embed_dim, args.encoder_attention_heads
-    if heads < 1 or dim % heads != 0:
-        raise ConfigError(f"--encoder-embed-dim ({dim}) must be divisible by "
-                          f"--encoder-attention-heads ({heads})")
+    check_attention_heads(args)
     for flag in ("encoder_layers", "encoder_ffn_embed_dim"):
         if getattr(args, flag) < 1:
             raise ConfigError(f"--{flag.replace('_', '-')} must be at least 1; got "

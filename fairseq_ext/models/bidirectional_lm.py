@@ -112,6 +112,7 @@ from fairseq_ext.models.sizes import (
 )
 from fairseq_ext.models.validation import (
     BIDIRECTIONAL_LM_TASK,
+    check_attention_heads,
     fairseq_training_program,
     run_config_of,
 )
@@ -150,10 +151,7 @@ ATTENTION_IMPL = "attention_impl"
 
 def validate_bidirectional_lm_config(args) -> None:
     """Clear errors, naming the flag, for sizes the model cannot take."""
-    dim, heads = args.decoder_embed_dim, args.decoder_attention_heads
-    if heads < 1 or dim % heads != 0:
-        raise ConfigError(f"--decoder-embed-dim ({dim}) must be divisible by "
-                          f"--decoder-attention-heads ({heads})")
+    check_attention_heads(args)
     for flag in ("decoder_layers", "decoder_ffn_embed_dim", "max_target_positions"):
         value = safe_getattr(args, flag, None)
         if value is not None and value < 1:

@@ -69,7 +69,7 @@ from fairseq_ext.models.sizes import (
     register_sized_architecture,
     set_encoder_size,
 )
-from fairseq_ext.models.validation import check_masking
+from fairseq_ext.models.validation import check_attention_heads, check_masking
 from fairseq_ext.modules.positioned_encoder import (
     PositionedTransformerEncoder,
     embed_learned_positions,
@@ -98,13 +98,7 @@ def validate_three_ml_config(args, task) -> int:
     check_masking(getattr(task, "cfg", None))
     if args.normalization not in NORMALIZATIONS:
         raise ConfigError(f"--normalization must be one of {NORMALIZATIONS}; got {args.normalization}")
-    for side in ("encoder", "decoder"):
-        dim, heads = getattr(args, f"{side}_embed_dim"), getattr(args, f"{side}_attention_heads")
-        if heads < 1 or dim % heads != 0:
-            raise ConfigError(
-                f"--{side}-embed-dim ({dim}) must be divisible by --{side}-attention-heads "
-                f"({heads})"
-            )
+    check_attention_heads(args)
     if args.decoder_layers < 1:
         raise ConfigError(f"--decoder-layers must be at least 1; got {args.decoder_layers}")
     return mask_idx
