@@ -1,34 +1,45 @@
-"""`make demo` (``scripts/demo.py``): prepare the embedded corpus, pre-train the demo models,
-validate, summarize. It drives the repository's recipes, so it runs from a checkout.
+"""`make demo` (``scripts/demo.py``): prepare the embedded corpus, pre-train every system's demo
+models, score them with error bars, summarize. It drives the repository's recipes, so it runs
+from a checkout.
 
 1. ``scripts/prepare_corpus.sh`` turns the Python 3.11 documentation (Debian's
-   ``python3.11-doc``) into a data-bin; a re-run reuses it.
-2. Each entry of :data:`DEMO_RUNS` is trained through its bash recipe (the same script a user
-   runs on a cluster) on the CPU, with a progress display, **at equal training FLOPs**: the
-   first run (the RoBERTa-15% baseline) takes its recipe's updates, and every other run as
-   many updates as buy the same analytic FLOPs (:mod:`fairseq_ext.flops`, from the command its
-   recipe prints with ``DRY_RUN=1``), as the 3ML paper compares models (Table 3).
-3. ``fairseq-validate`` scores each final checkpoint on the valid split.
-4. A table compares valid loss/ppl overall and per corrupted-token category ([MASK], replaced,
-   unchanged: the 3ML paper's Table 2c "PPL"), updates, and seconds per update measured side by
-   side, with each run's speedup over the first (the RoBERTa-15% baseline).
-5. Generalized bidirectionality (Artetxe et al. 2022): one ``bidir_lm_mini`` run per variant
-   family of Table 1 (:data:`BIDIRECTIONAL_RUNS`: NxtUni, MskBi, HybPre), each trained for the
-   same tokens through ``recipes/bidirectional/demo.sh`` on whole documents (the data-bin's
-   blank-line documents) and scored by stock ``fairseq-validate --eval-mode`` runs
-   (:mod:`fairseq_ext.evaluation.bidirectional_report`): full-document ppl (Table 3), suffix ppl
-   and single-token infilling accuracy at R = 0 and 1 (Tables 4-5), each ± its standard error,
-   and each model's paired difference to the best. These runs report quality, not speed, so
-   they run :data:`BIDIRECTIONAL_WORKERS` at a time, one thread each.
-6. The wall time of every stage (the concurrent runs' own times indented under theirs).
+   ``python3.11-doc``) into a data-bin (:data:`DEFAULT_DATA`); a re-run reuses it.
+2. **Masked LMs, one group per paper** (:data:`DEMO_RUNS`, :data:`MASKED_LM_GROUPS`): 3ML
+   (RoBERTa-15% against 3ML-self-40% and 3ML-cross-40%) and SwishRNN (BERT-rab against
+   SwishRNN-BERT). Each run is trained through its bash recipe (the same script a user runs on
+   a cluster) **at its group's analytic training FLOPs**: the group's first run (its baseline)
+   takes the recipe's updates, every other run as many as buy the same FLOPs
+   (:mod:`fairseq_ext.flops`, from the command its recipe prints with ``DRY_RUN=1``), as the
+   3ML paper compares models (Table 3). Checkpoints are kept at :data:`CURVE_POINTS` points.
+3. Each checkpoint is scored by :mod:`fairseq_ext.evaluation.masked_lm_scores` on the valid
+   split's corrupted positions at the baselines' 15% (the same positions for every model of
+   every group, whatever rate it trained at), beside the training split's unigram on the same
+   positions: [MASK] loss ± SE (delta method over sequences), the gap below the unigram and
+   the difference to the group's baseline, both paired over sequences, ``*`` when resolved.
+   The 3ML group adds the paper's claim at this size: the FLOPs each run needed to reach the
+   baseline's final [MASK] loss, from the scored checkpoints (:func:`flops_to_reach`).
+4. Generalized bidirectionality (Artetxe et al. 2022): one ``bidir_lm_mini`` run per variant
+   family of Table 1 (:data:`BIDIRECTIONAL_RUNS`: NxtUni, MskBi, HybPre), equal tokens (and so
+   equal FLOPs, printed), through ``recipes/bidirectional/demo.sh``, scored by stock
+   ``fairseq-validate --eval-mode`` runs (:mod:`fairseq_ext.evaluation.bidirectional_report`):
+   full-document ppl (Table 3), suffix ppl and single-token infilling accuracy at R = 0 and 1
+   (Tables 4-5), each ± its standard error and paired to the best, beside the infilling
+   baseline that always guesses the training split's commonest piece, paired on the same
+   positions.
+5. Every run goes through one pool of :data:`WORKERS` runs at a time, one torch thread each
+   (both cores of a 2-core machine), longest first; a run that ends above its bar
+   (:data:`MIN_BITS_BELOW_UNIGRAM`, or infilling not resolved above the baseline) is named in
+   a warning under the tables. The wall time of every run's training and scoring is listed
+   under its stage.
 
-Adding a model to the comparison is one line in :data:`DEMO_RUNS`. Every run writes into a fresh
-``runs/demo/<timestamp>/<name>/`` (logs, checkpoints, ``summary.json``); nothing earlier is
-overwritten.
+Adding a model to a comparison is one line in :data:`DEMO_RUNS`. Every run writes into a fresh
+``runs/demo/<timestamp>/<name>/`` (logs, checkpoints, scores) and the tables' figures go to
+``summary.json`` there; nothing earlier is overwritten.
 """
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -39,32 +50,68 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence
 
+from fairseq_ext.evaluation.uncertainty import RESOLVED_AT
 from fairseq_ext.log_records import parse_json_record
 from fairseq_ext.output_files import write_text
 from fairseq_ext.text_tables import ascii_table
 
+if TYPE_CHECKING:  # imported where used: fairseq and matplotlib load slowly
+    from fairseq_ext.curves import CurvePoint
+    from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
+
 REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: recipes/, scripts/
 BIN_DIR = Path(sys.executable).parent
 DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
-#: Validations during training (the loss-vs-compute curves' points) per baseline run.
-VALIDATIONS_PER_RUN = 4
+#: Checkpoints scored per masked-LM run (the points of its [MASK]-loss curve), the last included.
+CURVE_POINTS = 4
+#: The corruption rate every masked-LM checkpoint is scored at (the baselines', RoBERTa's and
+#: BERT's 15%): the same valid positions for every model of every group.
+SCORING_MASK_PROB = 0.15
+#: A masked LM "learns context" when its valid [MASK] loss is at least this many bits below the
+#: training unigram's on the same positions (a warning names any run that ends above it).
+MIN_BITS_BELOW_UNIGRAM = 0.3
+#: Runs trained and scored at the same time, one torch thread each (a 2-core machine's cores).
+WORKERS = 2
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 @dataclasses.dataclass(frozen=True)
 class DemoRun:
-    """One model of the comparison: a recipe and the environment overrides it runs with."""
+    """One model of a comparison: a recipe, the environment overrides it runs with, and (masked
+    LMs) the :data:`MASKED_LM_GROUPS` entry it belongs to."""
 
     name: str
     recipe: str  # path relative to the repository root
     env: Dict[str, str] = dataclasses.field(default_factory=dict)
+    group: str = ""
 
 
+@dataclasses.dataclass(frozen=True)
+class MaskedLmGroup:
+    """A paper's comparison: its title and the claim the demo measures at its size. The group's
+    first run in :data:`DEMO_RUNS` is its baseline (its updates set the group's FLOPs)."""
+
+    title: str
+    claim: str
+
+
+MASKED_LM_GROUPS: Dict[str, MaskedLmGroup] = {
+    "3ml": MaskedLmGroup(
+        "3ML (Liao et al. 2022)",
+        "3ML reaches RoBERTa-15%'s [MASK] loss with fewer training FLOPs (Table 3)"),
+    "swishrnn": MaskedLmGroup(
+        "SwishRNN (Lei et al.)",
+        "SwishRNN-BERT reaches a lower MLM loss than BERT at equal FLOPs (Figure 4)"),
+}
 DEMO_RUNS: List[DemoRun] = [
-    DemoRun("roberta-15%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.15"}),
-    DemoRun("roberta-40%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.4"}),
-    DemoRun("3ml-self-40%", "recipes/3ml/demo.sh", {"MASK_PROB": "0.4"}),
+    DemoRun("roberta-15%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.15"}, "3ml"),
+    DemoRun("3ml-self-40%", "recipes/3ml/demo.sh", {"MASK_PROB": "0.4"}, "3ml"),
+    DemoRun("3ml-cross-40%", "recipes/3ml/demo.sh",
+            {"MASK_PROB": "0.4", "ARCH": "3ml_cross_mini"}, "3ml"),
+    DemoRun("bert-rab", "recipes/swishrnn/demo.sh", {"ARCH": "bert_rab_mini"}, "swishrnn"),
+    DemoRun("swishrnn-bert", "recipes/swishrnn/demo.sh", {}, "swishrnn"),
 ]
 #: The generalized-bidirectionality comparison: one variant per family of Table 1 (next-token,
 #: masked, hybrid), equal tokens (the recipe's updates and batch), scored by the evaluation modes.
@@ -75,10 +122,11 @@ BIDIRECTIONAL_RUNS: List[DemoRun] = [
 ]
 #: R values of the demo's suffix-ppl and infilling columns.
 BIDIRECTIONAL_R_VALUES = "0,1"
+#: The R whose infilling must beat the constant-guess baseline (Table 5's fully bidirectional
+#: context).
+BIDIRECTIONAL_BAR_R = 1.0
 #: Masked positions per document in the demo's infilling columns (``--infill-positions``).
 BIDIRECTIONAL_INFILL_POSITIONS = 8
-#: Bidirectional runs trained and scored at the same time, one torch thread each.
-BIDIRECTIONAL_WORKERS = 2
 #: What the demo writes into its runs directory besides one directory per run.
 SUMMARY, PLOT = "summary.json", "curves.png"
 
@@ -182,20 +230,20 @@ def equal_flops_updates(runs: List[DemoRun], data: Path,
         planned_command(run, data), data))) for run in runs[1:]]
 
 
-def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int], validate_every: int,
-          log_interval: Optional[int] = None, masked_lm: bool = True,
-          extra_env: Optional[Dict[str, str]] = None, concurrent: bool = False) -> dict:
-    """Train one demo model through its recipe for ``updates`` updates, validating every
-    ``validate_every``; return its train-side figures. ``concurrent``: other runs print beside
-    this one, so progress goes out as whole lines, never as a redrawn bar."""
+def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int],
+          extra_args: Sequence[str] = (), log_interval: Optional[int] = None,
+          masked_lm: bool = True, extra_env: Optional[Dict[str, str]] = None,
+          concurrent: bool = False) -> dict:
+    """Train one demo model through its recipe for ``updates`` updates (``extra_args`` appended
+    to its fairseq-train command); return its train-side figures. ``concurrent``: other runs
+    print beside this one, so progress goes out as whole lines, never as a redrawn bar."""
     env = recipe_env(run, data, SAVE_DIR=str(run_dir / "checkpoints"), **(extra_env or {}))
     if updates is not None:  # else the recipe's own
         env["TOTAL_UPDATES"] = str(updates)
     if log_interval is not None:
         env["LOG_INTERVAL"] = str(log_interval)
     cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar",
-           "--validate-interval-updates", str(validate_every),
-           "--skip-invalid-size-inputs-valid-test"]
+           "--no-epoch-checkpoints", "--skip-invalid-size-inputs-valid-test", *extra_args]
     progress = Progress(run.name, interactive=not concurrent)
     records: List[dict] = []
     final_updates = 0  # from every record, the epoch summaries' `train_num_updates` included
@@ -203,7 +251,8 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int], valid
     start = time.time()
     for line in stream(cmd, env, run_dir / "train.log"):
         if line.startswith("+ "):
-            print(line.rstrip())
+            if not concurrent:
+                print(line.rstrip())
             progress.set_total_from_command(line)
             command = shlex.split(line[2:])
         record = parse_json_record(line)
@@ -221,11 +270,23 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int], valid
         "train_loss": float(records[-1]["loss"]),
         "sec_per_update": seconds_per_update(records),
         "train_wall_sec": time.time() - start,
-        # counted by the masked_lm_flops criterion from the batches' actual shapes
-        "train_pflops": float(records[-1]["total_pflops"]) if "total_pflops" in records[-1] else None,
+        # counted by the training criterion from the batches' actual shapes
+        "train_pflops": total_pflops_of(run_dir / "train.log"),
         "analytic_pflops_per_update": (analytic_pflops_per_update(command, data) if masked_lm
                                        else None),
     }
+
+
+def total_pflops_of(log: Path) -> Optional[float]:
+    """The training PFLOPs the criterion counted over the whole run: the last ``total_pflops``
+    of a training record (the final epoch summary's ``train_total_pflops`` included)."""
+    total = None
+    for line in log.read_text().splitlines():
+        record = parse_json_record(line)
+        for key in ("total_pflops", "train_total_pflops"):
+            if record and key in record:
+                total = float(record[key])
+    return total
 
 
 def command_option(command: List[str], flag: str, default: Optional[str] = None) -> Optional[str]:
@@ -258,42 +319,100 @@ def analytic_pflops_per_update(command: List[str], data: Path) -> Optional[float
     return per_sequence * sequences / 1e15
 
 
-def validate(run: DemoRun, data: Path, run_dir: Path) -> dict:
-    """fairseq-validate on the final checkpoint (criterion as saved in the checkpoint)."""
-    cmd = [str(BIN_DIR / "fairseq-validate"), str(data), "--user-dir", str(REPO_ROOT / "fairseq_ext"),
-           "--task", "masked_lm", "--path", str(run_dir / "checkpoints" / "checkpoint_last.pt"),
-           "--valid-subset", "valid", "--batch-size", "16", "--cpu", "--log-format", "json",
-           "--skip-invalid-size-inputs-valid-test"]
-    result = None
-    for line in stream(cmd, dict(os.environ), run_dir / "validate.log"):
-        record = parse_json_record(line)
-        if record and "valid_loss" in record:
-            result = record
-    if result is None:
-        raise SystemExit(f"error: fairseq-validate printed no result; see {run_dir / 'validate.log'}")
-    return {key: float(value) for key, value in result.items()
-            if key.startswith(("valid_loss", "valid_ppl"))}
+def checkpoints_to_score(run_dir: Path, final_updates: int) -> Dict[int, Path]:
+    """``{updates: checkpoint}`` of a run: the interval checkpoints (``checkpoint_E_U.pt``) and
+    the last one, at ``final_updates``."""
+    checkpoints = {}
+    for path in (run_dir / "checkpoints").glob("checkpoint_*_*.pt"):
+        updates = path.stem.rsplit("_", 1)[-1]
+        if updates.isdigit():
+            checkpoints[int(updates)] = path
+    checkpoints[final_updates] = run_dir / "checkpoints" / "checkpoint_last.pt"
+    return dict(sorted(checkpoints.items()))
 
 
-#: The summary table: (title, row key, format). Appending a tuple adds a column.
-TABLE_COLUMNS = [
-    ("model", "name", "{}"),
-    ("updates", "updates", "{:d}"),
-    ("valid loss", "valid_loss", "{:.3f}"),
-    ("ppl", "valid_ppl", "{:.1f}"),
-    ("ppl [MASK]", "valid_ppl_mask", "{:.1f}"),
-    ("ppl replaced", "valid_ppl_replaced", "{:.1f}"),
-    ("ppl unchanged", "valid_ppl_unchanged", "{:.1f}"),
-    ("train PFLOPs", "train_pflops", "{:.4f}"),
-    ("s/update", "sec_per_update", "{:.3f}"),
-    ("speedup", "speedup", "{:.2f}x"),
-    ("analytic speedup", "analytic_speedup", "{:.2f}x"),
-]
+def score_run(data: Path, run_dir: Path, final_updates: int) -> Dict[int, "SequenceScores"]:
+    """Every checkpoint of a run scored on the valid split at :data:`SCORING_MASK_PROB`
+    (:mod:`fairseq_ext.evaluation.masked_lm_scores`, one process, one thread), by updates."""
+    from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
+
+    checkpoints = checkpoints_to_score(run_dir, final_updates)
+    out = run_dir / "scores.json"
+    cmd = [sys.executable, "-m", "fairseq_ext.evaluation.masked_lm_scores", str(data),
+           *map(str, checkpoints.values()), "--mask-prob", str(SCORING_MASK_PROB),
+           "--out", str(out)]
+    for _ in stream(cmd, dict(os.environ, **ONE_THREAD), run_dir / "scores.log"):
+        pass
+    scores = json.loads(out.read_text())["scores"]
+    return {updates: SequenceScores.from_json(scores[str(path)])
+            for updates, path in checkpoints.items()}
+
+
+def curve_points(run_dir: Path, scores: Dict[int, "SequenceScores"]) -> List["CurvePoint"]:
+    """The run's [MASK]-loss curve: each scored checkpoint at the training PFLOPs, wall time and
+    tokens of its update, as the criterion logged them (:mod:`fairseq_ext.curves`)."""
+    from fairseq_ext import curves
+
+    log = curves.read_log(run_dir / "train.log")
+    return curves.map_valid_to_train(log.train, [
+        curves.ValidPoint(updates, score.loss_bits().value) for updates, score in scores.items()])
+
+
+def flops_to_reach(curve: Sequence["CurvePoint"], target: float) -> Optional[float]:
+    """Training PFLOPs at which a [MASK]-loss curve first reaches ``target`` (bits), linearly
+    interpolated between the scored checkpoints around the crossing; ``None`` when it never
+    gets there. Before the first checkpoint the curve is not known, so a first point already
+    below the target gives that point's PFLOPs (an upper bound)."""
+    previous = None
+    for point in curve:
+        if point.valid_loss <= target:
+            if previous is None or previous.valid_loss == point.valid_loss:
+                return point.pflops
+            share = (previous.valid_loss - target) / (previous.valid_loss - point.valid_loss)
+            return previous.pflops + share * (point.pflops - previous.pflops)
+        previous = point
+    return None
+
+
+def estimate_fields(prefix: str, estimate) -> Dict[str, float]:
+    return {prefix: estimate.value, f"{prefix}_se": estimate.standard_error}
+
+
+def masked_lm_rows(group_runs: List[dict]) -> List[dict]:
+    """The figures of one group's table from its runs (each ``{"name", train figures...,
+    "scores": {updates: SequenceScores}, "curve": [...]}``, the baseline first), plus the
+    unigram row first: [MASK] loss ± SE, the gap below the unigram and the difference to the
+    baseline (both paired over sequences), speedups and, against the baseline's final [MASK]
+    loss, the FLOPs each run needed to reach it."""
+    from fairseq_ext.evaluation.masked_lm_scores import paired_difference_bits
+
+    finals = [run["scores"][max(run["scores"])] for run in group_runs]
+    baseline = finals[0]
+    unigram = {"name": "unigram (train counts)",
+               **estimate_fields("mask_loss", baseline.loss_bits(unigram=True)),
+               "mask_tokens": int(baseline.mask_tokens.sum()), "sequences": len(baseline.ids)}
+    rows = [unigram]
+    target = baseline.loss_bits().value
+    for run, final in zip(group_runs, finals):
+        row = {key: value for key, value in run.items() if key not in ("scores", "curve")}
+        row.update(estimate_fields("mask_loss", final.loss_bits()))
+        row.update(estimate_fields("corrupted_loss", final.loss_bits("corrupted")))
+        row.update(estimate_fields("below_unigram", final.below_unigram_bits()))
+        if final is not baseline:
+            row.update(estimate_fields("vs_baseline", paired_difference_bits(final, baseline)))
+            row["vs_baseline_resolved"] = bool(
+                abs(row["vs_baseline"]) > RESOLVED_AT * row["vs_baseline_se"])
+        row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "mask_loss": p.valid_loss}
+                        for p in run["curve"]]
+        row["pflops_to_baseline_loss"] = flops_to_reach(run["curve"], target)
+        rows.append(row)
+    add_speedups(rows[1:])
+    return rows
 
 
 def add_speedups(rows: List[dict]) -> None:
-    """Speedups over the first run (the RoBERTa-15% baseline): measured (seconds per update)
-    and analytic (training FLOPs per update, Appendix D), side by side."""
+    """Speedups over the first row (the group's baseline): measured (seconds per update) and
+    analytic (training FLOPs per update, :mod:`fairseq_ext.flops`), side by side."""
     baseline = rows[0]
     for row in rows:
         measured = (baseline["sec_per_update"], row["sec_per_update"])
@@ -304,27 +423,146 @@ def add_speedups(rows: List[dict]) -> None:
                                        / row["analytic_pflops_per_update"])
 
 
-def format_table(rows: List[dict]) -> str:
-    """The summary table (losses in bits, as fairseq logs them); '-' where a run has no value."""
-    cells = [[fmt.format(row[key]) if row.get(key) is not None and row[key] == row[key] else "-"
-              for _, key, fmt in TABLE_COLUMNS] for row in rows]
-    return ascii_table([title for title, _, _ in TABLE_COLUMNS], cells)
+def with_error(value, error, digits: int = 3, signed: bool = False) -> str:
+    if value is None or value != value:
+        return "-"
+    sign = "+" if signed else ""
+    text = f"{value:{sign}.{digits}f}"
+    return text if error is None or error != error else f"{text} ± {error:.{digits}f}"
 
 
-def plot_curves(rows: List[dict], runs_dir: Path) -> Optional[Path]:
-    """:mod:`fairseq_ext.curves` (``scripts/plot_curves.py``) over the runs' logs: valid loss
-    against cumulative train FLOPs and against wall time, one line per run."""
+def format_group_table(rows: List[dict]) -> str:
+    """One group's table (losses in bits); ``-`` where a row has no value."""
+    baseline_name = rows[1]["name"]
+
+    def cells(row):
+        resolved = " *" if row.get("vs_baseline_resolved") else ""
+        return [
+            row["name"], str(row.get("updates", "-")),
+            "-" if row.get("train_pflops") is None else f"{row['train_pflops']:.4f}",
+            with_error(row["mask_loss"], row["mask_loss_se"]),
+            "-" if "mask_loss" not in row else f"{2 ** row['mask_loss']:.0f}",
+            with_error(row.get("below_unigram"), row.get("below_unigram_se")),
+            (with_error(row.get("vs_baseline"), row.get("vs_baseline_se"), signed=True) + resolved
+             if "vs_baseline" in row else ("baseline" if row["name"] == baseline_name else "-")),
+            "-" if row.get("sec_per_update") is None else f"{row['sec_per_update']:.3f}",
+            "-" if row.get("speedup") is None or row["speedup"] != row["speedup"]
+            else f"{row['speedup']:.2f}x",
+            "-" if row.get("analytic_speedup") is None else f"{row['analytic_speedup']:.2f}x",
+        ]
+
+    return ascii_table(["model", "updates", "train PFLOPs", "[MASK] loss (bits)", "ppl [MASK]",
+                        "below unigram", f"vs {baseline_name}", "s/update", "speedup",
+                        "analytic speedup"], [cells(row) for row in rows])
+
+
+def group_report(group: MaskedLmGroup, rows: List[dict]) -> List[str]:
+    """The lines printed for one group: title, table, legend, the claim as measured."""
+    unigram, baseline = rows[0], rows[1]
+    lines = [f"{group.title}: equal analytic training FLOPs; every model scored on the same "
+             f"{unigram['mask_tokens']} valid [MASK] positions ({unigram['sequences']} "
+             f"sequences, {SCORING_MASK_PROB:.0%} corruption whatever the training rate)",
+             format_group_table(rows),
+             f"± 1 standard error (delta method over sequences); 'below unigram' and "
+             f"'vs {baseline['name']}' are paired over the same sequences and positions; "
+             f"* resolved (> {RESOLVED_AT:g} SE).",
+             f"claim: {group.claim}."]
+    target = baseline["mask_loss"]
+    reach = []
+    for row in rows[1:]:
+        pflops = row["pflops_to_baseline_loss"]
+        if pflops is None:
+            reach.append(f"{row['name']} not within its budget")
+        else:
+            ratio = pflops / baseline["pflops_to_baseline_loss"]
+            reach.append(f"{row['name']} {pflops:.4f} ({ratio:.2f}x)")
+    lines.append(f"  training PFLOPs to reach {baseline['name']}'s final [MASK] loss "
+                 f"({target:.3f} bits), from the scored checkpoints: " + ", ".join(reach))
+    return lines
+
+
+def masked_lm_warnings(rows: List[dict]) -> List[str]:
+    """A warning per run that ends less than :data:`MIN_BITS_BELOW_UNIGRAM` bits below the
+    unigram (it has not shown that it uses context)."""
+    return [f"warning: {row['name']} ends only {row['below_unigram']:.3f} ± "
+            f"{row['below_unigram_se']:.3f} bits below the unigram's [MASK] loss (bar: "
+            f"{MIN_BITS_BELOW_UNIGRAM} bits); at this budget it has learned little beyond "
+            f"piece frequencies"
+            for row in rows[1:] if row["below_unigram"] < MIN_BITS_BELOW_UNIGRAM]
+
+
+def plot_curves(groups: Dict[str, List[dict]], curves_by_name: Dict[str, list],
+                runs_dir: Path) -> Optional[Path]:
+    """:mod:`fairseq_ext.curves`: each masked-LM run's scored [MASK] loss against its training
+    FLOPs, wall time and tokens, one line per run."""
     from fairseq_ext import curves
 
+    names = [row["name"] for rows in groups.values() for row in rows[1:]]
     out = runs_dir / PLOT
-    logs = [runs_dir / row["name"].replace("%", "pct") / "train.log" for row in rows]
     try:
-        curves.plot([curves.curve_of(curves.read_log(log)) for log in logs],
-                    [row["name"] for row in rows], out)
-    except curves.CurveError as error:
+        curves.plot([curves_by_name[name] for name in names], names, out, metric="loss_mask")
+    except (curves.CurveError, ValueError) as error:
         print(f"note: no loss-vs-compute plot: {error}")
         return None
     return out
+
+
+def bidirectional_baseline(rows: List[dict], data: Path) -> Dict[str, object]:
+    """The infilling baseline that always guesses the training split's commonest piece, on the
+    positions each infilling run filled, paired with it (per R): ``{"piece", "rows": {name:
+    {R: {"baseline", "baseline_se", "difference", "difference_se", "resolved"}}}}``."""
+    from fairseq_ext.data.bidirectional_eval_dataset import parse_r_bidir, r_label
+    from fairseq_ext.evaluation.bidirectional_report import constant_guess_baseline
+    from fairseq_ext.evaluation.masked_lm_scores import commonest_piece
+
+    piece, symbol = commonest_piece(data)
+    out: Dict[str, object] = {"piece": symbol, "piece_id": piece, "rows": {}}
+    for row in rows:
+        if "infill_acc" not in row:
+            continue
+        per_r = {}
+        for r in parse_r_bidir(BIDIRECTIONAL_R_VALUES):
+            baseline, difference, note = constant_guess_baseline(row, r_label(r), piece)
+            per_r[str(r)] = ({"note": note} if baseline is None else {
+                "baseline": baseline.value, "baseline_se": baseline.standard_error,
+                "difference": difference.value, "difference_se": difference.standard_error,
+                "resolved": difference.resolved()})
+        out["rows"][row["name"]] = per_r
+    return out
+
+
+def format_bidirectional_baseline(baseline: Dict[str, object]) -> List[str]:
+    lines = [f"infilling baseline: always guess the training split's commonest piece "
+             f"({baseline['piece']!r}), on each run's own positions; difference paired over them:"]
+    for name, per_r in baseline["rows"].items():
+        for r, figures in per_r.items():
+            if "note" in figures:
+                lines.append(f"  {name}, R={float(r):g}: n/a ({figures['note']})")
+                continue
+            mark = " *" if figures["resolved"] else ""
+            lines.append(f"  {name}, R={float(r):g}: baseline {figures['baseline']:.2f} ± "
+                         f"{figures['baseline_se']:.2f}%, model - baseline "
+                         f"{figures['difference']:+.2f} ± {figures['difference_se']:.2f} "
+                         f"points{mark}")
+    return lines
+
+
+def bidirectional_warnings(baseline: Dict[str, object]) -> List[str]:
+    """A warning per infilling run not resolved above the constant guess at
+    :data:`BIDIRECTIONAL_BAR_R`."""
+    warnings = []
+    for name, per_r in baseline["rows"].items():
+        figures = per_r.get(str(BIDIRECTIONAL_BAR_R), {})
+        if "difference" not in figures:
+            warnings.append(f"warning: {name}: no paired infilling baseline "
+                            f"({figures.get('note', 'not scored')})")
+        elif not (figures["difference"] > RESOLVED_AT * figures["difference_se"]):
+            warnings.append(
+                f"warning: {name}'s infilling accuracy at R={BIDIRECTIONAL_BAR_R:g} is only "
+                f"{figures['difference']:+.2f} ± {figures['difference_se']:.2f} points from "
+                f"always guessing {baseline['piece']!r}: not resolved above it "
+                f"(> {RESOLVED_AT:g} SE)")
+    return warnings
 
 
 class StageClock:
@@ -377,8 +615,9 @@ def main(argv=None) -> None:
                         help="an existing data-bin; default: prepare the embedded corpus into "
                              f"{DEFAULT_DATA.relative_to(REPO_ROOT)}")
     parser.add_argument("--updates", type=int, default=None,
-                        help="the baseline's updates instead of its recipe's TOTAL_UPDATES (the "
-                             "other runs get the same FLOPs), e.g. for a quick check")
+                        help="each group's baseline's updates instead of its recipe's "
+                             "TOTAL_UPDATES (the other runs of the group get the same FLOPs), "
+                             "and the bidirectional runs' updates, e.g. for a quick check")
     parser.add_argument("--runs-dir", type=Path, default=None,
                         help="where runs go (default: runs/demo/<timestamp>)")
     parser.add_argument("--only", nargs="*", default=None,
@@ -390,7 +629,8 @@ def main(argv=None) -> None:
     if not (REPO_ROOT / "recipes").is_dir():
         raise SystemExit(f"error: the demo runs the recipes of a fairseq-ext checkout; "
                          f"{REPO_ROOT} has none (run `make demo` in a clone)")
-
+    if args.updates is not None and args.updates < 1:
+        parser.error(f"--updates {args.updates}: give a positive number of updates")
     if args.data is not None and not (args.data / "dict.txt").is_file():
         raise SystemExit(f"error: --data {args.data} has no dict.txt: point --data at a fairseq "
                          "data-bin, or leave --data out to prepare the embedded corpus "
@@ -411,29 +651,54 @@ def main(argv=None) -> None:
         with clock.stage("corpus (cached after the first run)"):
             subprocess.run(["bash", str(REPO_ROOT / "scripts/prepare_corpus.sh"), "--destdir",
                             str(data)], cwd=REPO_ROOT, check=True)
-    rows = run_masked_lm_comparison(runs, data, runs_dir, args.updates, clock) if runs else []
-    bidirectional_rows = (run_bidirectional_comparison(bidirectional_runs, data, runs_dir,
-                                                       args.updates, clock)
-                          if bidirectional_runs else [])
-    if rows:
+    plan = plan_masked_lm_runs(runs, data, args.updates)
+    results = run_all(plan, bidirectional_runs, data, runs_dir, args.updates, clock)
+    summary: Dict[str, object] = {"masked_lm": [], "unigram": {}, "bidirectional": [],
+                                  "warnings": []}
+    lines: List[str] = []
+    groups: Dict[str, List[dict]] = {}
+    for name, group in MASKED_LM_GROUPS.items():
+        group_runs = [results[run.name] for run, _ in plan if run.group == name]
+        if not group_runs:
+            continue
+        rows = masked_lm_rows(group_runs)
+        groups[name] = rows
+        summary["unigram"][name] = rows[0]
+        summary["masked_lm"].extend(rows[1:])
+        summary["warnings"].extend(masked_lm_warnings(rows))
+        lines += ["", *group_report(group, rows)]
+    if groups:
         with clock.stage("plot"):
-            plot = plot_curves(rows, runs_dir)
-        print()
-        print(format_table(rows))
+            plot = plot_curves(groups, {run.name: results[run.name]["curve"] for run, _ in plan},
+                               runs_dir)
         if plot is not None:
-            print(f"valid loss against train FLOPs and wall time: {plot}")
+            lines.append(f"[MASK] loss against train FLOPs, wall time and tokens: {plot}")
+    bidirectional_rows = [results[run.name] for run in bidirectional_runs]
     if bidirectional_rows:
         from fairseq_ext.evaluation.bidirectional_report import format_report
 
+        summary["bidirectional"] = bidirectional_rows
+        lines += ["", "generalized bidirectionality (bidir_lm_mini, equal tokens and equal "
+                  "training FLOPs: " + ", ".join(
+                      f"{row['name']} {row['train_pflops']:.4f}" if row.get("train_pflops")
+                      else f"{row['name']} -" for row in bidirectional_rows)
+                  + " PFLOPs; full-document ppl, suffix ppl and infilling accuracy % at "
+                  "R = n_bidir / context):",
+                  format_report(bidirectional_rows, BIDIRECTIONAL_R_VALUES,
+                                names=[row["name"] for row in bidirectional_rows])]
+        baseline = bidirectional_baseline(bidirectional_rows, data)
+        summary["bidirectional_baseline"] = baseline
+        if baseline["rows"]:
+            lines += format_bidirectional_baseline(baseline)
+            summary["warnings"].extend(bidirectional_warnings(baseline))
+    print("\n".join(lines))
+    if summary["warnings"]:
         print()
-        print("generalized bidirectionality (bidir_lm_mini, equal tokens; full-document ppl, "
-              "suffix ppl and infilling accuracy % at R = n_bidir / context):")
-        print(format_report(bidirectional_rows, BIDIRECTIONAL_R_VALUES,
-                            names=[row["name"] for row in bidirectional_rows]))
-    write_text(runs_dir / SUMMARY, json.dumps(
-        {"masked_lm": rows, "bidirectional": bidirectional_rows}, indent=2, default=str),
-        force=False)
-    print(f"runs, logs and checkpoints: {runs_dir}")
+        print("\n".join(summary["warnings"]))
+    summary["stages"] = [{"name": name, "seconds": seconds, "depth": depth}
+                         for name, seconds, depth in clock.stages]
+    write_text(runs_dir / SUMMARY, json.dumps(summary, indent=2, default=str), force=False)
+    print(f"runs, logs, checkpoints and scores: {runs_dir}")
     print(clock.summary())
     print(f"demo wall time: {(time.time() - clock.started) / 60:.1f} min")
 
@@ -458,57 +723,81 @@ def new_run_dir(runs_dir: Path, run: DemoRun) -> Path:
     return run_dir
 
 
-def run_masked_lm_comparison(runs: List[DemoRun], data: Path, runs_dir: Path,
-                             baseline_updates: Optional[int], clock: StageClock) -> List[dict]:
-    """Steps 2-4 of the module docstring: the equal-FLOPs masked-LM runs and their rows."""
-    budgets = equal_flops_updates(runs, data, baseline_updates)
-    validate_every = max(1, budgets[0] // VALIDATIONS_PER_RUN)
-    log_interval = None if baseline_updates is None else max(1, baseline_updates // 10)
-    print("== equal training FLOPs: " + ", ".join(
-        f"{run.name} {n} updates" for run, n in zip(runs, budgets)), flush=True)
-    rows = []
-    for run, updates in zip(runs, budgets):
-        run_dir = new_run_dir(runs_dir, run)
-        print(f"== {run.name}: training ({run.recipe})", flush=True)
-        with clock.stage(f"{run.name}: train"):
-            row = {"name": run.name, **train(run, data, run_dir, updates, validate_every,
-                                             log_interval)}
-        print(f"== {run.name}: fairseq-validate", flush=True)
-        with clock.stage(f"{run.name}: fairseq-validate"):
-            row.update(validate(run, data, run_dir))
-        row["train_min"] = row["train_wall_sec"] / 60
-        rows.append(row)
-    add_speedups(rows)
-    return rows
+def plan_masked_lm_runs(runs: List[DemoRun], data: Path,
+                        baseline_updates: Optional[int]) -> List[tuple]:
+    """``[(run, updates)]``: each group at its baseline's analytic training FLOPs
+    (:func:`equal_flops_updates`), the group's first selected run being its baseline."""
+    plan = []
+    for name in MASKED_LM_GROUPS:
+        group_runs = [run for run in runs if run.group == name]
+        if not group_runs:
+            continue
+        budgets = equal_flops_updates(group_runs, data, baseline_updates)
+        print(f"== {name}, equal training FLOPs: " + ", ".join(
+            f"{run.name} {n} updates" for run, n in zip(group_runs, budgets)), flush=True)
+        plan += list(zip(group_runs, budgets))
+    unknown = sorted({run.group for run in runs} - set(MASKED_LM_GROUPS))
+    if unknown:
+        raise SystemExit(f"error: DEMO_RUNS names groups {unknown} that MASKED_LM_GROUPS lacks")
+    return plan
 
 
-def run_bidirectional_comparison(runs: List[DemoRun], data: Path, runs_dir: Path,
-                                 updates: Optional[int], clock: StageClock) -> List[dict]:
-    """Step 5 of the module docstring: one run per variant family at equal tokens (the recipe's
-    updates, or ``updates``), each scored by the evaluation modes it can serve, runs
-    :data:`BIDIRECTIONAL_WORKERS` at a time on one torch thread each."""
+def curve_intervals(updates: int) -> tuple:
+    """``(save interval, log interval)`` of a masked-LM run: :data:`CURVE_POINTS` checkpoints,
+    and training records at each of them (the curve's FLOPs)."""
+    interval = max(1, updates // CURVE_POINTS)
+    return interval, (interval // 2 if interval % 2 == 0 else interval)
+
+
+def train_and_score_masked_lm(run: DemoRun, updates: int, data: Path, run_dir: Path,
+                              clock: "StageClock") -> dict:
+    """One masked-LM run: trained at one thread with its curve's checkpoints, then every
+    checkpoint scored (:func:`score_run`)."""
+    save_every, log_every = curve_intervals(updates)
+    print(f"== {run.name}: training {updates} updates ({run.recipe})", flush=True)
+    with clock.part(f"{run.name}: train"):
+        row = {"name": run.name, "group": run.group, **train(
+            run, data, run_dir, updates, ["--disable-validation", "--save-interval-updates",
+                                          str(save_every)],
+            log_every, extra_env=ONE_THREAD, concurrent=True)}
+    with clock.part(f"{run.name}: score"):
+        row["scores"] = score_run(data, run_dir, row["updates"])
+    row["curve"] = curve_points(run_dir, row["scores"])
+    return row
+
+
+def train_and_evaluate_bidirectional(run: DemoRun, updates: Optional[int], data: Path,
+                                     run_dir: Path, clock: "StageClock") -> dict:
+    """One bidirectional run: trained at one thread, then scored by the evaluation modes its
+    variant serves (:func:`fairseq_ext.evaluation.bidirectional_report.evaluate_checkpoint`)."""
     from fairseq_ext.evaluation.bidirectional_report import evaluate_checkpoint
 
     log_interval = None if updates is None else max(1, updates // 10)
-    run_dirs = [new_run_dir(runs_dir, run) for run in runs]
-    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    print(f"== {run.name}: training ({run.recipe}, VARIANT={run.env['VARIANT']})", flush=True)
+    with clock.part(f"{run.name}: train"):
+        row = {"name": run.name, **train(run, data, run_dir, updates, ["--disable-validation"],
+                                         log_interval, masked_lm=False, extra_env=ONE_THREAD,
+                                         concurrent=True)}
+    print(f"== {run.name}: fairseq-validate --eval-mode ...", flush=True)
+    with clock.part(f"{run.name}: evaluate"):
+        row.update(evaluate_checkpoint(data, run_dir / "checkpoints" / "checkpoint_last.pt",
+                                       BIDIRECTIONAL_R_VALUES, cpu=True, log_dir=run_dir,
+                                       infill_positions=BIDIRECTIONAL_INFILL_POSITIONS,
+                                       env=ONE_THREAD))
+    return row
 
-    def train_and_evaluate(run: DemoRun, run_dir: Path) -> dict:
-        print(f"== {run.name}: training ({run.recipe}, VARIANT={run.env['VARIANT']})", flush=True)
-        with clock.part(f"{run.name}: train"):
-            row = {"name": run.name, **train(run, data, run_dir, updates, 10 ** 9, log_interval,
-                                             masked_lm=False, extra_env=one_thread,
-                                             concurrent=True)}
-        print(f"== {run.name}: fairseq-validate --eval-mode ...", flush=True)
-        with clock.part(f"{run.name}: evaluate"):
-            row.update(evaluate_checkpoint(data, run_dir / "checkpoints" / "checkpoint_last.pt",
-                                           BIDIRECTIONAL_R_VALUES, cpu=True, log_dir=run_dir,
-                                           infill_positions=BIDIRECTIONAL_INFILL_POSITIONS,
-                                           env=one_thread))
-        return row
 
-    workers = min(BIDIRECTIONAL_WORKERS, len(runs))
-    with clock.stage(f"bidirectional: {len(runs)} runs, {workers} at a time", concurrent=True):
+def run_all(plan: List[tuple], bidirectional_runs: List[DemoRun], data: Path, runs_dir: Path,
+            bidirectional_updates: Optional[int], clock: "StageClock") -> Dict[str, dict]:
+    """Every run of the demo, :data:`WORKERS` at a time at one torch thread each, in the order
+    given (the masked-LM groups first); ``{name: row}``."""
+    jobs = [functools.partial(train_and_score_masked_lm, run, updates, data,
+                              new_run_dir(runs_dir, run), clock) for run, updates in plan]
+    jobs += [functools.partial(train_and_evaluate_bidirectional, run, bidirectional_updates, data,
+                               new_run_dir(runs_dir, run), clock) for run in bidirectional_runs]
+    workers = min(WORKERS, len(jobs))
+    with clock.stage(f"training and scoring: {len(jobs)} runs, {workers} at a time",
+                     concurrent=True):
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(train_and_evaluate, runs, run_dirs))
-
+            rows = list(pool.map(lambda job: job(), jobs))
+    return {row["name"]: row for row in rows}

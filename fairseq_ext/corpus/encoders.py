@@ -24,7 +24,7 @@ import multiprocessing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from .errors import CorpusError
 
@@ -229,13 +229,27 @@ def train_sentencepiece(
     model_file.write_bytes(model.getvalue())
 
 
-def write_sentencepiece_dictionary(model_file: Path, destination: Path) -> int:
-    """Write the fairseq dictionary of a sentencepiece model: one ``piece 1`` line per piece in
-    id order, without the control and unknown symbols (fairseq adds ``<s>``, ``<pad>``,
-    ``</s>`` and ``<unk>`` itself). Returns the number of entries."""
+def count_tokens(tokenized: Path) -> collections.Counter:
+    """Occurrences of each whitespace-separated token of a tokenized text file."""
+    counts: collections.Counter = collections.Counter()
+    for chunk in iter_line_chunks(tokenized):
+        for line in chunk:
+            counts.update(line.split())
+    return counts
+
+
+def write_sentencepiece_dictionary(model_file: Path, destination: Path,
+                                   tokenized_train: Optional[Path] = None) -> int:
+    """Write the fairseq dictionary of a sentencepiece model: one ``piece count`` line per
+    piece in id order (so fairseq's ids follow sentencepiece's), without the control and
+    unknown symbols (fairseq adds ``<s>``, ``<pad>``, ``</s>`` and ``<unk>`` itself). ``count``
+    is the piece's number of occurrences in ``tokenized_train`` (the training split, as
+    ``fairseq-preprocess`` writes it and tools that read ``dict.txt`` expect; 0 for a piece
+    it never uses), or 1 for every piece without it. Returns the number of entries."""
     import sentencepiece
 
     processor = sentencepiece.SentencePieceProcessor(model_file=str(model_file))
+    counts = count_tokens(tokenized_train) if tokenized_train is not None else None
     entries = 0
     with open(destination, "w", encoding="utf-8", newline="\n") as output:
         for index in range(processor.get_piece_size()):
@@ -251,7 +265,7 @@ def write_sentencepiece_dictionary(model_file: Path, destination: Path) -> int:
                 raise CorpusError(
                     f"sentencepiece piece {piece!r} (id {index}) cannot be a fairseq dictionary entry"
                 )
-            output.write(f"{piece} 1\n")
+            output.write(f"{piece} {1 if counts is None else counts.get(piece, 0)}\n")
             entries += 1
     return entries
 
@@ -260,10 +274,7 @@ def write_counted_dictionary(tokenized_train: Path, destination: Path) -> int:
     """Write a fairseq dictionary of every token of ``tokenized_train`` with its count, most
     frequent first (ties by token), like ``fairseq-preprocess`` builds one. Returns the number
     of entries."""
-    counts: collections.Counter = collections.Counter()
-    for chunk in iter_line_chunks(tokenized_train):
-        for line in chunk:
-            counts.update(line.split())
+    counts = count_tokens(tokenized_train)
     with open(destination, "w", encoding="utf-8", newline="\n") as output:
         entries = 0
         for token, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):

@@ -10,8 +10,8 @@ Steps (each skipped on a re-run when its stamp matches, see :mod:`.step_state`):
 2. ``tokenizer``: train a sentencepiece model on the train split (or copy ``--spm-model``, or
    the GPT-2 BPE files) into the destdir;
 3. ``encode``: ``prep/{split}.tok``, streaming on ``--workers`` processes;
-4. ``dict``: the fairseq dictionary ``prep/dict.txt`` (from the sentencepiece vocabulary,
-   ``--srcdict``, or the train-split token counts);
+4. ``dict``: the fairseq dictionary ``prep/dict.txt`` (the sentencepiece vocabulary with each
+   piece's train-split count, ``--srcdict``, or the train-split token counts);
 5. ``preprocess``: ``fairseq-preprocess --only-source`` -> ``{split}.bin/.idx`` and
    ``dict.txt`` in the destdir.
 
@@ -478,7 +478,8 @@ class CorpusPipeline:
     def _dictionary_inputs(self, tokenizer_files: list[Path], tokenized: list[Path]) -> list[Path]:
         if self.args.srcdict:
             return []
-        return tokenizer_files if self.args.bpe == "spm" else [tokenized[0]]
+        # the sentencepiece dictionary is the model's pieces with their training-split counts
+        return tokenizer_files + [tokenized[0]] if self.args.bpe == "spm" else [tokenized[0]]
 
     def _dictionary(self, dictionary: Path, tokenized: list[Path]) -> dict[str, Any]:
         with atomic_outputs([dictionary]) as (temporary,):
@@ -486,7 +487,8 @@ class CorpusPipeline:
                 shutil.copyfile(self.args.srcdict, temporary)
                 entries = count_dictionary_entries(temporary)
             elif self.args.bpe == "spm":
-                entries = write_sentencepiece_dictionary(self.destdir / SPM_MODEL, temporary)
+                entries = write_sentencepiece_dictionary(self.destdir / SPM_MODEL, temporary,
+                                                         tokenized[0])
             else:
                 entries = write_counted_dictionary(tokenized[0], temporary)
         return {"entries": entries}

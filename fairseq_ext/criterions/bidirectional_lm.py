@@ -183,8 +183,8 @@ class BidirectionalLmLoss(MaskedLmLoss):
 
     def evaluation_logging(self, sample, masked_tokens, logits, target, losses) -> Dict:
         """Per evaluation group: summed loss (nats), predicted tokens, rows and, for ``infill``,
-        correct argmax predictions over the non-special vocabulary; with the per-row sums of
-        squares the standard errors need (module docstring), accumulated in float64. Every
+        correct argmax predictions over the non-special vocabulary (and the target's id); with
+        the per-row sums of squares the standard errors need (module docstring), accumulated in float64. Every
         group's keys are logged in every batch (zeros where absent), so outputs sum across
         workers. The rows' own scores go under :data:`EVAL_ROWS_KEY`."""
         mode = self.task.eval_mode
@@ -202,7 +202,10 @@ class BidirectionalLmLoss(MaskedLmLoss):
 
         row_loss, row_tokens = per_row(losses.detach()), per_row(predicted.double())
         row_correct = torch.zeros_like(row_loss)
+        row_target = torch.full_like(row_loss, -1.0)
         if mode == "infill":
+            # one predicted token per infill row: its id (for the constant-guess baseline)
+            row_target = per_row(target.double())
             special = torch.tensor(self.task.special_token_ids(), device=logits.device)
             scores = logits.reshape(-1, logits.size(-1)).float().index_fill(1, special, -math.inf)
             row_correct = per_row((scores.argmax(dim=-1).eq(target) & predicted).double())
@@ -217,7 +220,7 @@ class BidirectionalLmLoss(MaskedLmLoss):
             prefix = f"{EVAL_KEY}:{mode}:{label}"
             for stat, values in row_stats.items():
                 out[f"{prefix}:{stat}"] = values[in_group].sum().data
-        out[EVAL_ROWS_KEY] = (row_loss, row_tokens, row_correct)
+        out[EVAL_ROWS_KEY] = (row_loss, row_tokens, row_correct, row_target)
         return out
 
     def batch_training_flops(self, model, sample, logits) -> float:

@@ -54,6 +54,7 @@ from fairseq_ext.evaluation.eval_scores import read_eval_scores
 from fairseq_ext.evaluation.uncertainty import (
     RESOLVED_AT,
     Estimate,
+    accuracy,
     paired_accuracy_difference,
     paired_perplexity_difference,
 )
@@ -257,6 +258,24 @@ def paired_difference(row_a: Dict[str, object], row_b: Dict[str, object],
         return None, "scored other tokens"
     return paired_perplexity_difference([rows_a[key]["loss"] for key in keys],
                                         [rows_b[key]["loss"] for key in keys], tokens), ""
+
+
+def constant_guess_baseline(row: Dict[str, object], label: str,
+                            piece: int) -> Tuple[Optional[Estimate], Optional[Estimate], str]:
+    """The infilling baseline that always guesses ``piece`` (the training split's commonest
+    piece), on the positions ``row``'s checkpoint filled in group ``label`` (``r1``):
+    ``(baseline accuracy %, model - baseline in points paired over those positions, why not)``.
+    Reads the ``target`` of each scored row (files written before it was recorded cannot say)."""
+    path = (row.get("scores") or {}).get("infill")
+    if path is None:
+        return None, None, "no scored infill rows"
+    _settings, rows = scores_of(path)
+    keys = sorted(key for key in rows if key[3] == label)
+    if not keys or any(rows[key].get("target") is None for key in keys):
+        return None, None, "the scored rows lack their targets (written before they were kept)"
+    guessed = [float(rows[key]["target"] == piece) for key in keys]
+    return (accuracy(guessed),
+            paired_accuracy_difference([rows[key]["correct"] for key in keys], guessed), "")
 
 
 def best_row(rows: Sequence[Dict[str, object]], column: Column) -> Optional[int]:

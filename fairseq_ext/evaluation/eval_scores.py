@@ -7,13 +7,14 @@ evaluation settings, :meth:`BidirectionalLMTask.eval_settings`: two files with e
 the same data score the same rows), then one line per row::
 
     {"split": "valid", "document": 12, "position": 37, "r": "r1", "tokens": 1,
-     "loss": 5.213, "correct": 0}
+     "loss": 5.213, "correct": 0, "target": 417}
 
 ``document`` is the document's index in the split (after long documents are cut into pieces),
 ``position`` the masked position (``infill``; ``null`` otherwise), ``r`` the group label of the
 row's ``--r-bidir`` value (``full`` for ``full_doc_ppl``), ``tokens`` the predicted tokens,
-``loss`` their summed loss in nats, ``correct`` whether the argmax was right (``infill``; ``null``
-otherwise). A row is identified across files by ``(split, document, position, r)``.
+``loss`` their summed loss in nats, ``correct`` whether the argmax was right and ``target`` the
+id of the masked token (``infill``; ``null`` otherwise; files written before ``target`` was
+added lack it). A row is identified across files by ``(split, document, position, r)``.
 
 The file is never overwritten: an existing one is refused when the config is read
 (:func:`check_eval_scores_path`), and the rows are written at the end of the evaluation, whole,
@@ -59,10 +60,11 @@ class EvalScoresWriter:
         self._written = False
 
     def add_batch(self, sample, rows, labels: Sequence[str]) -> None:
-        """The rows of one batch: ``rows`` is the criterion's ``(loss, tokens, correct)``, each
-        ``(B,)``; ``sample`` carries ``eval_split``, ``eval_document``, ``eval_position`` and
+        """The rows of one batch: ``rows`` is the criterion's ``(loss, tokens, correct,
+        target)``, each ``(B,)`` (``target``: the id of an ``infill`` row's one predicted
+        token); ``sample`` carries ``eval_split``, ``eval_document``, ``eval_position`` and
         ``eval_group`` (:class:`BidirectionalEvalDataset`); ``labels`` name the groups."""
-        loss, tokens, correct = (values.tolist() for values in rows)
+        loss, tokens, correct, target = (values.tolist() for values in rows)
         documents = sample["eval_document"].tolist()
         positions = sample["eval_position"].tolist()
         groups = sample["eval_group"].tolist()
@@ -73,6 +75,7 @@ class EvalScoresWriter:
                 "position": positions[row] if positions[row] >= 0 else None,
                 "r": labels[groups[row]], "tokens": int(tokens[row]), "loss": float(loss[row]),
                 "correct": int(correct[row]) if infill else None,
+                "target": int(target[row]) if infill else None,
             })
 
     def write(self) -> None:

@@ -112,3 +112,40 @@ def paired_perplexity_difference(losses_a: Sequence[float], losses_b: Sequence[f
         return Estimate(ppl_a - ppl_b, math.nan)
     error = math.sqrt((linearised ** 2).sum() * rows / (rows - 1)) / total
     return Estimate(ppl_a - ppl_b, error)
+
+
+def mean_loss(losses: Sequence[float], tokens: Sequence[float]) -> Estimate:
+    """``R = sum l / sum n`` over rows (the loss per token, in the losses' units) with its
+    delta-method error over rows (module docstring)."""
+    losses, tokens = np.asarray(losses, dtype=np.float64), np.asarray(tokens, dtype=np.float64)
+    if tokens.sum() <= 0:
+        return Estimate(math.nan, math.nan)
+    error = ratio_standard_error_from_sums(len(losses), losses.sum(), tokens.sum(),
+                                           (losses ** 2).sum(), (tokens ** 2).sum(),
+                                           (losses * tokens).sum())
+    return Estimate(float(losses.sum() / tokens.sum()), error)
+
+
+def paired_mean_loss_difference(losses_a: Sequence[float], tokens_a: Sequence[float],
+                                losses_b: Sequence[float], tokens_b: Sequence[float]) -> Estimate:
+    """``R_A - R_B`` (loss per token) over the same rows, each row's tokens possibly different
+    for the two (two masking rates pick different positions of a sequence), with the delta
+    method on the linearised difference ``u_d = e_{A,d} / N_A - e_{B,d} / N_B``
+    (``e_{X,d} = l_{X,d} - R_X n_{X,d}``, ``N_X = sum_d n_{X,d}``):
+    ``SE = sqrt(D / (D - 1) * sum_d u_d^2)``. With equal tokens it pairs position sets exactly."""
+    arrays = [np.asarray(values, dtype=np.float64)
+              for values in (losses_a, tokens_a, losses_b, tokens_b)]
+    losses_a, tokens_a, losses_b, tokens_b = arrays
+    if len({len(values) for values in arrays}) != 1:
+        raise ValueError("paired differences need the same rows for both models")
+    total_a, total_b = tokens_a.sum(), tokens_b.sum()
+    if total_a <= 0 or total_b <= 0:
+        return Estimate(math.nan, math.nan)
+    ratio_a, ratio_b = losses_a.sum() / total_a, losses_b.sum() / total_b
+    linearised = ((losses_a - ratio_a * tokens_a) / total_a
+                  - (losses_b - ratio_b * tokens_b) / total_b)
+    rows = len(linearised)
+    if rows < 2:
+        return Estimate(float(ratio_a - ratio_b), math.nan)
+    return Estimate(float(ratio_a - ratio_b),
+                    math.sqrt((linearised ** 2).sum() * rows / (rows - 1)))
