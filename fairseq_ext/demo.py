@@ -41,6 +41,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import logging
 import math
 import os
 import shlex
@@ -439,7 +440,7 @@ def format_group_table(rows: List[dict]) -> str:
         resolved = " *" if row.get("vs_baseline_resolved") else ""
         return [
             row["name"], str(row.get("updates", "-")),
-            "-" if row.get("train_pflops") is None else f"{row['train_pflops']:.4f}",
+            "-" if row.get("train_pflops") is None else f"{row['train_pflops']:.3g}",
             with_error(row["mask_loss"], row["mask_loss_se"]),
             "-" if "mask_loss" not in row else f"{2 ** row['mask_loss']:.0f}",
             with_error(row.get("below_unigram"), row.get("below_unigram_se")),
@@ -475,7 +476,7 @@ def group_report(group: MaskedLmGroup, rows: List[dict]) -> List[str]:
             reach.append(f"{row['name']} not within its budget")
         else:
             ratio = pflops / baseline["pflops_to_baseline_loss"]
-            reach.append(f"{row['name']} {pflops:.4f} ({ratio:.2f}x)")
+            reach.append(f"{row['name']} {pflops:.3g} ({ratio:.2f}x)")
     lines.append(f"  training PFLOPs to reach {baseline['name']}'s final [MASK] loss "
                  f"({target:.3f} bits), from the scored checkpoints: " + ", ".join(reach))
     return lines
@@ -484,10 +485,9 @@ def group_report(group: MaskedLmGroup, rows: List[dict]) -> List[str]:
 def masked_lm_warnings(rows: List[dict]) -> List[str]:
     """A warning per run that ends less than :data:`MIN_BITS_BELOW_UNIGRAM` bits below the
     unigram (it has not shown that it uses context)."""
-    return [f"warning: {row['name']} ends only {row['below_unigram']:.3f} ± "
-            f"{row['below_unigram_se']:.3f} bits below the unigram's [MASK] loss (bar: "
-            f"{MIN_BITS_BELOW_UNIGRAM} bits); at this budget it has learned little beyond "
-            f"piece frequencies"
+    return [f"warning: {row['name']}'s [MASK] loss is {row['below_unigram']:+.3f} ± "
+            f"{row['below_unigram_se']:.3f} bits below the unigram's, short of the "
+            f"{MIN_BITS_BELOW_UNIGRAM} bits that show a model using context"
             for row in rows[1:] if row["below_unigram"] < MIN_BITS_BELOW_UNIGRAM]
 
 
@@ -515,7 +515,11 @@ def bidirectional_baseline(rows: List[dict], data: Path) -> Dict[str, object]:
     from fairseq_ext.evaluation.bidirectional_report import constant_guess_baseline
     from fairseq_ext.evaluation.masked_lm_scores import commonest_piece
 
-    piece, symbol = commonest_piece(data)
+    logging.disable(logging.INFO)  # fairseq's data loading logs at INFO; the tables stay clean
+    try:
+        piece, symbol = commonest_piece(data)
+    finally:
+        logging.disable(logging.NOTSET)
     out: Dict[str, object] = {"piece": symbol, "piece_id": piece, "rows": {}}
     for row in rows:
         if "infill_acc" not in row:
@@ -558,9 +562,9 @@ def bidirectional_warnings(baseline: Dict[str, object]) -> List[str]:
                             f"({figures.get('note', 'not scored')})")
         elif not (figures["difference"] > RESOLVED_AT * figures["difference_se"]):
             warnings.append(
-                f"warning: {name}'s infilling accuracy at R={BIDIRECTIONAL_BAR_R:g} is only "
-                f"{figures['difference']:+.2f} ± {figures['difference_se']:.2f} points from "
-                f"always guessing {baseline['piece']!r}: not resolved above it "
+                f"warning: {name}'s infilling accuracy at R={BIDIRECTIONAL_BAR_R:g} differs from "
+                f"always guessing {baseline['piece']!r} by {figures['difference']:+.2f} ± "
+                f"{figures['difference_se']:.2f} points: not resolved above it "
                 f"(> {RESOLVED_AT:g} SE)")
     return warnings
 
@@ -680,7 +684,7 @@ def main(argv=None) -> None:
         summary["bidirectional"] = bidirectional_rows
         lines += ["", "generalized bidirectionality (bidir_lm_mini, equal tokens and equal "
                   "training FLOPs: " + ", ".join(
-                      f"{row['name']} {row['train_pflops']:.4f}" if row.get("train_pflops")
+                      f"{row['name']} {row['train_pflops']:.3g}" if row.get("train_pflops")
                       else f"{row['name']} -" for row in bidirectional_rows)
                   + " PFLOPs; full-document ppl, suffix ppl and infilling accuracy % at "
                   "R = n_bidir / context):",

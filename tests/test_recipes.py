@@ -81,6 +81,7 @@ SHELL_TO_YAML = {
     "RAB_NUM_BUCKETS": ["model.rab_num_buckets"],
     "RAB_MAX_DISTANCE": ["model.rab_max_distance"],
     "SWISHRNN_STEP_SIZES": ["model.swishrnn_step_sizes"],
+    "NORMALIZATION": ["model.normalization"],
 }
 
 # fairseq-train flag -> the same setting in the hydra YAML (flags without a value: True).
@@ -107,6 +108,8 @@ FLAG_TO_YAML = {
     "--no-epoch-checkpoints": "checkpoint.no_epoch_checkpoints", "--cpu": "common.cpu",
     "--rab-num-buckets": "model.rab_num_buckets", "--rab-max-distance": "model.rab_max_distance",
     "--swishrnn-step-sizes": "model.swishrnn_step_sizes",
+    "--normalization": "model.normalization",
+    "--encoder-normalize-before": "model.encoder_normalize_before",
     "--log-format": "common.log_format", "--log-file": "common.log_file",
 }
 # YAML keys with no flag of their own: the data (a required override), and what differs by

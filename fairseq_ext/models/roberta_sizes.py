@@ -29,6 +29,8 @@ register_sized_architecture("roberta", "roberta_small", roberta_size_defaults, "
                             " (fairseq's roberta)")
 register_sized_architecture("roberta", "roberta_mini", roberta_size_defaults, "mini",
                             " (fairseq's roberta; the make demo size)")
+register_sized_architecture("roberta", "roberta_mini_prenorm", roberta_prenorm_size_defaults,
+                            "mini", ", pre-LN (the make demo baseline, as 3ML's demo runs)")
 register_sized_architecture("roberta", "roberta_tiny", roberta_size_defaults, "tiny",
                             " (fairseq's roberta)")
 register_sized_architecture("roberta", "roberta_large_prenorm", roberta_prenorm_size_defaults,
