@@ -109,15 +109,21 @@ MASKED_LM_GROUPS: Dict[str, MaskedLmGroup] = {
 DEMO_RUNS: List[DemoRun] = [
     DemoRun("roberta-15%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.15"}, "3ml"),
     DemoRun("3ml-self-40%", "recipes/3ml/demo.sh", {"MASK_PROB": "0.4"}, "3ml"),
-    DemoRun("3ml-cross-40%", "recipes/3ml/demo.sh",
-            {"MASK_PROB": "0.4", "ARCH": "3ml_cross_mini"}, "3ml"),
     DemoRun("bert-rab", "recipes/swishrnn/demo.sh", {"ARCH": "bert_rab_mini"}, "swishrnn"),
     DemoRun("swishrnn-bert", "recipes/swishrnn/demo.sh", {}, "swishrnn"),
 ]
+#: Runs trained only when ``--only`` names them: 3ML-cross-40% adds about 170 s of one thread
+#: (1.5 min of the demo's wall time), more than the 10-minute demo can spend.
+OPTIONAL_RUNS: List[DemoRun] = [
+    DemoRun("3ml-cross-40%", "recipes/3ml/demo.sh",
+            {"MASK_PROB": "0.4", "ARCH": "3ml_cross_mini"}, "3ml"),
+]
 #: The generalized-bidirectionality comparison: one variant per family of Table 1 (next-token,
-#: masked, hybrid), equal tokens (the recipe's updates and batch), scored by the evaluation modes.
+#: masked, hybrid) at the first's analytic training FLOPs, scored by the evaluation modes.
 BIDIRECTIONAL_RUNS: List[DemoRun] = [
-    DemoRun("nxt_uni", "recipes/bidirectional/demo.sh", {"VARIANT": "nxt_uni"}),
+    # the group's budget: NxtUni predicts every token, so its updates cost the most
+    DemoRun("nxt_uni", "recipes/bidirectional/demo.sh", {"VARIANT": "nxt_uni",
+                                                         "TOTAL_UPDATES": "250"}),
     DemoRun("msk_bi", "recipes/bidirectional/demo.sh", {"VARIANT": "msk_bi"}),
     DemoRun("hyb_pre", "recipes/bidirectional/demo.sh", {"VARIANT": "hyb_pre"}),
 ]
@@ -127,7 +133,7 @@ BIDIRECTIONAL_R_VALUES = "0,1"
 #: context).
 BIDIRECTIONAL_BAR_R = 1.0
 #: Masked positions per document in the demo's infilling columns (``--infill-positions``).
-BIDIRECTIONAL_INFILL_POSITIONS = 8
+BIDIRECTIONAL_INFILL_POSITIONS = 4
 #: What the demo writes into its runs directory besides one directory per run.
 SUMMARY, PLOT = "summary.json", "curves.png"
 
@@ -233,8 +239,7 @@ def equal_flops_updates(runs: List[DemoRun], data: Path,
 
 def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int],
           extra_args: Sequence[str] = (), log_interval: Optional[int] = None,
-          masked_lm: bool = True, extra_env: Optional[Dict[str, str]] = None,
-          concurrent: bool = False) -> dict:
+          extra_env: Optional[Dict[str, str]] = None, concurrent: bool = False) -> dict:
     """Train one demo model through its recipe for ``updates`` updates (``extra_args`` appended
     to its fairseq-train command); return its train-side figures. ``concurrent``: other runs
     print beside this one, so progress goes out as whole lines, never as a redrawn bar."""
@@ -273,8 +278,7 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int],
         "train_wall_sec": time.time() - start,
         # counted by the training criterion from the batches' actual shapes
         "train_pflops": total_pflops_of(run_dir / "train.log"),
-        "analytic_pflops_per_update": (analytic_pflops_per_update(command, data) if masked_lm
-                                       else None),
+        "analytic_pflops_per_update": analytic_pflops_per_update(command, data),
     }
 
 
@@ -298,12 +302,15 @@ def command_option(command: List[str], flag: str, default: Optional[str] = None)
 
 def analytic_pflops_per_update(command: List[str], data: Path) -> Optional[float]:
     """Training PFLOPs of one update by the Appendix D formulas (:mod:`fairseq_ext.flops`), for
-    the arch, length, masking and batch in the command the recipe printed."""
+    the arch, length, masking and batch in the command the recipe printed (a
+    ``bidirectional_lm`` command: :func:`bidirectional_pflops_per_update`)."""
     from fairseq_ext import flops
 
     arch = command_option(command, "--arch")
     if arch is None:
         return None
+    if command_option(command, "--task") == "bidirectional_lm":
+        return bidirectional_pflops_per_update(command, data)
     overrides = {name.replace("-", "_"): int(command_option(command, f"--{name}"))
                  for name in ("encoder-layers", "encoder-embed-dim", "encoder-ffn-embed-dim",
                               "decoder-layers", "decoder-embed-dim", "decoder-ffn-embed-dim")
@@ -318,6 +325,49 @@ def analytic_pflops_per_update(command: List[str], data: Path) -> Optional[float
     sequences = int(command_option(command, "--batch-size", "1")) * int(
         command_option(command, "--update-freq", "1"))
     return per_sequence * sequences / 1e15
+
+
+#: Training documents drawn for a variant's predicted share (:func:`bidirectional_pflops_per_update`).
+SHARE_SAMPLE = 20000
+
+
+def bidirectional_pflops_per_update(command: List[str], data: Path) -> Optional[float]:
+    """Training PFLOPs of one ``bidirectional_lm`` update: rows of ``--tokens-per-sample``
+    tokens, ``--max-tokens`` x ``--update-freq`` tokens an update, the output projection on the
+    variant's share of predicted tokens, drawn by its own objective sampler
+    (:meth:`~fairseq_ext.data.bidirectional_sampling.ObjectiveSampler.expected_predicted_share`)
+    over :data:`SHARE_SAMPLE` training documents (one per line with ``--document-format
+    lines``, cut at the row length as the task cuts them). ``None`` for other document formats,
+    whose documents this does not rebuild."""
+    import numpy as np
+    from fairseq.data import Dictionary, data_utils
+
+    from fairseq_ext import flops
+    from fairseq_ext.data.bidirectional_sampling import ObjectiveSampler
+
+    if command_option(command, "--document-format") != "lines":
+        return None
+    length = int(command_option(command, "--tokens-per-sample", "1024"))
+    dictionary = Dictionary.load(str(Path(data) / "dict.txt"))
+    train = data_utils.load_indexed_dataset(str(Path(data) / "train"), dictionary, combine=False)
+    rng = np.random.default_rng(0)
+    sizes = np.asarray(train.sizes)
+    lengths = np.minimum(rng.choice(sizes, size=min(SHARE_SAMPLE, len(sizes)), replace=False),
+                         length)
+    sampler = ObjectiveSampler.from_flags(
+        command_option(command, "--variant", "hyb_pre"),
+        mask_prob=float(command_option(command, "--mask-prob", "0.15")),
+        plain_lm_prob=float(command_option(command, "--plain-lm-prob", "0.1")),
+        n_mask=command_option(command, "--n-mask"), n_bidir=command_option(command, "--n-bidir"),
+        n_predict=command_option(command, "--n-predict"))
+    share = sampler.expected_predicted_share(lengths, rng)
+    spec = flops.spec_for_arch(command_option(command, "--arch"))
+    vocab = flops.vocab_size_of(argparse.Namespace(data=str(data), vocab_size=None))
+    tokens = int(command_option(command, "--max-tokens")) * int(
+        command_option(command, "--update-freq", "1"))
+    per_row = flops.TRAINING_MULTIPLIER * flops.exact_forward_flops(
+        spec, length, mask_tokens=0.0, other_predicted_tokens=share * length, vocab_size=vocab)
+    return per_row * tokens / length / 1e15
 
 
 def checkpoints_to_score(run_dir: Path, final_updates: int) -> Dict[int, Path]:
@@ -625,7 +675,8 @@ def main(argv=None) -> None:
     parser.add_argument("--runs-dir", type=Path, default=None,
                         help="where runs go (default: runs/demo/<timestamp>)")
     parser.add_argument("--only", nargs="*", default=None,
-                        help="names of DEMO_RUNS and BIDIRECTIONAL_RUNS to run")
+                        help="names of DEMO_RUNS, OPTIONAL_RUNS (3ml-cross-40%%) and "
+                             "BIDIRECTIONAL_RUNS to run")
     args = parser.parse_args(argv)
     # the recipes run from the repository root: paths the user gave are theirs, from here
     args.data = args.data.resolve() if args.data is not None else None
@@ -639,11 +690,12 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: --data {args.data} has no dict.txt: point --data at a fairseq "
                          "data-bin, or leave --data out to prepare the embedded corpus "
                          "(scripts/prepare_corpus.sh)")
-    runs = [r for r in DEMO_RUNS if args.only is None or r.name in args.only]
+    runs = ([r for r in DEMO_RUNS + OPTIONAL_RUNS if r.name in args.only]
+            if args.only is not None else list(DEMO_RUNS))
     bidirectional_runs = [r for r in BIDIRECTIONAL_RUNS if args.only is None or r.name in args.only]
     if not runs and not bidirectional_runs:
         raise SystemExit(f"error: --only matched none of "
-                         f"{[r.name for r in DEMO_RUNS + BIDIRECTIONAL_RUNS]}")
+                         f"{[r.name for r in DEMO_RUNS + OPTIONAL_RUNS + BIDIRECTIONAL_RUNS]}")
     runs_dir = args.runs_dir or REPO_ROOT / "runs" / "demo" / time.strftime("%Y%m%d-%H%M%S")
     refuse_earlier_outputs([*(run_dir_of(runs_dir, run) for run in runs + bidirectional_runs),
                             runs_dir / SUMMARY, runs_dir / PLOT])  # before anything is trained
@@ -656,7 +708,8 @@ def main(argv=None) -> None:
             subprocess.run(["bash", str(REPO_ROOT / "scripts/prepare_corpus.sh"), "--destdir",
                             str(data)], cwd=REPO_ROOT, check=True)
     plan = plan_masked_lm_runs(runs, data, args.updates)
-    results = run_all(plan, bidirectional_runs, data, runs_dir, args.updates, clock)
+    bidirectional_plan = plan_group("bidirectional", bidirectional_runs, data, args.updates)
+    results = run_all(plan, bidirectional_plan, data, runs_dir, clock)
     summary: Dict[str, object] = {"masked_lm": [], "unigram": {}, "bidirectional": [],
                                   "warnings": []}
     lines: List[str] = []
@@ -682,8 +735,8 @@ def main(argv=None) -> None:
         from fairseq_ext.evaluation.bidirectional_report import format_report
 
         summary["bidirectional"] = bidirectional_rows
-        lines += ["", "generalized bidirectionality (bidir_lm_mini, equal tokens and equal "
-                  "training FLOPs: " + ", ".join(
+        lines += ["", "generalized bidirectionality (bidir_lm_mini at equal analytic training "
+                  "FLOPs; the criterion counted " + ", ".join(
                       f"{row['name']} {row['train_pflops']:.3g}" if row.get("train_pflops")
                       else f"{row['name']} -" for row in bidirectional_rows)
                   + " PFLOPs; full-document ppl, suffix ppl and infilling accuracy % at "
@@ -727,23 +780,26 @@ def new_run_dir(runs_dir: Path, run: DemoRun) -> Path:
     return run_dir
 
 
+def plan_group(name: str, runs: List[DemoRun], data: Path,
+               baseline_updates: Optional[int]) -> List[tuple]:
+    """``[(run, updates)]`` of one group at its baseline's analytic training FLOPs
+    (:func:`equal_flops_updates`; the group's first selected run is its baseline)."""
+    if not runs:
+        return []
+    budgets = equal_flops_updates(runs, data, baseline_updates)
+    print(f"== {name}, equal training FLOPs: " + ", ".join(
+        f"{run.name} {n} updates" for run, n in zip(runs, budgets)), flush=True)
+    return list(zip(runs, budgets))
+
+
 def plan_masked_lm_runs(runs: List[DemoRun], data: Path,
                         baseline_updates: Optional[int]) -> List[tuple]:
-    """``[(run, updates)]``: each group at its baseline's analytic training FLOPs
-    (:func:`equal_flops_updates`), the group's first selected run being its baseline."""
-    plan = []
-    for name in MASKED_LM_GROUPS:
-        group_runs = [run for run in runs if run.group == name]
-        if not group_runs:
-            continue
-        budgets = equal_flops_updates(group_runs, data, baseline_updates)
-        print(f"== {name}, equal training FLOPs: " + ", ".join(
-            f"{run.name} {n} updates" for run, n in zip(group_runs, budgets)), flush=True)
-        plan += list(zip(group_runs, budgets))
+    """:func:`plan_group` of each :data:`MASKED_LM_GROUPS` entry, in order."""
     unknown = sorted({run.group for run in runs} - set(MASKED_LM_GROUPS))
     if unknown:
         raise SystemExit(f"error: DEMO_RUNS names groups {unknown} that MASKED_LM_GROUPS lacks")
-    return plan
+    return [item for name in MASKED_LM_GROUPS for item in plan_group(
+        name, [run for run in runs if run.group == name], data, baseline_updates)]
 
 
 def curve_intervals(updates: int) -> tuple:
@@ -770,17 +826,18 @@ def train_and_score_masked_lm(run: DemoRun, updates: int, data: Path, run_dir: P
     return row
 
 
-def train_and_evaluate_bidirectional(run: DemoRun, updates: Optional[int], data: Path,
-                                     run_dir: Path, clock: "StageClock") -> dict:
+def train_and_evaluate_bidirectional(run: DemoRun, updates: int, data: Path, run_dir: Path,
+                                     clock: "StageClock") -> dict:
     """One bidirectional run: trained at one thread, then scored by the evaluation modes its
     variant serves (:func:`fairseq_ext.evaluation.bidirectional_report.evaluate_checkpoint`)."""
     from fairseq_ext.evaluation.bidirectional_report import evaluate_checkpoint
 
-    log_interval = None if updates is None else max(1, updates // 10)
-    print(f"== {run.name}: training ({run.recipe}, VARIANT={run.env['VARIANT']})", flush=True)
+    log_interval = max(1, updates // 10)
+    print(f"== {run.name}: training {updates} updates ({run.recipe}, "
+          f"VARIANT={run.env['VARIANT']})", flush=True)
     with clock.part(f"{run.name}: train"):
         row = {"name": run.name, **train(run, data, run_dir, updates, ["--disable-validation"],
-                                         log_interval, masked_lm=False, extra_env=ONE_THREAD,
+                                         log_interval, extra_env=ONE_THREAD,
                                          concurrent=True)}
     print(f"== {run.name}: fairseq-validate --eval-mode ...", flush=True)
     with clock.part(f"{run.name}: evaluate"):
@@ -791,14 +848,21 @@ def train_and_evaluate_bidirectional(run: DemoRun, updates: Optional[int], data:
     return row
 
 
-def run_all(plan: List[tuple], bidirectional_runs: List[DemoRun], data: Path, runs_dir: Path,
-            bidirectional_updates: Optional[int], clock: "StageClock") -> Dict[str, dict]:
-    """Every run of the demo, :data:`WORKERS` at a time at one torch thread each, in the order
-    given (the masked-LM groups first); ``{name: row}``."""
-    jobs = [functools.partial(train_and_score_masked_lm, run, updates, data,
-                              new_run_dir(runs_dir, run), clock) for run, updates in plan]
-    jobs += [functools.partial(train_and_evaluate_bidirectional, run, bidirectional_updates, data,
-                               new_run_dir(runs_dir, run), clock) for run in bidirectional_runs]
+def run_all(plan: List[tuple], bidirectional_plan: List[tuple], data: Path, runs_dir: Path,
+            clock: "StageClock") -> Dict[str, dict]:
+    """Every run of the demo, :data:`WORKERS` at a time at one torch thread each; ``{name:
+    row}``. The longest runs go first so that the two workers end close together: the first
+    masked-LM group (3ML, whose baseline and 3ML-self also run side by side, as their measured
+    speedup wants), then the bidirectional runs, then the other groups."""
+    first_group = plan[0][0].group if plan else None
+    masked = {run.name: functools.partial(train_and_score_masked_lm, run, updates, data,
+                                          new_run_dir(runs_dir, run), clock)
+              for run, updates in plan}
+    jobs = [masked[run.name] for run, _ in plan if run.group == first_group]
+    jobs += [functools.partial(train_and_evaluate_bidirectional, run, updates, data,
+                               new_run_dir(runs_dir, run), clock)
+             for run, updates in bidirectional_plan]
+    jobs += [masked[run.name] for run, _ in plan if run.group != first_group]
     workers = min(WORKERS, len(jobs))
     with clock.stage(f"training and scoring: {len(jobs)} runs, {workers} at a time",
                      concurrent=True):

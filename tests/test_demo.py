@@ -4,6 +4,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import REPO_ROOT, run_cli
@@ -103,8 +104,13 @@ def check_bidirectional_rows(summary, runs_dir, stdout, updates):
     r_values = [float(r) for r in demo.BIDIRECTIONAL_R_VALUES.split(",")]
     served = {"nxt_uni": {"full_ppl", "suffix_ppl"}, "msk_bi": {"infill_acc"},
               "hyb_pre": {"full_ppl", "suffix_ppl", "infill_acc"}}
+    # equal analytic FLOPs: NxtUni (every token predicted) takes the updates, the others as
+    # many as its budget buys at their variant's share of predicted tokens
+    budget = updates * rows[0]["analytic_pflops_per_update"]
+    assert rows[0]["name"] == "nxt_uni" and rows[0]["updates"] == updates
     for row in rows:
-        assert row["updates"] == updates and row["variant"] == row["name"]
+        assert row["updates"] == math.floor(budget / row["analytic_pflops_per_update"])
+        assert row["variant"] == row["name"]
         scored = {key for key in ("full_ppl", "suffix_ppl", "infill_acc") if key in row}
         assert scored == served[row["name"]]
         for key in scored - {"full_ppl"}:
@@ -146,3 +152,91 @@ def test_demo_never_reuses_a_run_directory(tiny_data_bin, tmp_path):
     proc = run_cli([sys.executable, REPO_ROOT / "scripts/demo.py", "--data", tiny_data_bin,
                     "--updates", "2", "--runs-dir", runs_dir], check=False)
     assert proc.returncode != 0 and "already exists" in proc.stderr
+
+
+def scores_of(mask_loss, mask_tokens, unigram_loss):
+    """SequenceScores of three sequences with the given [MASK] sums (corrupted = [MASK])."""
+    from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
+
+    arrays = [np.asarray(values, dtype=np.float64) for values in (mask_loss, mask_tokens,
+                                                                  unigram_loss)]
+    return SequenceScores(ids=np.arange(len(arrays[0])), mask_loss=arrays[0],
+                          mask_tokens=arrays[1], mask_unigram_loss=arrays[2],
+                          corrupted_loss=arrays[0], corrupted_tokens=arrays[1],
+                          corrupted_unigram_loss=arrays[2])
+
+
+def test_flops_to_reach_interpolates_between_the_scored_checkpoints():
+    from fairseq_ext.curves import CurvePoint
+
+    curve = [CurvePoint(updates=u, pflops=f, wall=0.0, valid_loss=loss, train_updates=u)
+             for u, f, loss in ((10, 1.0, 9.0), (20, 2.0, 8.0), (30, 3.0, 7.5))]
+    assert demo.flops_to_reach(curve, 8.5) == pytest.approx(1.5)  # halfway from 9 to 8
+    assert demo.flops_to_reach(curve, 7.75) == pytest.approx(2.5)
+    assert demo.flops_to_reach(curve, 9.5) == pytest.approx(1.0)  # already there at the first
+    assert demo.flops_to_reach(curve, 7.0) is None  # never within the budget
+
+
+def test_group_rows_unigram_first_paired_differences_and_the_warning_path():
+    """Losses in nats per sequence: three sequences, [MASK] tokens 2, 3, 1 (6 in all)."""
+    ln2 = math.log(2)
+    tokens = [2.0, 3.0, 1.0]
+    unigram = [20.0, 30.0, 10.0]                       # 10 nats a token
+    baseline = scores_of([12.0, 21.0, 5.0], tokens, unigram)   # 38 / 6 nats
+    better = scores_of([10.0, 18.0, 5.0], tokens, unigram)     # 33 / 6
+    flat = scores_of([19.5, 29.5, 10.0], tokens, unigram)      # 59 / 6: near the unigram
+    curve = []
+    runs = [{"name": name, "sec_per_update": seconds, "analytic_pflops_per_update": flops,
+             "scores": {5: scores}, "curve": curve}
+            for name, seconds, flops, scores in (("base", 0.2, 2.0, baseline),
+                                                 ("better", 0.1, 1.0, better),
+                                                 ("flat", 0.4, 4.0, flat))]
+    rows = demo.masked_lm_rows(runs)
+    assert [row["name"] for row in rows] == ["unigram (train counts)", "base", "better", "flat"]
+    assert rows[0]["mask_loss"] == pytest.approx(10.0 / ln2)
+    assert rows[1]["mask_loss"] == pytest.approx(38.0 / 6 / ln2)
+    assert rows[1]["below_unigram"] == pytest.approx((60.0 - 38.0) / 6 / ln2)
+    # paired over sequences: per-sequence residuals of better - base about the ratio
+    assert rows[2]["vs_baseline"] == pytest.approx((33.0 - 38.0) / 6 / ln2)
+    residuals = [(b - 33.0 / 6 * n) / 6 - (a - 38.0 / 6 * n) / 6
+                 for a, b, n in zip([12.0, 21.0, 5.0], [10.0, 18.0, 5.0], tokens)]
+    se = math.sqrt(3 / 2 * sum(r * r for r in residuals)) / ln2
+    assert rows[2]["vs_baseline_se"] == pytest.approx(se)
+    assert rows[2]["vs_baseline_resolved"] == (abs(rows[2]["vs_baseline"]) > 2 * se)
+    assert rows[1]["speedup"] == 1.0 and rows[2]["speedup"] == pytest.approx(2.0)
+    assert rows[3]["analytic_speedup"] == pytest.approx(0.5)
+    assert "vs_baseline" not in rows[1]
+    warnings = demo.masked_lm_warnings(rows)
+    assert len(warnings) == 1 and warnings[0].startswith("warning: flat's [MASK] loss is +0.240")
+    table = demo.format_group_table(rows)
+    assert "| unigram (train counts)" in table.splitlines()[3]  # the first row
+    assert "baseline" in table and "2.00x" in table
+
+
+def test_infilling_baseline_always_guesses_the_commonest_piece_paired(tmp_path):
+    from fairseq_ext.evaluation.bidirectional_report import constant_guess_baseline
+    from fairseq_ext.evaluation.eval_scores import FORMAT, VERSION
+
+    rows = [  # (position, target, model correct)
+        (1, 7, 1), (2, 7, 0), (3, 9, 1), (4, 5, 0), (5, 7, 1), (6, 3, 0)]
+    lines = [json.dumps({"format": FORMAT, "version": VERSION, "settings": {}})] + [
+        json.dumps({"split": "valid", "document": 0, "position": p, "r": "r1", "tokens": 1,
+                    "loss": 1.0, "correct": c, "target": t}) for p, t, c in rows]
+    path = tmp_path / "msk_bi.infill.scores.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    baseline, difference, note = constant_guess_baseline({"scores": {"infill": str(path)}},
+                                                         "r1", piece=7)
+    assert note == "" and baseline.value == pytest.approx(50.0)  # 3 of 6 targets are 7
+    # model 3/6 correct; paired differences c - g: 0, -1, 1, 0, 0, 0
+    assert difference.value == pytest.approx(0.0)
+    d = np.array([0, -1, 1, 0, 0, 0], dtype=float)
+    assert difference.standard_error == pytest.approx(100 * d.std(ddof=1) / math.sqrt(6))
+    warnings = demo.bidirectional_warnings({"piece": ".", "rows": {"msk_bi": {
+        "1.0": {"baseline": 50.0, "baseline_se": 1.0, "difference": 0.0,
+                "difference_se": difference.standard_error, "resolved": False}}}})
+    assert len(warnings) == 1 and "not resolved above it" in warnings[0]
+    old = tmp_path / "old.jsonl"  # a file written before targets were kept
+    old.write_text("\n".join(line.replace(', "target": 7', "").replace(', "target": 9', "")
+                             .replace(', "target": 5', "").replace(', "target": 3', "")
+                             for line in lines) + "\n")
+    assert constant_guess_baseline({"scores": {"infill": str(old)}}, "r1", 7)[0] is None

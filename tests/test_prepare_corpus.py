@@ -5,6 +5,7 @@ real ``fairseq-preprocess`` runs in every full build. Nothing is downloaded unle
 ``FAIRSEQ_EXT_NETWORK_TESTS=1`` (then one test fetches Debian's python3.11-doc).
 """
 
+import collections
 import json
 import os
 import random
@@ -190,7 +191,17 @@ def test_dictionary_is_the_spm_vocabulary(directory_build):
     assert [piece for piece, _count in entries] == [
         p for p in pieces if p not in ("<unk>", "<s>", "</s>")
     ]
-    assert {count for _piece, count in entries} == {"1"}
+    # each piece's count is its number of occurrences in the training split, as
+    # fairseq-preprocess writes a dictionary it builds: counted here from the binarized split
+    from fairseq.data import Dictionary, data_utils
+
+    dictionary = Dictionary.load(str(destdir / "dict.txt"))
+    train = data_utils.load_indexed_dataset(str(destdir / "train"), dictionary)
+    occurrences = collections.Counter(int(t) for i in range(len(train)) for t in train[i])
+    assert [int(count) for _piece, count in entries] == [
+        occurrences[dictionary.index(piece)] for piece, _count in entries]
+    assert sum(int(count) for _piece, count in entries) == json.loads(
+        (destdir / "manifest.json").read_text())["summary"]["tokens"]["train"]
     assert "<mask>" not in (destdir / "dict.txt").read_text()
 
 

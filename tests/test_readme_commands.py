@@ -227,7 +227,7 @@ def check_demo(work: Work, run: Run) -> None:
     assert all(row["updates"] == DEMO_UPDATES for row in summary["bidirectional"])
     assert rows[0]["updates"] == DEMO_UPDATES
     for row in rows:
-        assert math.isfinite(row["valid_loss"]) and row["updates"] >= 1
+        assert math.isfinite(row["mask_loss"]) and row["updates"] >= 1
         run_dir = runs_dir / row["name"].replace("%", "pct")
         assert updates_of(run_dir / "checkpoints" / "checkpoint_last.pt") == row["updates"]
     assert (runs_dir / "curves.png").read_bytes()[:8] == PNG_MAGIC

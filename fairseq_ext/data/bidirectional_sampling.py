@@ -472,6 +472,21 @@ class ObjectiveSampler:
         self._check_hidden(objective)
         return objective
 
+    def expected_predicted_share(self, lengths, rng: np.random.Generator) -> float:
+        """The share of a corpus's tokens that get a loss, ``sum_d n_predict(d) / sum_d n_d``,
+        one draw of the knobs per document of ``lengths`` (documents of 0 tokens skipped):
+        the share of the tokens the output projection runs on, which sets a variant's training
+        FLOPs per token (NxtUni 1; MskBi about ``(1 - plain_lm_prob) * mask_prob``)."""
+        predicted = total = 0
+        for n in lengths:
+            if int(n) < 1:
+                continue
+            predicted += self.draw(int(n), rng).n_predict
+            total += int(n)
+        if total == 0:
+            raise ValueError("no document of at least one token to draw the objective on")
+        return predicted / total
+
     def trained_capabilities(self, n: int = 64) -> FrozenSet[str]:
         """What documents of ``n`` tokens train: ``"mask"`` (masked-token targets), ``"next"``
         (next-token targets) and ``"bidir"`` (a bidirectional prefix), from the knobs' ranges.
