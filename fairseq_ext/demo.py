@@ -207,7 +207,7 @@ class Progress:
 
 
 def recipe_env(run: DemoRun, data: Path, **extra: str) -> dict:
-    env = dict(os.environ, DATA=str(data), **run.env, **extra)
+    env = {**os.environ, "DATA": str(data), **run.env, **extra}  # extra wins over run.env
     env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
     return env
 
