@@ -138,6 +138,17 @@ BIDIRECTIONAL_INFILL_POSITIONS = 4
 SUMMARY, PLOT = "summary.json", "curves.png"
 
 
+_OUTPUT = threading.Lock()
+
+
+def say(line: str) -> None:
+    """Print one whole line: runs print from two threads at once, and ``print`` may interleave
+    its text and newline with another thread's."""
+    with _OUTPUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 def seconds_per_update(train_inner: List[dict]) -> float:
     """Mean seconds per update from fairseq's per-interval ``ups`` (updates per second).
 
@@ -197,9 +208,9 @@ class Progress:
         if self.interactive:
             filled = int(30 * done / max(self.total, 1))
             sys.stdout.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}")
+            sys.stdout.flush()
         else:
-            sys.stdout.write(text + "\n")
-        sys.stdout.flush()
+            say(text)
 
     def close(self) -> None:
         if self.interactive:
@@ -248,8 +259,13 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int],
         env["TOTAL_UPDATES"] = str(updates)
     if log_interval is not None:
         env["LOG_INTERVAL"] = str(log_interval)
+    # --data-buffer-size 0: no background thread prefetching batches. Without a validation at
+    # the end, fairseq-train exits right after its last update, and a prefetch thread caught
+    # inside torch at interpreter shutdown aborts the process ("terminate called without an
+    # active exception", exit 134) now and then.
     cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar",
-           "--no-epoch-checkpoints", "--skip-invalid-size-inputs-valid-test", *extra_args]
+           "--no-epoch-checkpoints", "--skip-invalid-size-inputs-valid-test",
+           "--data-buffer-size", "0", *extra_args]
     progress = Progress(run.name, interactive=not concurrent)
     records: List[dict] = []
     final_updates = 0  # from every record, the epoch summaries' `train_num_updates` included
@@ -654,7 +670,7 @@ class StageClock:
         seconds = time.time() - start
         with self._lock:
             self.stages.append((name, seconds, self._depth))
-        print(f"== {name}: {seconds:.0f} s", flush=True)
+        say(f"== {name}: {seconds:.0f} s")
 
     def summary(self) -> str:
         lines = [f"  {'  ' * depth}{name:<{40 - 2 * depth}} {seconds:6.0f} s"
@@ -814,11 +830,11 @@ def train_and_score_masked_lm(run: DemoRun, updates: int, data: Path, run_dir: P
     """One masked-LM run: trained at one thread with its curve's checkpoints, then every
     checkpoint scored (:func:`score_run`)."""
     save_every, log_every = curve_intervals(updates)
-    print(f"== {run.name}: training {updates} updates ({run.recipe})", flush=True)
+    say(f"== {run.name}: training {updates} updates ({run.recipe})")
     with clock.part(f"{run.name}: train"):
         row = {"name": run.name, "group": run.group, **train(
             run, data, run_dir, updates, ["--disable-validation", "--save-interval-updates",
-                                          str(save_every)],
+                                          str(save_every), "--keep-interval-updates", "-1"],
             log_every, extra_env=ONE_THREAD, concurrent=True)}
     with clock.part(f"{run.name}: score"):
         row["scores"] = score_run(data, run_dir, row["updates"])
@@ -833,13 +849,12 @@ def train_and_evaluate_bidirectional(run: DemoRun, updates: int, data: Path, run
     from fairseq_ext.evaluation.bidirectional_report import evaluate_checkpoint
 
     log_interval = max(1, updates // 10)
-    print(f"== {run.name}: training {updates} updates ({run.recipe}, "
-          f"VARIANT={run.env['VARIANT']})", flush=True)
+    say(f"== {run.name}: training {updates} updates ({run.recipe}, VARIANT={run.env['VARIANT']})")
     with clock.part(f"{run.name}: train"):
         row = {"name": run.name, **train(run, data, run_dir, updates, ["--disable-validation"],
                                          log_interval, extra_env=ONE_THREAD,
                                          concurrent=True)}
-    print(f"== {run.name}: fairseq-validate --eval-mode ...", flush=True)
+    say(f"== {run.name}: fairseq-validate --eval-mode ...")
     with clock.part(f"{run.name}: evaluate"):
         row.update(evaluate_checkpoint(data, run_dir / "checkpoints" / "checkpoint_last.pt",
                                        BIDIRECTIONAL_R_VALUES, cpu=True, log_dir=run_dir,

@@ -873,3 +873,25 @@ def test_on_a_preprocessed_data_bin(tiny_data_bin):
             assert (src[span], pos[span], tgt[span]) == \
                 figure_3_reference(doc, masked, objective.n_predict, task.mask_idx)
             start += len(doc)
+
+
+def test_expected_predicted_share_by_hand():
+    """The share of tokens that get a loss, which sets a variant's training FLOPs per token:
+    NxtUni predicts every token; MskBi its masks (none on plain-LM documents); HybPre with a
+    fixed prefix the rest of the document; drawn once per document."""
+    rng = np.random.default_rng(0)
+    lengths = [10, 20, 30, 0]  # a 0-token document counts for nothing
+    assert ObjectiveSampler.from_flags("nxt_uni").expected_predicted_share(lengths, rng) == 1.0
+    every = ObjectiveSampler.from_flags("msk_bi", mask_prob=1.0, plain_lm_prob=0.0)
+    assert every.expected_predicted_share(lengths, rng) == 1.0
+    none = ObjectiveSampler.from_flags("msk_bi", plain_lm_prob=1.0)  # plain LM: nothing to predict
+    assert none.expected_predicted_share(lengths, rng) == 0.0
+    # hyb_pre with n_mask 2 and n_bidir 4 on every document: max(n - 4, 2) of n
+    fixed = ObjectiveSampler.from_flags("hyb_pre", n_mask="2", n_bidir="4", plain_lm_prob=0.0)
+    assert fixed.expected_predicted_share(lengths, rng) == pytest.approx((6 + 16 + 26) / 60)
+    # binomial masks: the share converges on mask_prob x (1 - plain_lm_prob)
+    msk_bi = ObjectiveSampler.from_flags("msk_bi", mask_prob=0.15, plain_lm_prob=0.1)
+    share = msk_bi.expected_predicted_share([40] * 4000, rng)
+    assert share == pytest.approx(0.15 * 0.9, abs=0.005)
+    with pytest.raises(ValueError, match="no document"):
+        msk_bi.expected_predicted_share([0, 0], rng)
