@@ -317,6 +317,17 @@ def check_eval_mode(run: Run, mode: str, r_values: List[str]) -> None:
     assert all(f"| {name} " in summary for name in expected), summary
 
 
+def check_masked_lm_scores(run: Run) -> None:
+    """One line per checkpoint: its [MASK] loss, the training unigram's on the same positions
+    and the paired gap, each ± its standard error, and the gap is the difference of the two."""
+    match = re.search(r"\[MASK\] (\S+) ± (\S+) bits; unigram (\S+) ± (\S+); below it "
+                      r"(\S+) ± (\S+) \((\d+) sequences, (\d+) \[MASK\]\)", run.output)
+    assert match, run.output[-2000:]
+    loss, _, unigram, _, below, error = (float(v) for v in match.groups()[:6])
+    assert below == pytest.approx(unigram - loss, abs=2e-3) and error > 0
+    assert int(match.group(7)) > 0 and int(match.group(8)) > 0
+
+
 def check_evaluate_table(run: Run) -> None:
     assert "| full ppl |" in run.stdout and "infill acc R=1" in run.stdout
     row = next(line for line in run.stdout.splitlines() if line.startswith("| hyb_pre"))
@@ -581,9 +592,11 @@ COMMANDS: Dict[str, Entry] = {
     "recipes/bidirectional/pretrain.sh":
         Entry(DRY_RUN, check_bidirectional_pretrain_dry_run, dry_run(),
               "bidir_lm_355m for 190K updates on 8 GPUs"),
-    "DATA=data-bin/python-docs-spm8000 ARCH=swishrnn_bert_mini TOTAL_UPDATES=600 "
-    "SAVE_DIR=checkpoints/swishrnn_mini recipes/swishrnn/demo.sh --validate-interval-updates 150":
+    "DATA=data-bin/python-docs-spm8000 SAVE_DIR=checkpoints/swishrnn_mini recipes/swishrnn/demo.sh":
         two_more_updates("checkpoints/swishrnn_mini", recipe_overrides),
+    "python -m fairseq_ext.evaluation.masked_lm_scores data-bin/python-docs-spm8000 "
+    "checkpoints/swishrnn_mini/checkpoint_last.pt":
+        Entry(AS_WRITTEN, lambda work, run: check_masked_lm_scores(run)),
     "DATA=data-bin/python-docs-spm8000 TOTAL_UPDATES=$(python -m fairseq_ext.flops --arch 3ml_self_base "
     "--mask-prob 0.4 --budget-of roberta_base:125000 | awk '/^updates:/ {print $2}') "
     "recipes/3ml/pretrain_longer.sh":
