@@ -535,14 +535,15 @@ def group_report(group: MaskedLmGroup, rows: List[dict]) -> List[str]:
              f"* resolved (> {RESOLVED_AT:g} SE).",
              f"claim: {group.claim}."]
     target = baseline["mask_loss"]
+    budget = baseline["pflops_to_baseline_loss"]  # None only for a log without FLOPs records
     reach = []
     for row in rows[1:]:
         pflops = row["pflops_to_baseline_loss"]
         if pflops is None:
             reach.append(f"{row['name']} not within its budget")
         else:
-            ratio = pflops / baseline["pflops_to_baseline_loss"]
-            reach.append(f"{row['name']} {pflops:.3g} ({ratio:.2f}x)")
+            ratio = f" ({pflops / budget:.2f}x)" if budget else ""
+            reach.append(f"{row['name']} {pflops:.3g}{ratio}")
     lines.append(f"  training PFLOPs to reach {baseline['name']}'s final [MASK] loss "
                  f"({target:.3f} bits), from the scored checkpoints: " + ", ".join(reach))
     return lines
