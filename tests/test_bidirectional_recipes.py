@@ -70,8 +70,9 @@ def test_pretrain_refuses_an_unknown_size_and_an_uneven_batch():
 def test_demo_is_a_cpu_sized_pretrain():
     _, flags = dry_run(DEMO)
     assert flags["--arch"] == "bidir_lm_mini" and flags["--variant"] == "hyb_pre"
-    assert flags["--cpu"] is True and flags["--max-update"] == "300"
-    assert flags["--tokens-per-sample"] == "128" and flags["--update-freq"] == "1"
+    assert flags["--cpu"] is True and flags["--max-update"] == "600"
+    assert flags["--tokens-per-sample"] == "64" and flags["--update-freq"] == "1"
+    assert flags["--document-format"] == "lines"  # one line of text per document (README)
 
 
 #: Each environment variable of pretrain.sh and the flag it sets.
@@ -86,7 +87,7 @@ ENV_TO_FLAG = {
     "ATTENTION_DROPOUT": "--attention-dropout", "CRITERION": "--criterion",
     "OPTIMIZER": "--optimizer", "SEED": "--seed", "LOG_INTERVAL": "--log-interval",
     "SAVE_INTERVAL_UPDATES": "--save-interval-updates", "NUM_WORKERS": "--num-workers",
-    "SAVE_DIR": "--save-dir",
+    "SAVE_DIR": "--save-dir", "DATA_BUFFER_SIZE": "--data-buffer-size",
 }
 
 
@@ -143,6 +144,9 @@ def test_yaml_twin_holds_the_shell_recipes_values(recipe, config):
         except ValueError:
             assert str(shell).replace(" ", "") == str(yaml).replace(" ", ""), (flag, key)
     assert flags.get("--cpu", False) is bool(OmegaConf.select(cfg, "common.cpu"))
+    # the demo's prefetch setting (the paper recipe leaves fairseq's default to both forms)
+    buffer = OmegaConf.select(cfg, "dataset.data_buffer_size")
+    assert flags.get("--data-buffer-size") == (None if buffer is None else str(buffer))
     for switch, key in (("--no-epoch-checkpoints", "checkpoint.no_epoch_checkpoints"),
                         ("--skip-invalid-size-inputs-valid-test",
                          "dataset.skip_invalid_size_inputs_valid_test")):

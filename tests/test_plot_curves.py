@@ -253,7 +253,7 @@ def test_plots_a_recipe_run_from_its_save_dir(tiny_data_bin, tmp_path, capsys):
     (save_dir / "train.log").write_text("an earlier run's log line\n")
     env = dict(TINY_SHELL_ENV, DATA=str(tiny_data_bin), SAVE_DIR=str(save_dir),
                BATCH_SIZE="32", MAX_SENTENCES="32", TOTAL_UPDATES="32", LOG_INTERVAL="5",
-               OMP_NUM_THREADS="1")
+               SAMPLE_BREAK_MODE="complete", OMP_NUM_THREADS="1")  # packed: two epochs
     run_cli([REPO_ROOT / "recipes/roberta/demo.sh", "--no-progress-bar"], env=env)
 
     text = (save_dir / "train.log").read_text()

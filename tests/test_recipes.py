@@ -82,6 +82,7 @@ SHELL_TO_YAML = {
     "RAB_MAX_DISTANCE": ["model.rab_max_distance"],
     "SWISHRNN_STEP_SIZES": ["model.swishrnn_step_sizes"],
     "NORMALIZATION": ["model.normalization"],
+    "DATA_BUFFER_SIZE": ["dataset.data_buffer_size"],
 }
 
 # fairseq-train flag -> the same setting in the hydra YAML (flags without a value: True).
@@ -109,6 +110,7 @@ FLAG_TO_YAML = {
     "--rab-num-buckets": "model.rab_num_buckets", "--rab-max-distance": "model.rab_max_distance",
     "--swishrnn-step-sizes": "model.swishrnn_step_sizes",
     "--normalization": "model.normalization",
+    "--data-buffer-size": "dataset.data_buffer_size",
     "--encoder-normalize-before": "model.encoder_normalize_before",
     "--log-format": "common.log_format", "--log-file": "common.log_file",
 }
@@ -561,7 +563,7 @@ def test_hydra_yaml_takes_plain_model_overrides_from_any_directory(paper, tiny_d
         assert encoder_layers == {0} and layer_indices(state, "mask_decoder.layers.") == {0, 1, 2}
         # the decoder FFN follows the overridden dim (4 x 16): the null keys took the arch's rule
         assert state["mask_decoder.layers.0.fc1.weight"].shape == (64, 16)
-        assert cfg["model"]["normalization"] == "post-ln"
+        assert cfg["model"]["normalization"] == "pre-ln"  # the demo's (the arch's is post-LN)
     else:
         assert cfg["model"]["rab_shared_across_layers"] is True
         assert encoder_layers == {0, 1, 2}

@@ -125,6 +125,11 @@ add_pretraining_flags() {
     --keep-interval-updates 1 --no-epoch-checkpoints
   )
   add_log_flags _pretraining_cmd
+  # DATA_BUFFER_SIZE (empty: fairseq's default of 10 batches prefetched by a background thread);
+  # the CPU demo recipes set 0 (README, "Demo settings")
+  if [[ -n "${DATA_BUFFER_SIZE:-}" ]]; then
+    _pretraining_cmd+=(--data-buffer-size "${DATA_BUFFER_SIZE}")
+  fi
   if [[ "${CPU}" == 1 ]]; then _pretraining_cmd+=(--cpu); fi
   add_precision_flag _pretraining_cmd
   add_zero_sharding_flags _pretraining_cmd
