@@ -749,9 +749,11 @@ def main(argv=None) -> None:
             lines.append(f"[MASK] loss against train FLOPs, wall time and tokens: {plot}")
     bidirectional_rows = [results[run.name] for run in bidirectional_runs]
     if bidirectional_rows:
-        from fairseq_ext.evaluation.bidirectional_report import format_report
+        from fairseq_ext.evaluation.bidirectional_report import all_differences, format_report
 
         summary["bidirectional"] = bidirectional_rows
+        summary["bidirectional_differences"] = all_differences(
+            bidirectional_rows, BIDIRECTIONAL_R_VALUES, [row["name"] for row in bidirectional_rows])
         lines += ["", "generalized bidirectionality (bidir_lm_mini at equal analytic training "
                   "FLOPs; the criterion counted " + ", ".join(
                       f"{row['name']} {row['train_pflops']:.3g}" if row.get("train_pflops")

@@ -142,6 +142,10 @@ def check_bidirectional_rows(summary, runs_dir, stdout, updates):
             accuracy = row["infill_acc"][r] if r in row["infill_acc"] else row["infill_acc"][float(r)]
             assert figures["difference"] == pytest.approx(accuracy - figures["baseline"], abs=0.01)
     assert "infilling baseline: always guess" in stdout
+    # the paired differences of the second table: every pair in every column both serve
+    pairs = {(d["column"], d["a"], d["b"]) for d in summary["bidirectional_differences"]}
+    assert ("infill acc R=1", "msk_bi", "hyb_pre") in pairs
+    assert ("full ppl", "nxt_uni", "hyb_pre") in pairs
     stages = stdout[stdout.index("time per stage:"):]
     runs = len(demo.DEMO_RUNS) + len(demo.BIDIRECTIONAL_RUNS)
     assert f"training and scoring: {runs} runs, {demo.WORKERS} at a time" in stages
