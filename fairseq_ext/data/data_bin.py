@@ -172,3 +172,11 @@ def check_splits(data: str, split: str, validation: bool = False, combine: bool 
                 os.path.join(data, f"{split}{k}"))):
             return
         check_split(data, f"{split}{k}", validation=validation)
+
+
+def special_ids(dictionary) -> list:
+    """Ids of a fairseq dictionary that are not text: fairseq's specials (``<s>``, ``<pad>``,
+    ``</s>``, ``<unk>``), ``<mask>`` and the ``madeupword`` padding symbols fairseq-preprocess
+    adds. Infilling never masks nor predicts them; the commonest-piece baseline skips them."""
+    return [index for index, symbol in enumerate(dictionary.symbols)
+            if index < dictionary.nspecial or symbol == "<mask>" or symbol.startswith("madeupword")]

@@ -42,6 +42,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from fairseq_ext.data.data_bin import special_ids
 from fairseq_ext.evaluation.uncertainty import Estimate, mean_loss, paired_mean_loss_difference
 from fairseq_ext.output_files import OutputError, error_line, write_text
 
@@ -84,11 +85,13 @@ class Unigram:
 
 
 def split_token_counts(dataset, vocabulary_size: int) -> np.ndarray:
-    """Occurrences of each id in a fairseq indexed dataset (one tensor per line)."""
-    counts = np.zeros(vocabulary_size, dtype=np.int64)
-    for index in range(len(dataset)):
-        counts += np.bincount(np.asarray(dataset[index], dtype=np.int64), minlength=vocabulary_size)
-    return counts
+    """Occurrences of each id in a fairseq indexed dataset (one tensor per line), counted in one
+    pass over all its tokens."""
+    if len(dataset) == 0:
+        return np.zeros(vocabulary_size, dtype=np.int64)
+    tokens = np.concatenate([np.asarray(dataset[index], dtype=np.int64)
+                             for index in range(len(dataset))])
+    return np.bincount(tokens, minlength=vocabulary_size)
 
 
 def train_unigram(task, split: str = "train") -> Unigram:
@@ -106,10 +109,8 @@ def train_unigram(task, split: str = "train") -> Unigram:
                                pad=dictionary.pad(), eos=dictionary.eos(),
                                break_mode=task.cfg.sample_break_mode)
     counts[dictionary.bos()] += len(blocks)
-    mask = dictionary.index("<mask>")
-    specials = [i for i, symbol in enumerate(dictionary.symbols)
-                if i < dictionary.nspecial or symbol == "<mask>" or symbol.startswith("madeupword")]
-    return Unigram.from_counts(counts, never_targets=[dictionary.pad(), mask], specials=specials)
+    return Unigram.from_counts(counts, never_targets=[dictionary.pad(), dictionary.index("<mask>")],
+                               specials=special_ids(dictionary))
 
 
 def commonest_piece(data) -> tuple:
@@ -122,10 +123,7 @@ def commonest_piece(data) -> tuple:
     if dataset is None:
         raise FileNotFoundError(f"no train split in {data}")
     counts = split_token_counts(dataset, len(dictionary))
-    counts[: dictionary.nspecial] = -1
-    for index, symbol in enumerate(dictionary.symbols):
-        if symbol == "<mask>" or symbol.startswith("madeupword"):
-            counts[index] = -1
+    counts[special_ids(dictionary)] = -1
     piece = int(np.argmax(counts))
     return piece, dictionary[piece]
 

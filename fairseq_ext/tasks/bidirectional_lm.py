@@ -48,7 +48,7 @@ from fairseq_ext.data.bidirectional_eval_dataset import (
 )
 from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset
 from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
-from fairseq_ext.data.data_bin import DataBinError, check_data_bin, check_splits
+from fairseq_ext.data.data_bin import DataBinError, check_data_bin, check_splits, special_ids
 from fairseq_ext.data.documents import (
     BLANK_LINE_SEPARATED,
     DOCUMENT_FORMATS,
@@ -280,9 +280,7 @@ class BidirectionalLMTask(FairseqTask):
     def special_token_ids(self):
         """Ids infilling never masks nor predicts: the dictionary's specials, ``<mask>`` and
         the ``madeupword`` padding symbols fairseq-preprocess adds."""
-        return [index for index, symbol in enumerate(self.dictionary.symbols)
-                if index < self.dictionary.nspecial or symbol == MASK_SYMBOL
-                or symbol.startswith("madeupword")]
+        return special_ids(self.dictionary)
 
     def eval_settings(self) -> dict:
         """What decides which rows an evaluation scores (``--eval-scores-out``'s header): two
