@@ -338,8 +338,9 @@ def hand_made_sample(task, masks_per_row):
 
 
 def flops_from_shapes(arch, spec, sample, task):
-    """3 x forward x batch from the batch itself: the encoder on the longest row of kept
-    (non-pad, non-[MASK]) tokens, the decoder on L (self) or the most [MASK]s of a row (cross)."""
+    """3 x forward x batch from the batch itself: the encoder on the mean kept (non-pad,
+    non-[MASK]) tokens per row (its linear layers see no padding), the decoder on L (self) or
+    the most [MASK]s of a row (cross)."""
     src, target = sample["net_input"]["src_tokens"], sample["target"]
     pad, mask = task.source_dictionary.pad(), task.mask_idx
     batch, length = src.shape
@@ -350,7 +351,7 @@ def flops_from_shapes(arch, spec, sample, task):
     if spec.family == "roberta":
         encoder_length, decoder_length = length, 0
     else:
-        encoder_length = int((src.ne(pad) & ~is_mask).sum(1).max())
+        encoder_length = int((src.ne(pad) & ~is_mask).sum()) / batch
         decoder_length = length if spec.family == "3ml_self" else int(is_mask.sum(1).max())
     vocab = len(task.source_dictionary)
     return 3 * batch * flops.forward_flops(spec, encoder_length, decoder_length, n_mask / batch,
@@ -375,13 +376,13 @@ def test_criterion_flops_come_from_the_batch_shapes(arch):
         assert results["many"][0] > results["few"][0]
     else:
         # rows keep 11, 7, 11 tokens, then 8, 3, 7: the encoder runs on fewer tokens
-        assert (results["few"][1], results["many"][1]) == (11, 8)
+        assert (results["few"][1], results["many"][1]) == (29 / 3, 6)
         assert results["many"][0] < results["few"][0]
 
 
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
-def test_criterion_uses_the_models_encoder_padded_length(arch, monkeypatch):
-    """The model's ``extra['encoder_padded_length']`` is the length counted (not the input's)."""
+def test_criterion_uses_the_models_encoder_length(arch, monkeypatch):
+    """The model's ``extra['encoder_length']`` is the length counted (not the input's)."""
     task = MaskedLmTaskStub(60, mask_prob=0.4)
     model = build_model(arch, task).train()
     criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
@@ -391,13 +392,13 @@ def test_criterion_uses_the_models_encoder_padded_length(arch, monkeypatch):
 
     def longer(*args, **kwargs):
         logits, extra = real(*args, **kwargs)
-        return logits, dict(extra, encoder_padded_length=extra["encoder_padded_length"] + 5)
+        return logits, dict(extra, encoder_length=extra["encoder_length"] + 5)
 
     monkeypatch.setattr(model, "masked_lm_logits", longer)
     _, _, longer_log = criterion(model, sample)
     spec = criterion.training_flops.model_spec(model)
     dim, ffn = spec.encoder.dim, spec.encoder.ffn_dim
-    kept = 11  # rows keep 9, 7, 11 tokens
+    kept = 9  # rows keep 9, 7, 11 tokens: 9 per row
     per_sequence_growth = (
         spec.encoder.layers * (flops.transformer_block_flops(kept + 5, dim, ffn)
                                - flops.transformer_block_flops(kept, dim, ffn))

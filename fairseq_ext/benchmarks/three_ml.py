@@ -17,8 +17,18 @@ each model at the same batch size and sequence length, and reports
 * Timing rounds are interleaved (A, B, C, A, B, C, ...) so that drift on a shared machine hits
   every model alike; each update is timed with a wall clock, with ``torch.cuda.synchronize()``
   on CUDA, and the median of the rounds after ``--warmup`` is reported.
-* The encoder's effective length (mean kept tokens per sequence, and the padded width it really
-  runs on) is reported next to the speedup: it is where 3ML's gain comes from.
+* The encoder's effective length (mean kept tokens per sequence, and the padded width its
+  attention runs on) is reported next to the speedup: it is where 3ML's gain comes from.
+  ``--padded-encoder`` also times each 3ML model with its encoder on that padded grid (every
+  row padded to the longest kept row, fairseq's own layers) instead of the packed tokens.
+* **Guard**: each 3ML row's measured/analytic ratio is checked against ``--guard`` (0.95) and
+  the verdict printed under the table, with the roofline: the machine's own matmul rate
+  (a GEMM of the encoder's FFN shape, timed here) and the share of it each update achieves.
+* **Outside matmuls**: after timing, ``--share-updates`` updates of each case are profiled and
+  the share of the update spent outside the matmul kernels (``mm``/``addmm``/``bmm`` and the
+  attention kernel: encoder, decoder and head matmuls) is printed beside the speedup. That is
+  the bookkeeping a FLOP count does not see: softmax and loss, LayerNorm, GELU, dropout, the
+  optimizer, 3ML's packing.
 
 ``--profile`` instead profiles a few updates of each model (torch.profiler) and reports the
 share of the update spent in 3ML's packing/scatter bookkeeping: the ops called directly from
@@ -37,6 +47,10 @@ Examples::
     .venv/bin/python scripts/bench_3ml.py --size base --seq-len 512 --batch-size 32 \\
         --device cuda --dtype bf16 --mask-rates 0.15,0.4,0.5 --json bench-base-512.json
     .venv/bin/python scripts/bench_3ml.py --size small --profile --profile-rate 0.5
+    # the issue-31 shape: 6 layers of 512, 256 tokens, batch 8, the demo's 8000 pieces
+    .venv/bin/python scripts/bench_3ml.py --size base --encoder-layers 6 --encoder-embed-dim 512 \
+        --seq-len 256 --batch-size 8 --vocab-size 8000 --dropout 0 --threads 2 \
+        --mask-rates 0.4,0.5 --roberta-rates 0.15 --models roberta,3ml-self --padded-encoder
 """
 import argparse
 import dataclasses
@@ -101,10 +115,33 @@ def build_task(vocab_size: int, seq_len: int, seed: int) -> MaskedLMTask:
     return task
 
 
-def build_model(arch: str, task: MaskedLMTask, seq_len: int, seed: int) -> torch.nn.Module:
-    """The model as ``fairseq-train --arch ARCH --tokens-per-sample SEQ_LEN`` builds it."""
+def arch_overrides(encoder_layers: Optional[int] = None, encoder_embed_dim: Optional[int] = None,
+                   dropout: Optional[float] = None) -> Dict[str, object]:
+    """Flags over the size's arch: the encoder's depth and width (FFN 4x, heads of 64; the 3ML
+    decoder follows from the width as its arch says) and the dropout (hidden and attention)."""
+    overrides: Dict[str, object] = {}
+    if encoder_layers is not None:
+        overrides["encoder_layers"] = encoder_layers
+    if encoder_embed_dim is not None:
+        overrides.update(encoder_embed_dim=encoder_embed_dim,
+                         encoder_ffn_embed_dim=4 * encoder_embed_dim,
+                         encoder_attention_heads=max(1, encoder_embed_dim // 64))
+    if dropout is not None:
+        overrides.update(dropout=dropout, attention_dropout=dropout)
+    return overrides
+
+
+def build_model(arch: str, task: MaskedLMTask, seq_len: int, seed: int,
+                overrides: Optional[Dict[str, object]] = None,
+                padded_encoder: bool = False) -> torch.nn.Module:
+    """The model as ``fairseq-train --arch ARCH --tokens-per-sample SEQ_LEN`` builds it, with
+    ``overrides`` as further flags; ``padded_encoder`` runs a 3ML encoder on the padded grid
+    (fairseq's own layers) instead of the packed tokens."""
     torch.manual_seed(seed)
-    return build_arch(arch, task, seq_len)
+    model = build_arch(arch, task, seq_len, **(overrides or {}))
+    if padded_encoder:
+        model.encoder.runs_packed = False
+    return model
 
 
 def corrupted_batches(task: MaskedLMTask, mask_rate: float, seq_len: int, batch_size: int,
@@ -206,6 +243,11 @@ class UpdateRunner:
 class Case:
     model: str  # one of MODELS
     mask_rate: float
+    padded: bool = False  # a 3ML encoder on the padded grid (--padded-encoder)
+
+    @property
+    def runner_key(self):
+        return self.model, self.padded
 
 
 @dataclasses.dataclass
@@ -220,10 +262,21 @@ class Result:
     ms_p75: float
     lengths: Lengths
     times_ms: List[float]
+    overrides: Dict[str, object] = dataclasses.field(default_factory=dict)
+    batch_size: int = 1
+    padded: bool = False
+    outside_matmuls: Optional[float] = None  # share of the update outside matmul kernels
+
+    @property
+    def label(self) -> str:
+        return self.model + (" (padded enc)" if self.padded else "")
 
     def to_json(self, baseline: "Result") -> dict:
         record = dataclasses.asdict(self)
-        record["speedup"] = baseline.ms / self.ms
+        record.update(label=self.label, speedup=baseline.ms / self.ms,
+                      analytic_speedup=analytic_speedup(self, baseline),
+                      measured_over_analytic=measured_over_analytic(self, baseline),
+                      achieved_flops_per_s=achieved_flops(self))
         return record
 
 
@@ -232,7 +285,7 @@ def timed_update(runner: UpdateRunner, sample: dict) -> float:
     return timed(lambda: runner.update(sample), runner.device)
 
 
-def interleaved_timings(runners: Dict[str, UpdateRunner], cases: Sequence[Case],
+def interleaved_timings(runners: Dict[tuple, UpdateRunner], cases: Sequence[Case],
                         batches: Dict[float, List[dict]], warmup: int, iters: int,
                         progress: bool = True) -> Dict[Case, List[float]]:
     """Seconds per update of every case, rounds interleaved: each round times one update of
@@ -240,7 +293,7 @@ def interleaved_timings(runners: Dict[str, UpdateRunner], cases: Sequence[Case],
     rounds are dropped."""
     def next_update(case: Case):
         rate_batches, step = batches[case.mask_rate], itertools.count()
-        return lambda: timed_update(runners[case.model],
+        return lambda: timed_update(runners[case.runner_key],
                                     rate_batches[next(step) % len(rate_batches)])
 
     return interleaved_rounds({case: next_update(case) for case in cases}, warmup, iters,
@@ -248,11 +301,13 @@ def interleaved_timings(runners: Dict[str, UpdateRunner], cases: Sequence[Case],
 
 
 def summarize(case: Case, arch: str, seq_len: int, vocab_size: int, seconds: List[float],
-              lengths: Lengths) -> Result:
+              lengths: Lengths, overrides: Optional[Dict[str, object]] = None,
+              batch_size: int = 1) -> Result:
     ms = [1000.0 * s for s in seconds]
     quartiles = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0]] * 3
     return Result(case.model, arch, case.mask_rate, seq_len, vocab_size, statistics.median(ms),
-                  quartiles[0], quartiles[2], lengths, ms)
+                  quartiles[0], quartiles[2], lengths, ms, dict(overrides or {}), batch_size,
+                  case.padded)
 
 
 # --------------------------------------------------------------------------- table
@@ -273,14 +328,16 @@ def _optional(value: Optional[float], fmt: str) -> str:
 #: The printed table. The analytic (App. D FLOPs) speedup is to be one more entry here, e.g.
 #: ``Column("analytic", lambda row, base: f"{analytic_speedup(row, base):.2f}")``.
 COLUMNS: List[Column] = [
-    Column("model", lambda row, base: row.model),
+    Column("model", lambda row, base: row.label),
     Column("mask", lambda row, base: f"{row.mask_rate:.0%}"),
     Column("ms/update", lambda row, base: f"{row.ms:.1f}"),
     Column("IQR ms", lambda row, base: f"{row.ms_p25:.1f}-{row.ms_p75:.1f}"),
     Column("speedup", lambda row, base: f"{base.ms / row.ms:.2f}"),
     Column("analytic", lambda row, base: f"{analytic_speedup(row, base):.2f}"),
     Column("measured/analytic",
-           lambda row, base: f"{base.ms / row.ms / analytic_speedup(row, base):.2f}"),
+           lambda row, base: f"{base.ms / row.ms / analytic_speedup(row, base):.3f}"),
+    Column("outside matmuls", lambda row, base: _optional(row.outside_matmuls, ".1%")),
+    Column("GFLOP/s", lambda row, base: f"{achieved_flops(row) / 1e9:.0f}"),
     Column("enc len", lambda row, base: f"{row.lengths.encoder:.1f}"),
     Column("enc padded", lambda row, base: f"{row.lengths.encoder_padded:.1f}"),
     Column("dec padded", lambda row, base: _optional(row.lengths.decoder_padded, ".1f")),
@@ -292,12 +349,23 @@ def analytic_training_flops(result: Result) -> float:
     """App. D training FLOPs per sequence of a result's arch, length, rate and vocabulary."""
     from fairseq_ext import flops
 
-    return flops.training_flops_per_sequence(flops.spec_for_arch(result.arch), result.seq_len,
-                                             result.mask_rate, result.vocab_size)
+    spec = flops.spec_for_arch(result.arch, **{k: v for k, v in result.overrides.items()
+                                               if k.startswith("encoder_")})
+    return flops.training_flops_per_sequence(spec, result.seq_len, result.mask_rate,
+                                             result.vocab_size)
 
 
 def analytic_speedup(row: Result, base: Result) -> float:
     return analytic_training_flops(base) / analytic_training_flops(row)
+
+
+def measured_over_analytic(row: Result, base: Result) -> float:
+    return base.ms / row.ms / analytic_speedup(row, base)
+
+
+def achieved_flops(row: Result) -> float:
+    """App. D training FLOPs per second of one update (the batch's sequences)."""
+    return analytic_training_flops(row) * row.batch_size / (row.ms / 1000.0)
 
 
 def format_table(results: Sequence[Result], baseline: Result,
@@ -481,6 +549,88 @@ def format_profile(shares: Sequence[ProfileShare], top: int = 6) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------- outside matmuls, roofline
+
+#: The matmul kernels of an update: the linear layers' GEMMs (forward and both backward
+#: products) and the attention kernel (its Q K^T and P V products, with the softmax between
+#: them); the encoder's, the decoder's and the head's alike.
+MATMUL_OPS = frozenset({
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_flash_attention_backward",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_efficient_attention_backward",
+    "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_scaled_dot_product_cudnn_attention_backward",
+})
+
+
+def outside_matmul_share(events, step_ms: float, updates: int,
+                         device_type: str = "cpu") -> float:
+    """Share of an update's wall time outside :data:`MATMUL_OPS`: ``1 - matmul time / step``,
+    the matmul time being the ops' own (self) time, host time on CPU and kernel time on
+    CUDA."""
+    matmul_ms = 0.0
+    for event in events:
+        if event.name in MATMUL_OPS:
+            us = (getattr(event, "self_device_time_total", 0.0) if device_type == "cuda"
+                  else event.self_cpu_time_total)
+            matmul_ms += us / 1000.0
+    return max(0.0, 1.0 - matmul_ms / updates / step_ms)
+
+
+def profile_outside_matmuls(runner: UpdateRunner, batches: List[dict], updates: int) -> float:
+    """:func:`outside_matmul_share` of ``updates`` profiled updates (after the timing rounds:
+    the runner is warm)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if runner.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        synchronize(runner.device)
+        start = time.perf_counter()
+        for i in range(updates):
+            runner.update(batches[i % len(batches)])
+        synchronize(runner.device)
+        step_ms = 1000.0 * (time.perf_counter() - start) / updates
+    return outside_matmul_share(prof.events(), step_ms, updates, runner.device.type)
+
+
+def gemm_rate(rows: int, dim: int, device: torch.device, dtype: torch.dtype,
+              reps: int = 10) -> float:
+    """FLOP/s of this machine's ``(rows x dim) @ (dim x 4 dim)`` matmul (the FFN's first GEMM
+    at the benchmark's shape), median of ``reps``: the roofline of an update whose FLOPs are
+    all in such GEMMs."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(rows, dim, generator=generator).to(device, dtype)
+    b = torch.randn(dim, 4 * dim, generator=generator).to(device, dtype)
+    seconds = [timed(lambda: torch.mm(a, b), device) for _ in range(reps + 2)][2:]
+    return 2.0 * rows * dim * 4 * dim / statistics.median(seconds)
+
+
+def guard_lines(results: Sequence[Result], baseline: Result, threshold: float,
+                peak_flops: Optional[float]) -> List[str]:
+    """The verdict on each 3ML row's measured/analytic ratio, and the roofline."""
+    lines = []
+    for row in results:
+        if row.model == "roberta":
+            continue
+        ratio = measured_over_analytic(row, baseline)
+        verdict = "ok" if ratio >= threshold else "BELOW"
+        lines.append(f"guard: {row.label} {row.mask_rate:.0%}: measured/analytic {ratio:.3f} "
+                     f"{'>=' if ratio >= threshold else '<'} {threshold:.2f} {verdict}")
+    if peak_flops:
+        achieved = ", ".join(f"{row.label} {row.mask_rate:.0%} {achieved_flops(row) / peak_flops:.0%}"
+                             for row in results)
+        lines.append(f"roofline: this machine's FFN-shaped GEMM runs at {peak_flops / 1e9:.0f} "
+                     f"GFLOP/s; share of it each update achieves (App. D FLOPs / time): "
+                     f"{achieved}")
+    return lines
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -496,6 +646,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--size", choices=sorted(SIZES), default="small")
+    p.add_argument("--encoder-layers", type=int, default=None,
+                   help="encoder layers instead of the size's (every model)")
+    p.add_argument("--encoder-embed-dim", type=int, default=None,
+                   help="encoder width instead of the size's: FFN 4x, heads of 64, the 3ML "
+                        "decoder as its arch derives it")
+    p.add_argument("--dropout", type=float, default=None,
+                   help="dropout and attention dropout instead of the arch's")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--vocab-size", type=int, default=50265,
@@ -507,6 +664,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "timed, it is the speedup's reference")
     p.add_argument("--models", default=",".join(MODELS),
                    help=f"comma-separated subset of {','.join(MODELS)} (roberta is required)")
+    p.add_argument("--padded-encoder", action="store_true",
+                   help="also time each 3ML model with its encoder on the padded grid (every "
+                        "row padded to the longest kept row) instead of the packed tokens")
+    p.add_argument("--guard", type=float, default=0.95,
+                   help="measured/analytic ratio each 3ML row is checked against")
+    p.add_argument("--share-updates", type=int, default=2,
+                   help="profiled updates per case for the share outside matmuls (0: skip)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
                    help="bf16/fp16 run under torch.autocast (fp16 with a GradScaler)")
@@ -532,8 +696,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.roberta_rates = list(args.mask_rates)
     if not 0.0 < args.profile_rate < 1.0:
         p.error(f"--profile-rate must be in (0, 1); got {args.profile_rate}")
-    if args.warmup < 0 or args.iters < 1 or args.batches < 1 or args.profile_updates < 1:
-        p.error("--warmup must be >= 0; --iters, --batches and --profile-updates >= 1")
+    if args.warmup < 0 or args.iters < 1 or args.batches < 1 or args.profile_updates < 1 \
+            or args.share_updates < 0:
+        p.error("--warmup and --share-updates must be >= 0; --iters, --batches and "
+                "--profile-updates >= 1")
+    for flag in ("encoder_layers", "encoder_embed_dim"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            p.error(f"--{flag.replace('_', '-')} must be >= 1; got {value}")
+    if args.encoder_embed_dim is not None and args.encoder_embed_dim % 64 \
+            and args.encoder_embed_dim > 64:
+        p.error(f"--encoder-embed-dim {args.encoder_embed_dim}: heads are 64 wide, so the "
+                "width must be a multiple of 64 (or at most 64)")
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
+        p.error(f"--dropout must be in [0, 1); got {args.dropout}")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device available")
     return args
@@ -553,16 +729,20 @@ def main(argv=None) -> int:
     # which would put the criterion on its TPU path (logits at every position).
     criterion = MaskedLmCategoriesLoss(MaskedLmConfig(tpu=False), task)
     archs = SIZES[args.size]
-    runners = {m: UpdateRunner(build_model(archs[m], task, args.seq_len, args.seed), criterion,
-                               device, dtype)
-               for m in args.models}
+    overrides = arch_overrides(args.encoder_layers, args.encoder_embed_dim, args.dropout)
+    variants = [(m, False) for m in args.models] + [
+        (m, True) for m in args.models if args.padded_encoder and m != "roberta"]
+    runners = {(m, padded): UpdateRunner(
+                   build_model(archs[m], task, args.seq_len, args.seed, overrides, padded),
+                   criterion, device, dtype)
+               for m, padded in variants}
 
     if args.profile:
         rate = args.profile_rate
         batches = [move_to(b, device) for b in corrupted_batches(
             task, rate, args.seq_len, args.batch_size, args.batches, args.seed)]
-        shares = [profile_updates(runners[m], batches, Case(m, rate), max(args.warmup, 1),
-                                  args.profile_updates)
+        shares = [profile_updates(runners[m, False], batches, Case(m, rate),
+                                  max(args.warmup, 1), args.profile_updates)
                   for m in args.models]
         print(format_profile(shares))
         if args.json:
@@ -579,6 +759,8 @@ def main(argv=None) -> int:
             wanted = args.roberta_rates if model == "roberta" else args.mask_rates
             if rate in wanted or (model == "roberta" and rate == BASELINE_RATE):
                 cases.append(Case(model, rate))
+                if (model, True) in runners:
+                    cases.append(Case(model, rate, padded=True))
     rates = sorted({case.mask_rate for case in cases})
     load_before = load_average()
     batches = {rate: [move_to(b, device) for b in corrupted_batches(
@@ -587,23 +769,32 @@ def main(argv=None) -> int:
                                 progress=not args.quiet)
     results = [summarize(case, archs[case.model], args.seq_len, args.vocab_size, times[case],
                          sequence_lengths(case.model, batches[case.mask_rate], d.pad(),
-                                          task.mask_idx))
+                                          task.mask_idx), overrides, args.batch_size)
                for case in cases]
-    results.sort(key=lambda r: (MODELS.index(r.model), r.mask_rate))
+    if args.share_updates:
+        for case, result in zip(cases, results):
+            result.outside_matmuls = profile_outside_matmuls(
+                runners[case.runner_key], batches[case.mask_rate], args.share_updates)
+    results.sort(key=lambda r: (MODELS.index(r.model), r.padded, r.mask_rate))
     baseline = next(r for r in results if r.model == "roberta" and r.mask_rate == BASELINE_RATE)
+    encoder_dim = runners["roberta", False].model.args.encoder_embed_dim
+    peak = gemm_rate(args.batch_size * args.seq_len, encoder_dim, device, dtype)
 
     env = environment(device)
     env["load_average_before"] = load_before
-    print(f"{args.size}, seq len {args.seq_len}, batch {args.batch_size}, vocab {args.vocab_size}, "
+    shape = args.size + "".join(f", {k.replace('_', '-')} {v}" for k, v in overrides.items())
+    print(f"{shape}, seq len {args.seq_len}, batch {args.batch_size}, vocab {args.vocab_size}, "
           f"{args.dtype} on {env['device']} ({env['threads']} threads), torch {env['torch']}; "
           f"median of {args.iters} interleaved rounds after {args.warmup} warm-up; "
           f"load average {load_before} before, {env['load_average']} after")
     print(format_table(results, baseline))
+    guards = guard_lines(results, baseline, args.guard, peak)
+    print("\n".join(guards))
     if args.json:
         write_text(args.json, json.dumps({
             "command": sys.argv, "args": {k: (str(v) if isinstance(v, Path) else v)
                                           for k, v in vars(args).items()},
-            "environment": env,
+            "environment": env, "gemm_flops_per_s": peak, "guard": guards,
             "results": [r.to_json(baseline) for r in results],
         }, indent=2), args.force)
     return 0

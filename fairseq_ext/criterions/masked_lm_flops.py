@@ -3,9 +3,9 @@
 A drop-in for fairseq's ``masked_lm`` criterion (same loss, gradient and sample size) that
 keeps the per-category metrics of :mod:`~fairseq_ext.criterions.masked_lm_categories` and
 logs, for every training update, its FLOPs computed with :mod:`fairseq_ext.flops` from the
-batch's **actual** shapes: the padded length the encoder really ran on (3ML: after the [MASK]s
-were removed, padding included), the decoder's length, and the number of predicted [MASK] and
-other corrupted tokens.
+batch's **actual** shapes: the length the encoder really ran on (3ML: its kept tokens per
+sequence, the [MASK]s removed; others: the padded input length), the decoder's length, and the
+number of predicted [MASK] and other corrupted tokens.
 
 Logged, in PFLOPs (1e15), in the progress bar, json logs and tensorboard:
 
@@ -41,12 +41,13 @@ class MaskedLmFlopsLoss(MaskedLmCategoriesLoss):
                                                                         logging_output)
 
     def batch_training_flops(self, model, sample, extra, logging_output) -> float:
-        """Training FLOPs of this batch from its actual shapes (3 x forward): the padded
-        lengths 3ML reports it ran on, else the padded input length."""
+        """Training FLOPs of this batch from its actual shapes (3 x forward): the lengths 3ML
+        reports it ran on (``encoder_length``, ``decoder_padded_length``), else the padded
+        input length."""
         sequences, length = sample["net_input"]["src_tokens"].shape
         run_lengths = None
-        if "encoder_padded_length" in extra:
-            run_lengths = (extra["encoder_padded_length"], extra["decoder_padded_length"])
+        if "encoder_length" in extra:
+            run_lengths = (extra["encoder_length"], extra["decoder_padded_length"])
         return self.training_flops.of_batch(
             model, sequences, length, float(logging_output["n_mask"]),
             float(logging_output["n_replaced"] + logging_output["n_unchanged"]), run_lengths)

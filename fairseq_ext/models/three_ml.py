@@ -8,8 +8,11 @@ order fairseq's ``roberta`` does, so the stock ``masked_lm`` criterion, our
 ``masked_lm_categories`` criterion and ``fairseq-validate`` work unchanged.
 
 * **Encoder** (both variants): fairseq's RoBERTa encoder, run on the kept tokens (unchanged
-  and randomly replaced ones), packed to the left and padded to the longest kept row, so it
-  really runs on ``L_e = L (1 - 0.8 m)`` tokens (App. D, Eq. 3).
+  and randomly replaced ones) only, so it really runs on ``L_e = L (1 - 0.8 m)`` tokens
+  (App. D, Eq. 3): its linear layers on the batch's kept tokens packed without padding, its
+  attention on each row's kept tokens (:mod:`fairseq_ext.modules.packed_encoder_layer`).
+  Padding every row to the longest kept row would cost 3-4% more encoder work at 40-50%
+  masking than App. D counts.
 * **3ML-self** (:class:`ThreeMLSelfDecoder`): encoder output projected to the decoder dim
   (a linear layer when the dims differ), scattered back to the original positions; [MASK]
   slots get a learned mask embedding in decoder space (disentangled from the word embedding);
@@ -74,7 +77,12 @@ from fairseq_ext.modules.positioned_encoder import (
     PositionedTransformerEncoder,
     embed_learned_positions,
 )
-from fairseq_ext.modules.token_selection import ensure_attendable, pack_selected
+from fairseq_ext.modules.token_selection import (
+    PackedTokens,
+    ensure_attendable,
+    pack_selected,
+    pack_tokens,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +129,15 @@ class ThreeMLEncoder(RobertaEncoder):
     so the encoder has no ``lm_head`` of its own.
     """
 
+    def __init__(self, args, dictionary):
+        super().__init__(args, dictionary)
+        # Checked once here, not on every step: layers the packed path does not mirror run
+        # fairseq's own forward on the padded grid instead.
+        unsupported = self.sentence_encoder.packed_unsupported()
+        self.runs_packed = unsupported is None
+        if unsupported is not None:
+            logger.warning("3ML encoder pads its rows to the longest kept row: %s", unsupported)
+
     def build_encoder(self, args, dictionary, embed_tokens):
         encoder = PositionedTransformerEncoder(args, dictionary, embed_tokens)
         encoder.apply(init_bert_params)
@@ -129,20 +146,22 @@ class ThreeMLEncoder(RobertaEncoder):
     def build_lm_head(self, embed_dim, output_dim, activation_fn, weight):
         return None
 
-    def encode_kept(self, src_tokens: torch.Tensor, keep: torch.Tensor, positions: torch.Tensor):
+    def encode_kept(self, src_tokens: torch.Tensor, keep: torch.Tensor,
+                    positions: torch.Tensor) -> Tuple[torch.Tensor, PackedTokens]:
         """Run the encoder on the ``keep`` tokens of each row, each at its original position.
 
-        Returns ``(out, index, valid, padding_mask)``: ``out`` ``(L_e, B, C)``; ``index`` and
-        ``valid`` ``(B, L_e)`` from :func:`pack_selected`; ``padding_mask`` the attention mask
-        used (padding, with empty rows made attendable).
+        Returns ``(out, packed)``: the kept tokens' outputs ``(N, C)`` in row-major order, and
+        their :class:`PackedTokens` layout.
         """
+        packed = pack_tokens(keep)
+        tokens, kept_positions = packed.gather(src_tokens), packed.gather(positions)
+        if self.runs_packed:
+            return self.sentence_encoder.forward_packed(tokens, kept_positions, packed), packed
         pad = self.sentence_encoder.padding_idx
-        index, valid = pack_selected(keep)
-        tokens = src_tokens.gather(1, index).masked_fill(~valid, pad)
-        kept_positions = positions.gather(1, index).masked_fill(~valid, pad)
-        padding_mask = ensure_attendable(~valid)
-        out = self.sentence_encoder.forward_positioned(tokens, kept_positions, padding_mask)
-        return out, index, valid, padding_mask
+        out = self.sentence_encoder.forward_positioned(
+            packed.to_grid(tokens, pad), packed.to_grid(kept_positions, pad),
+            ensure_attendable(~packed.valid))
+        return packed.from_grid(out.transpose(0, 1)), packed
 
 
 class ThreeMLDecoderBase(nn.Module):
@@ -209,12 +228,12 @@ class ThreeMLSelfDecoder(ThreeMLDecoderBase):
         )
         self.apply(init_bert_params)
 
-    def forward(self, encoder_out, kept_valid, keep, is_mask, src_tokens, predict):
-        """Features ``(N, C_d)`` -> logits ``(N, V)`` of the ``predict`` positions (row-major)."""
-        hidden = self.project(encoder_out).transpose(0, 1)  # (B, L_e, C_d)
-        batch, length = src_tokens.shape
-        x = hidden.new_zeros(batch, length, hidden.size(-1))
-        x[keep] = hidden[kept_valid]  # back to the original positions (both row-major)
+    def forward(self, encoder_out, packed: PackedTokens, is_mask, src_tokens, predict):
+        """Encoder outputs of the kept tokens ``(N, C_e)`` -> logits of the ``predict``
+        positions (row-major)."""
+        hidden = self.project(encoder_out)  # (N, C_d)
+        # back to the original positions (zeros elsewhere)
+        x = packed.to_source(hidden)
         x = torch.where(is_mask.unsqueeze(-1), self.mask_embedding.to(x.dtype), x)
         x = x + self.embed_positions(src_tokens)
         padding_mask = src_tokens.eq(self.padding_idx)
@@ -317,14 +336,13 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         is_mask = src_tokens.eq(self.mask_idx)
         keep = src_tokens.ne(pad) & ~is_mask
         positions = utils.make_positions(src_tokens, pad)
-        encoder_out, kept_index, kept_valid, encoder_padding = self.encoder.encode_kept(
-            src_tokens, keep, positions)
+        encoder_out, packed = self.encoder.encode_kept(src_tokens, keep, positions)
         if self.variant == "self":
-            logits = self.mask_decoder(encoder_out, kept_valid, keep, is_mask, src_tokens, predict)
+            logits = self.mask_decoder(encoder_out, packed, is_mask, src_tokens, predict)
             decoder_length = src_tokens.size(1)
         else:
-            logits, decoder_length = self._cross_logits(
-                encoder_out, encoder_padding, kept_index, kept_valid, is_mask, positions, predict)
+            logits, decoder_length = self._cross_logits(encoder_out, packed, is_mask, positions,
+                                                        predict)
         if expand_to is not None:  # the rare calls that ask for padding positions too
             full = logits.new_zeros(int(expand_to.sum()), logits.size(-1))
             full[predict[expand_to]] = logits
@@ -333,23 +351,25 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
             logits = logits.view(*src_tokens.shape, logits.size(-1))
         extra = {
             "inner_states": None,
-            "encoder_lengths": kept_valid.sum(dim=1),  # kept tokens per sequence
-            "encoder_padded_length": kept_index.size(1),
+            "encoder_lengths": packed.counts,  # kept tokens per sequence
+            "encoder_padded_length": packed.width,  # the grid its attention runs on
+            # what its linear layers run on, per sequence (the FLOP criteria count this)
+            "encoder_length": (packed.tokens / packed.batch if self.encoder.runs_packed
+                               else packed.width),
             "decoder_padded_length": decoder_length,
         }
         return logits, extra
 
-    def _cross_logits(self, encoder_out, encoder_padding, kept_index, kept_valid, is_mask,
-                      positions, predict):
+    def _cross_logits(self, encoder_out, packed: PackedTokens, is_mask, positions, predict):
         """[MASK]s from the decoder, replaced/unchanged tokens from the projected encoder
         output, through the same head (§2.2)."""
-        memory = self.mask_decoder.project(encoder_out)
+        projected = self.mask_decoder.project(encoder_out)  # (N, C_d)
+        memory = packed.to_grid(projected).transpose(0, 1)  # (L_e, B, C_d)
         pad = self.mask_decoder.padding_idx
-        kept_positions = positions.gather(1, kept_index).masked_fill(~kept_valid, pad)
-        mask_features, decoder_length = self.mask_decoder(memory, encoder_padding, is_mask,
-                                                          positions, predict, kept_positions)
-        encoder_predict = kept_valid & predict.gather(1, kept_index)
-        other_features = memory.transpose(0, 1)[encoder_predict]
+        kept_positions = packed.to_grid(packed.gather(positions), pad)
+        mask_features, decoder_length = self.mask_decoder(
+            memory, ensure_attendable(~packed.valid), is_mask, positions, predict, kept_positions)
+        other_features = projected[packed.gather(predict)]
         from_decoder = is_mask[predict]  # (N,): which predicted positions are [MASK]s
         features = other_features.new_empty(from_decoder.size(0), other_features.size(-1))
         features[from_decoder] = mask_features.to(features.dtype)

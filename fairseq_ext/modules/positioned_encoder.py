@@ -5,14 +5,24 @@ original learned position". fairseq's encoder derives positions from the token l
 (``utils.make_positions``), so a packed subsequence would get positions 0..n-1. This subclass
 keeps fairseq's encoder unchanged (same modules, same parameter names, so its weights export as
 a plain RoBERTa encoder) and adds :meth:`PositionedTransformerEncoder.forward_positioned`,
-which takes the positions explicitly.
+which takes the positions explicitly, and :meth:`~PositionedTransformerEncoder.forward_packed`,
+the same computation on packed tokens (no padding in its linear layers,
+:mod:`fairseq_ext.modules.packed_encoder_layer`).
 """
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from fairseq.models.transformer import TransformerEncoder
 from fairseq.modules import LearnedPositionalEmbedding
 
 from fairseq_ext.cli.errors import ConfigError
+from fairseq_ext.modules.packed_encoder_layer import (
+    attention_mask,
+    packed_encoder_layer,
+    packed_layer_unsupported,
+)
+from fairseq_ext.modules.token_selection import PackedTokens
 
 
 def embed_learned_positions(embed_positions: LearnedPositionalEmbedding,
@@ -28,6 +38,38 @@ def embed_learned_positions(embed_positions: LearnedPositionalEmbedding,
 class PositionedTransformerEncoder(TransformerEncoder):
     """A :class:`fairseq.models.transformer.TransformerEncoder` that can also run on tokens
     with explicit positions. Its ordinary ``forward`` is fairseq's, untouched."""
+
+    def packed_unsupported(self) -> Optional[str]:
+        """Why :meth:`forward_packed` cannot run this encoder's layers, or ``None``."""
+        for i, layer in enumerate(self.layers):
+            reason = packed_layer_unsupported(layer)
+            if reason is not None:
+                return f"encoder layer {i}: {reason}"
+        return None
+
+    def forward_packed(self, tokens: torch.Tensor, positions: torch.Tensor,
+                       packed: PackedTokens) -> torch.Tensor:
+        """Encode the packed tokens ``tokens`` ``(N,)`` at ``positions`` ``(N,)`` (rows and
+        order as ``packed`` says); returns ``(N, C)``.
+
+        :meth:`forward_positioned` on the padded grid, computed without padding: the same
+        embedding and layers, with the attention of each row on ``packed``'s grid. Check
+        :meth:`packed_unsupported` first (once, at setup).
+        """
+        x = self.embed_scale * self.embed_tokens(tokens)
+        if self.embed_positions is not None:
+            x = x + embed_learned_positions(self.embed_positions, positions)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        attend = attention_mask(packed)
+        for layer in self.layers:
+            x = packed_encoder_layer(layer, x, packed, attend)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return x
 
     def forward_positioned(self, tokens: torch.Tensor, positions: torch.Tensor,
                            padding_mask: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,11 @@
 3ML (Liao et al., 2022, §2.2) runs its encoder on the unmasked tokens only and its cross
 decoder on the [MASK] slots only. Both need, per row, the columns of the selected tokens in
 their original order, packed to the left and padded to the longest row of the batch, so the
-layers really run on the shorter length.
+layers really run on the shorter length (:func:`pack_selected`). The encoder goes one step
+further (:class:`PackedTokens`): its linear layers run on the selected tokens alone, with no
+padding at all, and only attention sees the padded grid.
 """
+import dataclasses
 from typing import Tuple
 
 import torch
@@ -43,3 +46,121 @@ def ensure_attendable(padding_mask: torch.Tensor) -> torch.Tensor:
     first_slot = torch.zeros_like(padding_mask)
     first_slot[:, 0] = True
     return padding_mask & ~(empty_rows & first_slot)
+
+
+def _flat_nonzero(mask: torch.Tensor, count: int) -> torch.Tensor:
+    """Row-major flat indices of the ``count`` True entries of ``mask`` (``count`` known on
+    the host, so no second device-to-host synchronisation where ``nonzero_static`` exists)."""
+    try:
+        return torch.nonzero_static(mask.flatten(), size=count).squeeze(1)
+    except (NotImplementedError, RuntimeError):  # a device without nonzero_static
+        return mask.flatten().nonzero().squeeze(1)
+
+
+class _Place(torch.autograd.Function):
+    """``values`` ``(N, ...)`` placed at the distinct rows ``index`` of a ``(rows, ...)``
+    tensor filled with ``fill``. Its gradient is the gather :class:`_Take` (no accumulation:
+    the rows are distinct)."""
+
+    @staticmethod
+    def forward(ctx, values, index, rows: int, fill):
+        ctx.save_for_backward(index)
+        out = values.new_full((rows, *values.shape[1:]), fill)
+        return out.index_copy_(0, index, values)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        return grad.index_select(0, index), None, None, None
+
+
+class _Take(torch.autograd.Function):
+    """Rows ``index`` (distinct) of ``values``; its gradient is :class:`_Place` with zeros."""
+
+    @staticmethod
+    def forward(ctx, values, index):
+        ctx.save_for_backward(index)
+        ctx.rows = values.size(0)
+        return values.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        out = grad.new_zeros((ctx.rows, *grad.shape[1:]))
+        return out.index_copy_(0, index, grad), None
+
+
+def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    if values.requires_grad:
+        return _Take.apply(values, index)
+    return values.index_select(0, index)
+
+
+def _place(values: torch.Tensor, index: torch.Tensor, rows: int, fill) -> torch.Tensor:
+    if values.requires_grad:
+        return _Place.apply(values, index, rows, fill)
+    return values.new_full((rows, *values.shape[1:]), fill).index_copy_(0, index, values)
+
+
+@dataclasses.dataclass
+class PackedTokens:
+    """The selected tokens of a ``(B, T)`` batch as one packed ``(N, ...)`` tensor, without
+    padding, and the left-packed, padded ``(B, W)`` grid that attention runs on.
+
+    Row-major order is shared by all three layouts: the ``j``-th selected token of the batch
+    is ``source_index[j]`` in the flattened ``(B, T)`` input and ``grid_index[j]`` in the
+    flattened ``(B, W)`` grid (``W`` as :func:`pack_selected` gives it). Linear layers run on
+    the ``N`` packed tokens only; :meth:`to_grid` and :meth:`from_grid` move between the two
+    for attention (the "unpadded" layout that FlashAttention's variable-length interface
+    takes as ``cu_seqlens``; here attention itself still runs on the padded grid). Each move
+    is one gather or one scatter of distinct rows, and so is its gradient.
+    """
+
+    source_index: torch.Tensor  # (N,) into the flattened (B, T) input
+    grid_index: torch.Tensor  # (N,) into the flattened (B, W) grid
+    counts: torch.Tensor  # (B,) selected tokens per row
+    batch: int
+    length: int  # T
+    width: int  # W = max(1, max(counts))
+
+    @property
+    def tokens(self) -> int:
+        return self.source_index.numel()
+
+    @property
+    def valid(self) -> torch.Tensor:
+        """``(B, W)`` bool: which grid slots hold a token (as :func:`pack_selected`)."""
+        slots = torch.arange(self.width, device=self.counts.device)
+        return slots.unsqueeze(0) < self.counts.unsqueeze(1)
+
+    def gather(self, source: torch.Tensor) -> torch.Tensor:
+        """``(B, T, ...)`` -> the selected entries ``(N, ...)``, in row-major order."""
+        return _take(source.flatten(0, 1), self.source_index)
+
+    def to_source(self, packed: torch.Tensor, fill=0) -> torch.Tensor:
+        """``(N, ...)`` -> ``(B, T, ...)``: each token back at its place, ``fill`` elsewhere."""
+        out = _place(packed, self.source_index, self.batch * self.length, fill)
+        return out.view(self.batch, self.length, *packed.shape[1:])
+
+    def to_grid(self, packed: torch.Tensor, fill=0) -> torch.Tensor:
+        """``(N, ...)`` -> the padded grid ``(B, W, ...)``, ``fill`` at padding."""
+        out = _place(packed, self.grid_index, self.batch * self.width, fill)
+        return out.view(self.batch, self.width, *packed.shape[1:])
+
+    def from_grid(self, grid: torch.Tensor) -> torch.Tensor:
+        """The padded grid ``(B, W, ...)`` -> the tokens it holds ``(N, ...)``."""
+        return _take(grid.reshape(self.batch * self.width, *grid.shape[2:]), self.grid_index)
+
+
+def pack_tokens(selected: torch.Tensor) -> PackedTokens:
+    """:class:`PackedTokens` of the True entries of ``selected`` ``(B, T)``: one
+    device-to-host read (the widest row and the total), as :func:`pack_selected` needs."""
+    counts = selected.sum(dim=1)
+    if selected.numel():
+        width, total = torch.stack([counts.max(), counts.sum()]).tolist()
+    else:
+        width = total = 0
+    width = max(width, 1)
+    grid_valid = torch.arange(width, device=selected.device).unsqueeze(0) < counts.unsqueeze(1)
+    return PackedTokens(_flat_nonzero(selected, total), _flat_nonzero(grid_valid, total), counts,
+                        selected.size(0), selected.size(1), width)
