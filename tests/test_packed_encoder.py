@@ -1,0 +1,151 @@
+"""3ML's encoder on packed tokens: the layout moves against hand-made indices and their
+gradients against autograd's, fairseq's own layer on the padded grid against the packed layer
+(outputs and gradients, pre-LN and post-LN, an empty row), and the whole 3ML model on either
+path."""
+import argparse
+
+import pytest
+import torch
+from fairseq.modules import MultiheadAttention
+from fairseq.modules.transformer_layer import TransformerEncoderLayer
+
+import fairseq_ext  # noqa: F401  (registers the archs)
+from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
+from fairseq_ext.modules.packed_encoder_layer import (
+    attention_mask,
+    packed_encoder_layer,
+    packed_layer_unsupported,
+)
+from fairseq_ext.modules.token_selection import pack_selected, pack_tokens
+
+SELECTED = torch.tensor([[True, False, True, True, False],
+                         [False, False, False, False, False],
+                         [False, True, False, False, True]])
+
+
+def test_packed_tokens_indices_by_hand():
+    packed = pack_tokens(SELECTED)
+    # the 5 selected entries in row-major order: (0,0) (0,2) (0,3) (2,1) (2,4)
+    assert packed.source_index.tolist() == [0, 2, 3, 11, 14]
+    # the grid is 3 wide (row 0 keeps 3): (0,0) (0,1) (0,2) (2,0) (2,1)
+    assert packed.width == 3 and packed.grid_index.tolist() == [0, 1, 2, 6, 7]
+    assert packed.counts.tolist() == [3, 0, 2] and packed.tokens == 5
+    index, valid = pack_selected(SELECTED)  # the padded layout 3ML used before
+    assert torch.equal(packed.valid, valid)
+    values = torch.arange(15).view(3, 5) * 10
+    assert packed.gather(values).tolist() == [0, 20, 30, 110, 140]
+    grid = packed.to_grid(packed.gather(values), fill=-1)
+    assert grid.tolist() == [[0, 20, 30], [-1, -1, -1], [110, 140, -1]]
+    assert torch.equal(grid[valid], values.gather(1, index)[valid])
+    assert packed.from_grid(grid).tolist() == [0, 20, 30, 110, 140]
+    back = packed.to_source(packed.gather(values), fill=-1)
+    assert torch.equal(back, torch.where(SELECTED, values, torch.tensor(-1)))
+
+
+def test_no_token_selected_still_has_one_grid_slot():
+    packed = pack_tokens(torch.zeros(2, 4, dtype=torch.bool))
+    assert packed.width == 1 and packed.tokens == 0
+    assert packed.to_grid(torch.zeros(0, 3)).shape == (2, 1, 3)
+    assert attention_mask(packed).flatten().tolist() == [True, True]  # slot 0 kept finite
+
+
+def test_moves_have_the_gradients_of_autograd_references():
+    packed = pack_tokens(SELECTED)
+    values = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    source = torch.randn(3, 5, 4, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda v: packed.to_grid(v), (values,))
+    torch.autograd.gradcheck(lambda v: packed.to_source(v), (values,))
+    torch.autograd.gradcheck(lambda s: packed.gather(s), (source,))
+    grid = torch.randn(3, 3, 4, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda g: packed.from_grid(g), (grid,))
+    # against a plain boolean-index reference
+    weight = torch.randn(3, 5, 4, dtype=torch.float64)
+    (packed.to_source(values) * weight).sum().backward()
+    assert torch.equal(values.grad, weight[SELECTED])
+
+
+def encoder_layer(normalize_before: bool, dim=32, heads=4):
+    args = argparse.Namespace(
+        encoder_embed_dim=dim, encoder_ffn_embed_dim=4 * dim, encoder_attention_heads=heads,
+        encoder_normalize_before=normalize_before, dropout=0.0, attention_dropout=0.0,
+        activation_dropout=0.0, activation_fn="gelu")
+    torch.manual_seed(0)
+    return TransformerEncoderLayer(args).double()
+
+
+@pytest.mark.parametrize("normalize_before", [False, True])
+def test_packed_layer_equals_fairseqs_layer_on_the_padded_grid(normalize_before):
+    layer = encoder_layer(normalize_before).train()
+    assert packed_layer_unsupported(layer) is None
+    keep = torch.tensor([[True] * 7 + [False],
+                         [True, False, True, False, False, True, False, False],
+                         [False] * 8])  # a row whose every token is [MASK]
+    packed = pack_tokens(keep)
+    x = torch.randn(packed.tokens, 32, dtype=torch.float64)
+
+    ours_in = x.clone().requires_grad_()
+    ours = packed_encoder_layer(layer, ours_in, packed, attention_mask(packed))
+    (ours * torch.arange(ours.numel()).view_as(ours).cos()).sum().backward()
+    ours_grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
+    layer.zero_grad()
+
+    stock_in = x.clone().requires_grad_()
+    padding = ~packed.valid
+    padding[2, 0] = False  # fairseq's layer also needs one attendable key in the empty row
+    grid = packed.to_grid(stock_in).transpose(0, 1)  # (W, B, C)
+    stock = packed.from_grid(layer(grid, encoder_padding_mask=padding).transpose(0, 1))
+    (stock * torch.arange(stock.numel()).view_as(stock).cos()).sum().backward()
+
+    torch.testing.assert_close(ours, stock, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ours_in.grad, stock_in.grad, rtol=1e-10, atol=1e-10)
+    for name, p in layer.named_parameters():
+        torch.testing.assert_close(ours_grads[name], p.grad, rtol=1e-10, atol=1e-10, msg=name)
+
+
+def test_layers_the_packed_path_does_not_mirror_are_named():
+    layer = encoder_layer(False)
+    layer.self_attn = MultiheadAttention(32, 4, self_attention=True, add_bias_kv=True)
+    assert "key/value biases" in packed_layer_unsupported(layer)
+    layer = encoder_layer(False)
+    layer.return_fc = True
+    assert "return_fc" in packed_layer_unsupported(layer)
+    assert "not a fairseq" in packed_layer_unsupported(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
+def test_model_on_packed_tokens_equals_model_on_padded_grid(arch):
+    task = MaskedLmTaskStub(60)
+    pad, mask_idx = task.source_dictionary.pad(), task.mask_idx
+    models = []
+    for padded in (False, True):
+        torch.manual_seed(0)
+        model = build_arch(arch, task, 16, dropout=0.0, attention_dropout=0.0).double().train()
+        model.encoder.runs_packed = not padded
+        models.append(model)
+    assert models[0].encoder.runs_packed  # what build_model chose for fairseq's layers
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, mask_idx, (4, 16), generator=g)
+    src[1, 11:] = pad
+    corrupted = torch.rand(4, 16, generator=g) < 0.5
+    corrupted[3] = True  # every token of row 3 is a [MASK]
+    corrupted &= src.ne(pad)
+    target = torch.where(corrupted, src, torch.tensor(pad))
+    as_mask = corrupted & ((torch.rand(4, 16, generator=g) < 0.8) | torch.arange(4)[:, None].eq(3))
+    src = torch.where(as_mask, torch.tensor(mask_idx), src)
+    outputs = []
+    for model in models:
+        logits, extra = model(src, masked_tokens=target.ne(pad))
+        logits.logsumexp(-1).sum().backward()
+        outputs.append((logits, extra, {n: p.grad for n, p in model.named_parameters()}))
+    (packed_logits, packed_extra, packed_grads), (padded_logits, padded_extra, padded_grads) = outputs
+    torch.testing.assert_close(packed_logits, padded_logits, rtol=1e-9, atol=1e-9)
+    for name, grad in packed_grads.items():
+        if grad is not None:
+            torch.testing.assert_close(grad, padded_grads[name], rtol=1e-8, atol=1e-9, msg=name)
+    kept = (src.ne(pad) & src.ne(mask_idx)).sum(1)
+    assert packed_extra["encoder_lengths"].tolist() == kept.tolist()
+    assert packed_extra["encoder_padded_length"] == padded_extra["encoder_padded_length"] == int(
+        kept.max())
+    # what the FLOP criterion counts: the kept tokens per row packed, the padded grid otherwise
+    assert packed_extra["encoder_length"] == pytest.approx(float(kept.sum()) / 4)
+    assert padded_extra["encoder_length"] == int(kept.max())
