@@ -28,7 +28,8 @@
 #                   the differences to OUTDIR/cuda-vs-host-emulation.json.
 #   bench_swishrnn  scripts/bench_swishrnn.py --part a; --part c (base, seq 512, bf16).
 #   bench_3ml       scripts/bench_3ml.py --device cuda --dtype bf16: base/512 and large/128 at
-#                   15/40/50% masking (JSON too), and the bookkeeping profile at base/512.
+#                   15/40/50% masking (JSON too; base/512 also with the padded encoder, to
+#                   see whether packing pays on the GPU), and the bookkeeping profile at base/512.
 #   bench_bidir     scripts/bench_bidirectional.py --device cuda at 125m, seq 1024, bf16; then
 #                   its --part flex at 125m, bf16, T = 1024 and 2048: FlexAttention against
 #                   SDPA's dense mask, attention alone, the fairseq-validate forward and the
@@ -325,7 +326,7 @@ stage_bench_3ml() {
   local common=(--device cuda --dtype bf16 --mask-rates "0.15,0.4,0.5" --warmup 5
                 --iters "${BENCH_3ML_ITERS}")
   x "${PY}" scripts/bench_3ml.py --size base --seq-len 512 --batch-size 32 "${common[@]}" \
-    --json "${OUTDIR}/bench-3ml-base-512.json" --force | tee "${OUTDIR}/bench-3ml-base-512.txt"
+    --padded-encoder --json "${OUTDIR}/bench-3ml-base-512.json" --force | tee "${OUTDIR}/bench-3ml-base-512.txt"
   x "${PY}" scripts/bench_3ml.py --size large --seq-len 128 --batch-size 128 "${common[@]}" \
     --json "${OUTDIR}/bench-3ml-large-128.json" --force | tee "${OUTDIR}/bench-3ml-large-128.txt"
   x "${PY}" scripts/bench_3ml.py --size base --seq-len 512 --batch-size 32 --device cuda \
