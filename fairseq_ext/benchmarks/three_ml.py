@@ -513,23 +513,31 @@ def attribute_glue(events, updates: int, model: str, mask_rate: float, step_ms: 
         {name: ms / updates for name, ms in sorted(top.items(), key=lambda kv: -kv[1])})
 
 
-def profile_updates(runner: UpdateRunner, batches: List[dict], case: Case, warmup: int,
-                    updates: int) -> ProfileShare:
+def profiled_updates(runner: UpdateRunner, batches: List[dict], updates: int,
+                     with_stack: bool = False):
+    """``updates`` updates under ``torch.profiler`` (CUDA kernels too on a GPU): their events
+    and the wall ms per update while profiling."""
     from torch.profiler import ProfilerActivity, profile
 
-    for i in range(warmup):
-        runner.update(batches[i % len(batches)])
     activities = [ProfilerActivity.CPU]
     if runner.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities, with_stack=True) as prof:
+    with profile(activities=activities, with_stack=with_stack) as prof:
         synchronize(runner.device)
         start = time.perf_counter()
         for i in range(updates):
             runner.update(batches[i % len(batches)])
         synchronize(runner.device)
         step_ms = 1000.0 * (time.perf_counter() - start) / updates
-    return attribute_glue(prof.events(), updates, case.model, case.mask_rate, step_ms,
+    return prof.events(), step_ms
+
+
+def profile_updates(runner: UpdateRunner, batches: List[dict], case: Case, warmup: int,
+                    updates: int) -> ProfileShare:
+    for i in range(warmup):
+        runner.update(batches[i % len(batches)])
+    events, step_ms = profiled_updates(runner, batches, updates, with_stack=True)
+    return attribute_glue(events, updates, case.model, case.mask_rate, step_ms,
                           runner.device.type)
 
 
@@ -584,19 +592,8 @@ def outside_matmul_share(events, step_ms: float, updates: int,
 def profile_outside_matmuls(runner: UpdateRunner, batches: List[dict], updates: int) -> float:
     """:func:`outside_matmul_share` of ``updates`` profiled updates (after the timing rounds:
     the runner is warm)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU]
-    if runner.device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
-        synchronize(runner.device)
-        start = time.perf_counter()
-        for i in range(updates):
-            runner.update(batches[i % len(batches)])
-        synchronize(runner.device)
-        step_ms = 1000.0 * (time.perf_counter() - start) / updates
-    return outside_matmul_share(prof.events(), step_ms, updates, runner.device.type)
+    events, step_ms = profiled_updates(runner, batches, updates)
+    return outside_matmul_share(events, step_ms, updates, runner.device.type)
 
 
 def gemm_rate(rows: int, dim: int, device: torch.device, dtype: torch.dtype,

@@ -39,6 +39,19 @@ class PositionedTransformerEncoder(TransformerEncoder):
     """A :class:`fairseq.models.transformer.TransformerEncoder` that can also run on tokens
     with explicit positions. Its ordinary ``forward`` is fairseq's, untouched."""
 
+    def embed_positioned(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """fairseq's ``forward_embedding`` (scaled token embedding, positions, embedding
+        LayerNorm, dropout, quant noise) with the positions given; any leading shape."""
+        x = self.embed_scale * self.embed_tokens(tokens)
+        if self.embed_positions is not None:
+            x = x + embed_learned_positions(self.embed_positions, positions)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        return x
+
     def packed_unsupported(self) -> Optional[str]:
         """Why :meth:`forward_packed` cannot run this encoder's layers, or ``None``."""
         for i, layer in enumerate(self.layers):
@@ -56,14 +69,7 @@ class PositionedTransformerEncoder(TransformerEncoder):
         embedding and layers, with the attention of each row on ``packed``'s grid. Check
         :meth:`packed_unsupported` first (once, at setup).
         """
-        x = self.embed_scale * self.embed_tokens(tokens)
-        if self.embed_positions is not None:
-            x = x + embed_learned_positions(self.embed_positions, positions)
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x)
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
+        x = self.embed_positioned(tokens, positions)
         attend = attention_mask(packed)
         for layer in self.layers:
             x = packed_encoder_layer(layer, x, packed, attend)
@@ -79,14 +85,7 @@ class PositionedTransformerEncoder(TransformerEncoder):
         positional embedding looked up at ``positions`` instead of ``make_positions(tokens)``.
         ``padding_mask`` ``(B, L)`` is True at padding. Returns ``(L, B, C)``.
         """
-        x = self.embed_scale * self.embed_tokens(tokens)
-        if self.embed_positions is not None:
-            x = x + embed_learned_positions(self.embed_positions, positions)
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x)
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
+        x = self.embed_positioned(tokens, positions)
         x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)
         for layer in self.layers:
