@@ -63,7 +63,7 @@ def packed_self_attention(attn: MultiheadAttention, x: torch.Tensor, packed: Pac
 
     Q, K and V go to the grid in the ``(B, W, heads, head_dim)`` layout that SDPA reads
     through a transpose, and its output comes back the same way: one scatter per input and
-    one gather for the output, no other copy."""
+    one gather for the output."""
     heads, head_dim = attn.num_heads, attn.head_dim
 
     def to_heads(projection):
