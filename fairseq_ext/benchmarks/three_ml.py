@@ -334,8 +334,7 @@ COLUMNS: List[Column] = [
     Column("IQR ms", lambda row, base: f"{row.ms_p25:.1f}-{row.ms_p75:.1f}"),
     Column("speedup", lambda row, base: f"{base.ms / row.ms:.2f}"),
     Column("analytic", lambda row, base: f"{analytic_speedup(row, base):.2f}"),
-    Column("measured/analytic",
-           lambda row, base: f"{base.ms / row.ms / analytic_speedup(row, base):.3f}"),
+    Column("measured/analytic", lambda row, base: f"{measured_over_analytic(row, base):.3f}"),
     Column("outside matmuls", lambda row, base: _optional(row.outside_matmuls, ".1%")),
     Column("GFLOP/s", lambda row, base: f"{achieved_flops(row) / 1e9:.0f}"),
     Column("enc len", lambda row, base: f"{row.lengths.encoder:.1f}"),
@@ -616,9 +615,9 @@ def guard_lines(results: Sequence[Result], baseline: Result, threshold: float,
         if row.model == "roberta":
             continue
         ratio = measured_over_analytic(row, baseline)
-        verdict = "ok" if ratio >= threshold else "BELOW"
+        verdict = ">= {:.2f} ok" if ratio >= threshold else "< {:.2f} BELOW"
         lines.append(f"guard: {row.label} {row.mask_rate:.0%}: measured/analytic {ratio:.3f} "
-                     f"{'>=' if ratio >= threshold else '<'} {threshold:.2f} {verdict}")
+                     + verdict.format(threshold))
     if peak_flops:
         achieved = ", ".join(f"{row.label} {row.mask_rate:.0%} {achieved_flops(row) / peak_flops:.0%}"
                              for row in results)

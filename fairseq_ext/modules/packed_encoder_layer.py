@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
-from fairseq_ext.modules.token_selection import PackedTokens
+from fairseq_ext.modules.token_selection import PackedTokens, ensure_attendable
 
 
 def packed_layer_unsupported(layer) -> Optional[str]:
@@ -50,10 +50,9 @@ def packed_layer_unsupported(layer) -> Optional[str]:
 
 def attention_mask(packed: PackedTokens) -> torch.Tensor:
     """``(B, 1, 1, W)`` bool, True where a key takes part: the grid's tokens, and slot 0 of a
-    row without any (its outputs are never read; this keeps the softmax finite)."""
-    valid = packed.valid
-    valid[:, 0] |= packed.counts.eq(0)
-    return valid[:, None, None, :]
+    row without any (:func:`ensure_attendable`: its outputs are never read; this keeps the
+    softmax finite)."""
+    return ~ensure_attendable(~packed.valid)[:, None, None, :]
 
 
 def packed_self_attention(attn: MultiheadAttention, x: torch.Tensor, packed: PackedTokens,

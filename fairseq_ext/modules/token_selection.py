@@ -90,18 +90,6 @@ class _Take(torch.autograd.Function):
         return out.index_copy_(0, index, grad), None
 
 
-def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    if values.requires_grad:
-        return _Take.apply(values, index)
-    return values.index_select(0, index)
-
-
-def _place(values: torch.Tensor, index: torch.Tensor, rows: int, fill) -> torch.Tensor:
-    if values.requires_grad:
-        return _Place.apply(values, index, rows, fill)
-    return values.new_full((rows, *values.shape[1:]), fill).index_copy_(0, index, values)
-
-
 @dataclasses.dataclass
 class PackedTokens:
     """The selected tokens of a ``(B, T)`` batch as one packed ``(N, ...)`` tensor, without
@@ -119,6 +107,7 @@ class PackedTokens:
     source_index: torch.Tensor  # (N,) into the flattened (B, T) input
     grid_index: torch.Tensor  # (N,) into the flattened (B, W) grid
     counts: torch.Tensor  # (B,) selected tokens per row
+    valid: torch.Tensor  # (B, W) bool: which grid slots hold a token (as pack_selected's)
     batch: int
     length: int  # T
     width: int  # W = max(1, max(counts))
@@ -127,29 +116,23 @@ class PackedTokens:
     def tokens(self) -> int:
         return self.source_index.numel()
 
-    @property
-    def valid(self) -> torch.Tensor:
-        """``(B, W)`` bool: which grid slots hold a token (as :func:`pack_selected`)."""
-        slots = torch.arange(self.width, device=self.counts.device)
-        return slots.unsqueeze(0) < self.counts.unsqueeze(1)
-
     def gather(self, source: torch.Tensor) -> torch.Tensor:
         """``(B, T, ...)`` -> the selected entries ``(N, ...)``, in row-major order."""
-        return _take(source.flatten(0, 1), self.source_index)
+        return _Take.apply(source.flatten(0, 1), self.source_index)
 
     def to_source(self, packed: torch.Tensor, fill=0) -> torch.Tensor:
         """``(N, ...)`` -> ``(B, T, ...)``: each token back at its place, ``fill`` elsewhere."""
-        out = _place(packed, self.source_index, self.batch * self.length, fill)
+        out = _Place.apply(packed, self.source_index, self.batch * self.length, fill)
         return out.view(self.batch, self.length, *packed.shape[1:])
 
     def to_grid(self, packed: torch.Tensor, fill=0) -> torch.Tensor:
         """``(N, ...)`` -> the padded grid ``(B, W, ...)``, ``fill`` at padding."""
-        out = _place(packed, self.grid_index, self.batch * self.width, fill)
+        out = _Place.apply(packed, self.grid_index, self.batch * self.width, fill)
         return out.view(self.batch, self.width, *packed.shape[1:])
 
     def from_grid(self, grid: torch.Tensor) -> torch.Tensor:
         """The padded grid ``(B, W, ...)`` -> the tokens it holds ``(N, ...)``."""
-        return _take(grid.reshape(self.batch * self.width, *grid.shape[2:]), self.grid_index)
+        return _Take.apply(grid.reshape(self.batch * self.width, *grid.shape[2:]), self.grid_index)
 
 
 def pack_tokens(selected: torch.Tensor) -> PackedTokens:
@@ -163,4 +146,4 @@ def pack_tokens(selected: torch.Tensor) -> PackedTokens:
     width = max(width, 1)
     grid_valid = torch.arange(width, device=selected.device).unsqueeze(0) < counts.unsqueeze(1)
     return PackedTokens(_flat_nonzero(selected, total), _flat_nonzero(grid_valid, total), counts,
-                        selected.size(0), selected.size(1), width)
+                        grid_valid, selected.size(0), selected.size(1), width)
