@@ -3,7 +3,8 @@
 # CUDA 13, nvcc, no fairseq, no network). docs/benchmarks.md, "GPU suite", gives the device
 # calls that run it.
 #
-#   scripts/gpu_suite.sh [--stages "LIST"] [--tar FILE] [--budget SECONDS] [--dry-run] OUTDIR
+#   scripts/gpu_suite.sh [--stages "LIST"] [--tar FILE] [--budget SECONDS] [--keep-going]
+#                        [--dry-run] OUTDIR
 #
 # Stages, in this order (LIST: names separated by spaces or commas; `bench` = the three bench_*
 # stages; default: all of them; also the STAGES variable):
@@ -59,9 +60,10 @@
 # tail is printed and the exit status is non-zero (the stage's, 124 on a timeout).
 #
 # Each stage runs as its own process (this script with --run-stage) under `timeout`:
-# GPU_SUITE_STAGE_TIMEOUT seconds (default 580), or what is left of --budget (GPU_SUITE_BUDGET,
-# seconds for this whole invocation; 0 = none), so the suite ends, and packs its tar, before a
-# 10-minute device call is killed.
+# GPU_SUITE_TIMEOUT_<stage> seconds if set (e.g. GPU_SUITE_TIMEOUT_tests=170), else
+# GPU_SUITE_STAGE_TIMEOUT (default 580), or what is left of --budget (GPU_SUITE_BUDGET, seconds
+# for this whole invocation; 0 = none) where that is less, so the suite ends, and packs its tar,
+# before a 10-minute device call is killed.
 #
 # Environment (defaults in brackets):
 #   GPU_PYTHON [python3]            the interpreter that holds the machine's torch
@@ -99,6 +101,7 @@ GPU_SUITE_PYTEST_WORKERS="${GPU_SUITE_PYTEST_WORKERS:-4}"
 GPU_SUITE_REQUIRE_CUDA="${GPU_SUITE_REQUIRE_CUDA:-1}"
 GPU_SUITE_STAGE_TIMEOUT="${GPU_SUITE_STAGE_TIMEOUT:-580}"
 GPU_SUITE_BUDGET="${GPU_SUITE_BUDGET:-0}"
+GPU_SUITE_KEEP_GOING="${GPU_SUITE_KEEP_GOING:-0}"
 BENCH_3ML_ITERS="${BENCH_3ML_ITERS:-30}"
 BENCH_BIDIR_ROUNDS="${BENCH_BIDIR_ROUNDS:-20}"
 TRAIN_UPDATES="${TRAIN_UPDATES:-300}"
@@ -566,7 +569,7 @@ fi
 
 usage() {
   echo "usage: scripts/gpu_suite.sh [--stages \"${ALL_STAGES[*]}\"] [--tar FILE]" \
-       "[--budget SECONDS] [--dry-run] OUTDIR" >&2
+       "[--budget SECONDS] [--keep-going] [--dry-run] OUTDIR" >&2
   exit 2
 }
 
@@ -579,6 +582,7 @@ while (( $# )); do
     --stages=*) stages_arg="${1#*=}"; shift ;;
     --tar) tar_file="${2:?--tar needs a file}"; shift 2 ;;
     --budget) GPU_SUITE_BUDGET="${2:?--budget needs seconds}"; shift 2 ;;
+    --keep-going) GPU_SUITE_KEEP_GOING=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option: $1" >&2; usage ;;
@@ -622,10 +626,12 @@ trap pack EXIT
 suite_start="$(now)"
 echo "gpu_suite: stages ${stages[*]} -> ${OUTDIR}$([[ "${DRY_RUN}" == 1 ]] && echo ' (dry run)')"
 i=0
+first_failure=0
 for name in "${stages[@]}"; do
   i=$((i + 1))
   log="${OUTDIR}/${name}.log"
-  limit="${GPU_SUITE_STAGE_TIMEOUT}"
+  stage_timeout_var="GPU_SUITE_TIMEOUT_${name}"
+  limit="${!stage_timeout_var:-${GPU_SUITE_STAGE_TIMEOUT}}"
   if (( GPU_SUITE_BUDGET > 0 )); then
     left="$(awk -v b="${GPU_SUITE_BUDGET}" -v s="${suite_start}" -v n="$(now)" \
             'BEGIN { printf "%d", b - (n - s) - 5 }')"
@@ -652,6 +658,10 @@ for name in "${stages[@]}"; do
   if (( rc != 0 )); then
     echo "== ${name}: ${status} after ${seconds} s; the last 60 lines of ${log}:"
     tail -n 60 "${log}"
+    if [[ "${GPU_SUITE_KEEP_GOING}" == 1 ]]; then
+      (( first_failure != 0 )) || first_failure="${rc}"
+      continue
+    fi
     echo "== stopped at ${name}; stages.tsv:"
     cat "${OUTDIR}/stages.tsv"
     exit "${rc}"
@@ -659,5 +669,10 @@ for name in "${stages[@]}"; do
   echo "   ${status} in ${seconds} s; the last lines of its log:"
   tail -n "${GPU_SUITE_ECHO_LINES:-8}" "${log}" | sed 's/^/   | /'
 done
+if (( first_failure != 0 )); then
+  echo "== some stages failed (--keep-going); stages.tsv:"
+  cat "${OUTDIR}/stages.tsv"
+  exit "${first_failure}"
+fi
 echo "== all stages passed; stages.tsv:"
 cat "${OUTDIR}/stages.tsv"

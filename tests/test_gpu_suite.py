@@ -79,6 +79,30 @@ def test_the_first_failing_stage_stops_the_suite_with_its_log_tail(tmp_path):
     assert "stopped at build" in proc.stdout
 
 
+def test_keep_going_runs_the_later_stages_and_exits_with_the_first_failure(tmp_path):
+    out, marker = tmp_path / "out", tmp_path / "tests-ran"
+    env = every_stage("true")
+    env.update(GPU_SUITE_CMD_build="echo 'nvcc: error 42' >&2; exit 3",
+               GPU_SUITE_CMD_tests=f"touch {marker}", GPU_SUITE_CMD_bench_3ml="exit 5")
+    proc = run_suite(tmp_path, "--keep-going", "--stages", "setup build tests bench_3ml train",
+                     out, env=env)
+    assert proc.returncode == 3
+    assert stage_rows(out) == [("setup", "ok"), ("build", "failed(3)"), ("tests", "ok"),
+                               ("bench_3ml", "failed(5)"), ("train", "ok")]
+    assert marker.exists()
+    assert "nvcc: error 42" in proc.stdout and "some stages failed" in proc.stdout
+
+
+def test_a_stage_timeout_of_its_own_caps_that_stage_only(tmp_path):
+    out = tmp_path / "out"
+    env = {"GPU_SUITE_CMD_setup": "sleep 60", "GPU_SUITE_TIMEOUT_setup": "1",
+           "GPU_SUITE_CMD_build": "sleep 2"}
+    proc = run_suite(tmp_path, "--keep-going", "--stages", "setup build", out, env=env, timeout=40)
+    assert proc.returncode == 124
+    assert stage_rows(out) == [("setup", "timeout"), ("build", "ok")]
+    assert "(limit 1 s" in proc.stdout and "build (limit 580 s" in proc.stdout
+
+
 def test_a_failing_stage_is_the_stages_own_process_with_errexit(tmp_path):
     """A stage body stops at its first failing command, and the next stage does not run."""
     out = tmp_path / "out"
