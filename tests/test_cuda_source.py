@@ -67,6 +67,14 @@ def find_nvcc() -> Path:
     return Path(toolkit)
 
 
+def cuda_include_dirs(nvcc: Path) -> list:
+    """Where cuda_runtime.h is for a C++ compiler: beside the wheel's bin/, or in the CUDA
+    toolkit's include/ (a toolkit's nvcc finds it by itself, g++ does not)."""
+    homes = [nvcc.parent.parent, *([Path(cpp_extension.CUDA_HOME)] if cpp_extension.CUDA_HOME
+                                   else [])]
+    return [str(home / "include") for home in homes if (home / "include/cuda_runtime.h").is_file()]
+
+
 def nvcc_include_flags(nvcc: Path) -> list:
     """The wheel's headers (cuda_runtime.h, cuda_fp16.h...) are beside its bin/; a toolkit's nvcc
     finds its own."""
@@ -139,6 +147,49 @@ def test_ci_uses_the_wheels_nvcc(nvcc):
         assert f"release {'.'.join(pinned.split('.')[:2])}" in version, version
     else:
         pytest.skip(f"{NVCC_WHEEL} is not installed here; compiling with {nvcc}")
+
+
+HOST_SOURCE = REPO_ROOT / "fairseq_ext" / "csrc" / "swish_recurrence_cuda.cpp"
+
+
+def test_cuda_host_code_parses_against_torchs_headers(nvcc, tmp_path):
+    """swish_recurrence_cuda.cpp (the op's CUDA registration: guards, streams, dispatch) goes
+    through the C++ compiler with torch's headers and the nvcc wheel's CUDA headers, as the real
+    build compiles it (setup.py's cxx flags, C++17), syntax only: there is no CUDA torch here to
+    link against. The CPU torch wheel lacks one generated header of its CUDA build,
+    c10/cuda/impl/cuda_cmake_macros.h (one macro: c10's CUDA library is shared); it is written
+    here with what the CUDA wheels hold, where torch's own include folders lack it."""
+    import sysconfig
+
+    compiler = os.environ.get("CXX", "g++")
+    if shutil.which(compiler) is None:
+        pytest.fail(f"no C++ compiler ({compiler}): the extension's build needs one too")
+    includes = [*cpp_extension.include_paths(), *cuda_include_dirs(nvcc),
+                sysconfig.get_paths()["include"]]
+    if not any(Path(d, "c10/cuda/impl/cuda_cmake_macros.h").exists() for d in includes):
+        macros = tmp_path / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+        macros.parent.mkdir(parents=True)
+        macros.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+        includes.append(str(tmp_path))
+    args = [compiler, "-fsyntax-only", "-std=c++17", *setup_constant("COMPILE_ARGS")["cxx"],
+            "-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=_C",
+            *(f"-I{d}" for d in includes), str(HOST_SOURCE)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert proc.returncode == 0, "\n".join(errors[:20]) or proc.stderr[-4000:]
+
+
+def test_no_braced_dim_lists_in_the_native_sources():
+    """``t.sum({0, 1})`` is ambiguous in torch 2.11's headers (IntArrayRef against DimnameList):
+    the first build on the lent GPU machine (torch 2.11) failed on it, while this machine's
+    torch, whose headers no longer declare the DimnameList overload, compiles it. The sources
+    name their dims as an ``at::IntArrayRef`` instead."""
+    pattern = re.compile(r"\.(sum|mean|amax|amin|std|var|norm|flip|permute)\(\s*\{")
+    offenders = [f"{path.name}:{number}: {line.strip()}"
+                 for path in sorted(KERNELS.parent.glob("*.c*")) if path.suffix in (".cpp", ".cu")
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if pattern.search(line)]
+    assert not offenders, offenders
 
 
 @pytest.mark.slow

@@ -4,12 +4,13 @@
 // backward's per-item alpha/beta sums. Built only when torch has CUDA (setup.py).
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <torch/library.h>
 
+#include <array>
 #include <tuple>
 
 #include "swish_recurrence_checks.h"
@@ -73,7 +74,7 @@ at::Tensor swish_recurrence_cuda(const at::Tensor& x1_in, const at::Tensor& alph
                                  const at::Tensor& beta_in, int64_t step) {
   check_swish_recurrence_inputs(x1_in, alpha_in, beta_in, step);
   const c10::cuda::CUDAGuard guard(x1_in.device());
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const at::Tensor x1 = x1_in.contiguous(), alpha = alpha_in.contiguous(),
                    beta = beta_in.contiguous();
   at::Tensor c = at::empty_like(x1);
@@ -93,7 +94,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> swish_recurrence_backward_cuda(
   TORCH_CHECK(grad_c_in.sizes() == x1_in.sizes() && c_in.sizes() == x1_in.sizes(),
               "swish_recurrence_backward: grad_c and c must have x1's shape");
   const c10::cuda::CUDAGuard guard(x1_in.device());
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const at::Tensor grad_c = grad_c_in.contiguous().to(x1_in.scalar_type()),
                    x1 = x1_in.contiguous(), c = c_in.contiguous(),
                    alpha = alpha_in.contiguous(), beta = beta_in.contiguous();
@@ -112,8 +113,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> swish_recurrence_backward_cuda(
         grad_alpha_items.data_ptr<acc_t>(), grad_beta_items.data_ptr<acc_t>(), T, B, D, step,
         stream));
   });
-  return {grad_x1, grad_alpha_items.sum({0, 1}).to(alpha.scalar_type()),
-          grad_beta_items.sum({0, 1}).to(beta.scalar_type())};
+  // The dims as an IntArrayRef: a bare {0, 1} is ambiguous between Tensor::sum's IntArrayRef
+  // and DimnameList overloads in torch 2.11's headers (the first GPU build failed on it; 2.13's
+  // headers no longer declare the DimnameList one).
+  const std::array<int64_t, 2> step_and_batch = {0, 1};
+  const at::IntArrayRef dims(step_and_batch);
+  return {grad_x1, grad_alpha_items.sum(dims).to(alpha.scalar_type()),
+          grad_beta_items.sum(dims).to(beta.scalar_type())};
 }
 
 }  // namespace
