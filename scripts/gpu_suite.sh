@@ -74,11 +74,16 @@
 #   GPU_SUITE_WORK [/tmp/gpu-suite-work]  scratch: checkpoints, a built data-bin
 #   GPU_SUITE_TESTS                 test files for the tests stage (default: as above)
 #   GPU_SUITE_PYTEST_WORKERS [4]    pytest-xdist processes (0: none)
+#   GPU_SUITE_PYTEST_TIMEOUT [120]  seconds per test (pytest-timeout, where installed: the GPU
+#                                   image has it)
 #   GPU_SUITE_REQUIRE_CUDA [1]      0: let setup/build/tests pass without a GPU (CPU trials)
 #   BENCH_3ML_ITERS [30]  BENCH_BIDIR_ROUNDS [20]
 #   TRAIN_UPDATES [300]  TRAIN_ARCHS [the four above; also bert_rab_*, bert_orig_*, roberta_*,
 #                   any size]  TRAIN_SEQ_LEN [512]  TRAIN_BATCH [32]  TRAIN_LR [0.0003]
 #                   TRAIN_LOG_INTERVAL [25]  (warmup: a tenth of TRAIN_UPDATES, linear decay)
+#   GPU_SUITE_PEAK_TFLOPS [989]     the train summary's MFU is over this: dense bf16 of an
+#                                   H100/H200 SXM by NVIDIA's datasheet (KINDS.md measured 788
+#                                   on an 8192^3 bf16 matmul on the H200)
 #   TRAIN_PRECISION [bf16]          bf16 (common.bf16=true), fp16 (memory-efficient, with
 #                                   fairseq's adam) or fp32; checked before the first stage
 #   GPU_SUITE_CMD_<stage>           run this shell command instead of the stage (tests of the
@@ -98,6 +103,7 @@ GPU_SUITE_DATA="${GPU_SUITE_DATA:-${REPO}/.gpu-data/python-docs-spm8000}"
 GPU_SUITE_PREBUILT="${GPU_SUITE_PREBUILT:-${REPO}/.gpu-build}"
 GPU_SUITE_WORK="${GPU_SUITE_WORK:-/tmp/gpu-suite-work}"
 GPU_SUITE_PYTEST_WORKERS="${GPU_SUITE_PYTEST_WORKERS:-4}"
+GPU_SUITE_PYTEST_TIMEOUT="${GPU_SUITE_PYTEST_TIMEOUT:-120}"
 GPU_SUITE_REQUIRE_CUDA="${GPU_SUITE_REQUIRE_CUDA:-1}"
 GPU_SUITE_STAGE_TIMEOUT="${GPU_SUITE_STAGE_TIMEOUT:-580}"
 GPU_SUITE_BUDGET="${GPU_SUITE_BUDGET:-0}"
@@ -111,6 +117,7 @@ TRAIN_BATCH="${TRAIN_BATCH:-32}"
 TRAIN_PRECISION="${TRAIN_PRECISION-bf16}"
 TRAIN_LR="${TRAIN_LR:-0.0003}"
 TRAIN_LOG_INTERVAL="${TRAIN_LOG_INTERVAL:-25}"
+GPU_SUITE_PEAK_TFLOPS="${GPU_SUITE_PEAK_TFLOPS:-989}"
 DRY_RUN="${DRY_RUN:-0}"
 export PYTHONUNBUFFERED=1
 
@@ -283,11 +290,16 @@ test_files() {
 stage_tests() {
   use_env
   cd "${REPO}"
-  local files xdist=() rc=0
+  local files xdist=() per_test=() rc=0
   read -r -a files <<< "$(test_files)"
   if [[ "${GPU_SUITE_PYTEST_WORKERS}" != 0 ]]; then xdist=(-n "${GPU_SUITE_PYTEST_WORKERS}"); fi
+  # A test that hangs fails alone, with its stacks, instead of the stage timing out without
+  # its junit XML (the first GPU run's tests stage did: every test reported, pytest never ended).
+  if [[ "${DRY_RUN}" == 1 ]] || "${PY}" -c "import pytest_timeout" 2>/dev/null; then
+    per_test=(--timeout "${GPU_SUITE_PYTEST_TIMEOUT}")
+  fi
   x env CUDA_HOST_EMULATION_REPORT="${OUTDIR}/cuda-vs-host-emulation.json" \
-    "${PY}" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
+    "${PY}" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" "${per_test[@]}" \
     --junitxml="${OUTDIR}/junit-tests.xml" "${files[@]}" || rc=$?
   # Skips for want of a GPU, a CUDA kernel or nvcc mean the CUDA paths did not run.
   x "${PY}" - "${OUTDIR}/junit-tests.xml" "${OUTDIR}/tests-skipped.txt" \
@@ -455,7 +467,7 @@ stage_train() {
   cd "${REPO}"
   local data arch cmd=() failed=0
   if [[ "${DRY_RUN}" == 1 ]]; then data="${GPU_SUITE_DATA}"; else data="$(training_data)"; fi
-  printf 'arch\tprecision\tupdates\tfirst_loss\tlast_loss\tvalid_loss\twps_median\ts_per_update\toverflows\tverdict\n' \
+  printf 'arch\tprecision\tupdates\tfirst_loss\tlast_loss\tvalid_loss\twps_median\ts_per_update\ttflops\tmfu\toverflows\tverdict\n' \
     > "${OUTDIR}/train-summary.tsv"
   for arch in ${TRAIN_ARCHS}; do
     train_command cmd "${arch}" "${data}"
@@ -467,21 +479,23 @@ stage_train() {
     if (( rc != 0 )); then
       echo "fairseq-hydra-train failed (exit ${rc}); the end of ${OUTDIR}/train-${arch}.log:"
       tail -n 40 "${OUTDIR}/train-${arch}.log"
-      printf '%s\t%s\t-\t-\t-\t-\t-\t-\t-\tfailed(%s)\n' "${arch}" "${TRAIN_PRECISION}" "${rc}" \
+      printf '%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\tfailed(%s)\n' "${arch}" "${TRAIN_PRECISION}" "${rc}" \
         >> "${OUTDIR}/train-summary.tsv"
       failed=1
       continue
     fi
     x "${PY}" - "${OUTDIR}/train-${arch}.log" "${arch}" "${TRAIN_PRECISION}" "${TRAIN_UPDATES}" \
-      "${GPU_SUITE_REQUIRE_CUDA}" >> "${OUTDIR}/train-summary.tsv" <<'EOF' || failed=1
+      "${GPU_SUITE_REQUIRE_CUDA}" "${GPU_SUITE_PEAK_TFLOPS}" >> "${OUTDIR}/train-summary.tsv" <<'EOF' || failed=1
 """Check a fairseq-hydra-train log (--log-format json records on stdout) and print its summary
 row: every update done, the loss fell, no NaN/inf, words/s logged, the precision asked for in
-fairseq's config, CUDA when the suite requires it. Gradient overflow: none in bf16 and fp32;
+fairseq's config, CUDA when the suite requires it; the achieved TFLOP/s (our criteria's FLOPs
+per update, the records' pflops, times updates per second) and MFU, that over the peak given.
+Gradient overflow: none in bf16 and fp32;
 in fp16 the dynamic loss scaler (starting at 128) skips a few updates while it settles, so
 overflow fails the run only when it persists (any in the second half of the run, or more than a
 tenth of the updates skipped) or the loss scale reaches fairseq's minimum (1e-4)."""
 import json, math, re, statistics, sys
-path, arch, precision, updates, require_cuda = sys.argv[1:6]
+path, arch, precision, updates, require_cuda, peak_tflops = sys.argv[1:7]
 updates = int(updates)
 MIN_LOSS_SCALE = 1e-4  # fairseq's common.min_loss_scale, where it gives up
 # fairseq's output, without the command line the stage printed first (paths may say anything).
@@ -536,11 +550,15 @@ if require_cuda == "1" and not any("CUDA enviroments" in line for line in lines)
     problems.append("fairseq trained without CUDA (no 'CUDA enviroments' banner in the log)")
 wps = [float(r["wps"]) for r in inner[1:] or inner]
 ups = [float(r["ups"]) for r in inner[1:] or inner if float(r.get("ups", 0)) > 0]
+tflops = [float(r["pflops"]) * float(r["ups"]) * 1e3 for r in inner[1:] or inner
+          if "pflops" in r and float(r.get("ups", 0)) > 0]
 row = [arch, precision, done,
        inner[0]["loss"] if inner else "-", inner[-1]["loss"] if inner else "-",
        valid[-1]["valid_loss"] if valid else "-",
        f"{statistics.median(wps):.0f}" if wps else "-",
-       f"{1 / statistics.median(ups):.3f}" if ups else "-", overflows,
+       f"{1 / statistics.median(ups):.3f}" if ups else "-",
+       f"{statistics.median(tflops):.1f}" if tflops else "-",
+       f"{statistics.median(tflops) / float(peak_tflops):.1%}" if tflops else "-", overflows,
        "ok" if not problems else "FAIL: " + "; ".join(problems)]
 print("\t".join(map(str, row)))
 for problem in problems:

@@ -269,7 +269,8 @@ def fairseq_log(precision="bf16", losses=None, *, updates=300, interval=25, over
                          "ignoring gradient, setting loss scale to: 32.0")
         if update % interval == 0:
             record = {"epoch": 1, "loss": f"{losses[update // interval - 1]:.3f}",
-                      "wps": str(40000 + update), "ups": "5", "num_updates": str(update)}
+                      "wps": str(40000 + update), "ups": "5", "num_updates": str(update),
+                      "pflops": "0.02"}
             if precision == "fp16":
                 record["loss_scale"] = loss_scale
             lines.append(f"{STAMP}[train_inner][INFO] - {json.dumps(record)}")
@@ -310,8 +311,9 @@ def test_train_stage_summarises_a_good_run(tmp_path):
     assert rows == [{"arch": "3ml_self_tiny", "precision": "bf16", "updates": "300",
                      "first_loss": "10.000", "last_loss": "5.000", "valid_loss": "5.5",
                      # the median of the records after the first: update 175's
-                     "wps_median": "40175", "s_per_update": "0.200", "overflows": "0",
-                     "verdict": "ok"}]
+                     "wps_median": "40175", "s_per_update": "0.200",
+                     # 0.02 PFLOP per update x 5 updates/s = 100 TFLOP/s, over 989
+                     "tflops": "100.0", "mfu": "10.1%", "overflows": "0", "verdict": "ok"}]
 
 
 def test_fp16_overflows_while_the_loss_scale_settles_are_allowed(tmp_path):

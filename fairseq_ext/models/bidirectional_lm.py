@@ -123,11 +123,11 @@ from fairseq_ext.modules.bidirectional_attention_mask import (
 )
 from fairseq_ext.modules.block_sparse_attention import (
     ATTENTION_IMPLS,
-    CPU_MIN_SKIPPED,
     choose_attention_impl,
     flex_pays_off,
     flex_unsupported_reason,
     layout_blocks,
+    min_skipped,
 )
 from fairseq_ext.modules.classification_heads import (
     PositionClassificationHead,
@@ -357,8 +357,8 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
             if self.attention_impl == "flex" or flex_pays_off(blocks, tokens.device, dtype):
                 self.log_attention_path("FlexAttention", tokens.device, why)
                 return blocks.block_mask()
-            why = (f"; FlexAttention's CPU kernel pays off where the BlockMask skips at least "
-                   f"{CPU_MIN_SKIPPED.get(dtype, 0.9):.0%} of the scores; e.g. this batch's skips "
+            why = (f"; FlexAttention pays off on {tokens.device.type} where the BlockMask skips "
+                   f"at least {min_skipped(tokens.device, dtype):.0%} of the scores; this batch's skips "
                    f"{blocks.skipped_fraction():.0%}")
             allowed = blocks.dense_mask()  # the rule evaluated once per batch, either way
         self.log_attention_path("SDPA with a dense mask", tokens.device, why)

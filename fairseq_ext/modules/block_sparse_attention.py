@@ -45,16 +45,19 @@ both cases only while attention dropout is inactive (evaluation, or ``--attentio
 :func:`choose_attention_impl` turns ``--attention-impl auto | sdpa | flex`` into the path of a
 batch.
 
-**Where it pays** (:func:`flex_pays_off`). On CUDA, FlexAttention is the faster kernel whatever
-it skips. On CPU (torch 2.13, 2 threads of a Xeon with AVX-512 and AMX;
+**Where it pays** (:func:`flex_pays_off`). FlexAttention computes only the blocks its BlockMask
+keeps, but each block costs more than in SDPA's dense flash kernel, so it gains only where the
+mask skips most of them. On CPU (torch 2.13, 2 threads of a Xeon with AVX-512 and AMX;
 ``scripts/bench_bidirectional.py --part flex``, ``docs/benchmarks.md``), its kernel computes a
 block of scores 2.5-5 times slower than SDPA's flash kernel does (fp32; the partial blocks, which
-evaluate the ``mask_mod``, cost the most), so it gains only where the BlockMask skips most of the
-blocks: at 87.5% skipped, 1.5x in fp32 and 1.0x in bf16; at 84%, 1.3x in fp32; at 70%, 0.6x;
-at 44% (one causal document per row, what the evaluation modes score), 0.65x and 0.7x. So
-``auto`` on CPU takes FlexAttention only for a batch whose BlockMask skips at least
-:data:`CPU_MIN_SKIPPED` of the scores (by dtype), and SDPA otherwise; ``flex`` takes it
-regardless.
+evaluate the ``mask_mod``, cost the most): at 87.5% skipped, 1.5x in fp32 and 1.0x in bf16; at
+84%, 1.3x in fp32; at 70%, 0.6x; at 44% (one causal document per row, what the evaluation modes
+score), 0.65x and 0.7x. On an H200 (torch 2.11, bf16, 125m; ``docs/benchmarks.md``, "GPU run
+2026-11-26") it was slower than SDPA at every sparsity measured: 0.26-0.49x for attention alone
+at 35-55% skipped, 0.54-0.57x for fairseq-validate's forward, 0.72-0.75x for a training step;
+scaling those by the share kept puts the break-even at 73-84% skipped. So ``auto`` takes
+FlexAttention only for a batch whose BlockMask skips at least :data:`MIN_SKIPPED` of the scores
+(by device and dtype), and SDPA otherwise; ``flex`` takes it regardless.
 """
 import dataclasses
 import functools
@@ -78,10 +81,14 @@ ATTENTION_IMPLS = ("auto", "sdpa", "flex")
 BLOCK_SIZE = 128
 #: Distinct compiled shapes allowed for ``flex_attention`` (torch's default is 8).
 RECOMPILE_LIMIT = 64
-#: ``auto`` on CPU: the least share of the dense scores a batch's BlockMask must skip for
-#: FlexAttention to be taken, by dtype (module doc, "Where it pays": the measured break-even is
-#: about 80% in fp32, 87% in bf16).
-CPU_MIN_SKIPPED = {torch.float32: 0.8, torch.bfloat16: 0.9, torch.float16: 0.9}
+#: ``auto``: the least share of the dense scores a batch's BlockMask must skip for FlexAttention
+#: to be taken, by device type and dtype (module doc, "Where it pays": the measured break-even is
+#: about 80% in fp32 and 87% in bf16 on CPU, 73-84% in bf16 on an H200; fp32 on CUDA was not
+#: measured and takes the bf16 threshold).
+MIN_SKIPPED = {
+    "cpu": {torch.float32: 0.8, torch.bfloat16: 0.9, torch.float16: 0.9},
+    "cuda": {torch.float32: 0.85, torch.bfloat16: 0.85, torch.float16: 0.85},
+}
 
 
 def flex_attention_available() -> bool:
@@ -157,11 +164,15 @@ def choose_attention_impl(requested: str, device: torch.device, needs_grad: bool
 
 def flex_pays_off(blocks, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether ``auto`` takes FlexAttention for a batch it can run (module doc, "Where it
-    pays"): always on CUDA; on CPU where ``blocks`` (a :class:`LayoutBlocks` or
-    :class:`DocumentBlockMask`) skip at least :data:`CPU_MIN_SKIPPED` of the scores."""
-    if device.type == "cuda":
-        return True
-    return blocks.skipped_fraction() >= CPU_MIN_SKIPPED.get(dtype, 0.9)
+    pays"): where ``blocks`` (a :class:`LayoutBlocks` or :class:`DocumentBlockMask`) skip at
+    least :data:`MIN_SKIPPED` of the scores for ``device``'s type and ``dtype``."""
+    return blocks.skipped_fraction() >= min_skipped(device, dtype)
+
+
+def min_skipped(device: torch.device, dtype: torch.dtype) -> float:
+    """The share of the scores a BlockMask must skip for ``auto`` to take FlexAttention on
+    ``device`` in ``dtype`` (:data:`MIN_SKIPPED`; CPU's where the device type has no row)."""
+    return MIN_SKIPPED.get(device.type, MIN_SKIPPED["cpu"]).get(dtype, 0.9)
 
 
 def padded_length(length: int, block_size: int = BLOCK_SIZE) -> int:
