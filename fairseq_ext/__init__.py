@@ -2,7 +2,7 @@
 
 Importing this package (``--user-dir fairseq_ext``, or ``import fairseq_ext``) registers every
 task, model, architecture, criterion and optimizer it defines, and lets fairseq checkpoints load
-on torch >= 2.6 with safe unpickling kept on (:mod:`fairseq_ext.checkpoint_loading`). Under
+on torch >= 2.6 with safe unpickling kept on (:mod:`fairseq_ext.training.checkpoint_loading`). Under
 fairseq's tools (fairseq-train, fairseq-validate, fairseq-hydra-train) the errors our checks
 raise print as one line (:mod:`fairseq_ext.cli.errors`).
 """
@@ -15,8 +15,10 @@ import warnings
 warnings.filterwarnings("ignore", message=r"`torch\.cuda\.amp\.custom_(fwd|bwd)\(args\.\.\.\)` is "
                         r"deprecated", category=FutureWarning, module=r"fairscale\.")
 
-from fairseq_ext.checkpoint_loading import allow_fairseq_checkpoint_globals  # noqa: E402
+from fairseq_ext import compat  # noqa: E402
+from fairseq_ext.training.checkpoint_loading import allow_fairseq_checkpoint_globals  # noqa: E402
 
+compat.install()  # the modules' old paths, for one release (fairseq_ext/compat)
 allow_fairseq_checkpoint_globals()
 
 #: Subpackages whose modules register fairseq components when imported.
@@ -24,8 +26,8 @@ REGISTERING_SUBPACKAGES = ("criterions", "models", "optim", "tasks")
 
 from fairseq_ext import criterions, models, ops, optim, tasks  # noqa: E402,F401  (registration on import)
 from fairseq_ext.cli.errors import install_one_line_errors  # noqa: E402
-from fairseq_ext.fused_kernels import log_fused_kernels  # noqa: E402
 from fairseq_ext.models.validation import fairseq_program  # noqa: E402
+from fairseq_ext.training.fused_kernels import log_fused_kernels  # noqa: E402
 
 install_one_line_errors(fairseq_program())
 log_fused_kernels()

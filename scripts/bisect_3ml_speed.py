@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 
     import fairseq_ext
-    from fairseq_ext.model_building import build_arch
+    from fairseq_ext.training.model_building import build_arch
 
     torch.set_num_threads(args.threads)
     dictionary = Dictionary()

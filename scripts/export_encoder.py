@@ -10,7 +10,7 @@ After pre-training, 3ML's decoder is dropped and only the encoder is fine-tuned 
     python scripts/export_encoder.py checkpoints/3ml/checkpoint_last.pt exports/3ml-hub
     python scripts/export_encoder.py --keep-decoder checkpoints/3ml/checkpoint_last.pt exports/3ml-full
 
-What the export contains, and why: :mod:`fairseq_ext.export`. OUT is never overwritten unless
+What the export contains, and why: :mod:`fairseq_ext.export.encoder`. OUT is never overwritten unless
 ``--force``; errors are one line on stderr and exit status 2.
 """
 import logging
@@ -19,10 +19,10 @@ from pathlib import Path
 
 if __name__ == "__main__":
     # Its import-time INFO line about fused kernels is irrelevant here.
-    logging.getLogger("fairseq_ext.fused_kernels").setLevel(logging.WARNING)
+    logging.getLogger("fairseq_ext.training.fused_kernels").setLevel(logging.WARNING)
     try:
-        from fairseq_ext.export import main
+        from fairseq_ext.export.encoder import main
     except ImportError:  # run from a checkout where fairseq_ext is not installed
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from fairseq_ext.export import main
+        from fairseq_ext.export.encoder import main
     sys.exit(main())

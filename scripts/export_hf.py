@@ -6,7 +6,7 @@ config, fast tokenizer): RoBERTa -> ``RobertaForMaskedLM`` (pre-LN: ``RobertaPre
     python scripts/export_hf.py exports/3ml_encoder.pt exports/3ml_hf
     python scripts/export_hf.py HUB_DIR OUT_DIR --force
 
-What maps, what is refused and why: :mod:`fairseq_ext.hf_export`. Needs the ``hf`` extra
+What maps, what is refused and why: :mod:`fairseq_ext.export.huggingface`. Needs the ``hf`` extra
 (``requirements-hf.txt``). OUT is never overwritten unless ``--force``; errors are one line on
 stderr and exit status 2.
 """
@@ -16,10 +16,10 @@ from pathlib import Path
 
 if __name__ == "__main__":
     # Its import-time INFO line about fused kernels is irrelevant here.
-    logging.getLogger("fairseq_ext.fused_kernels").setLevel(logging.WARNING)
+    logging.getLogger("fairseq_ext.training.fused_kernels").setLevel(logging.WARNING)
     try:
-        from fairseq_ext.hf_export import main
+        from fairseq_ext.export.huggingface import main
     except ImportError:  # run from a checkout where fairseq_ext is not installed
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from fairseq_ext.hf_export import main
+        from fairseq_ext.export.huggingface import main
     sys.exit(main())

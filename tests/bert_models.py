@@ -2,7 +2,7 @@
 test_swishrnn_bert.py)."""
 import torch
 
-from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
+from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 
 def build(arch, vocab_size=60, max_positions=64, **overrides):

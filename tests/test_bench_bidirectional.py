@@ -10,7 +10,7 @@ import pytest
 
 from fairseq_ext.benchmarks import bidirectional as bench
 from fairseq_ext.data.bidirectional_sampling import ObjectiveSampler
-from fairseq_ext.model_building import MaskedLmTaskStub
+from fairseq_ext.training.model_building import MaskedLmTaskStub
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 

@@ -49,8 +49,8 @@ from fairseq_ext.data.bidirectional_eval_dataset import (
 )
 from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset, arrange_document
 from fairseq_ext.data.documents import BLANK_LINE_SEPARATED, DOCUMENT_FORMATS, LINES
-from fairseq_ext.evaluation.eval_scores import read_eval_scores
 from fairseq_ext.modules.bidirectional_attention_mask import may_attend
+from fairseq_ext.reporting.eval_scores import read_eval_scores
 from fairseq_ext.tasks.bidirectional_lm import BidirectionalLMConfig, BidirectionalLMTask
 
 BOS, PAD, EOS, UNK = 0, 1, 2, 3

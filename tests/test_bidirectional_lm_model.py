@@ -22,7 +22,6 @@ from fairseq_ext import flops
 from fairseq_ext.criterions.bidirectional_lm import BidirectionalLmLoss
 from fairseq_ext.flops.measure import flop_counter
 from fairseq_ext.flops.training_metrics import TRAIN_FLOPS_KEY
-from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 from fairseq_ext.models.validation import check_run_config
 from fairseq_ext.modules.bidirectional_attention_mask import (
     additive_attention_mask,
@@ -31,6 +30,7 @@ from fairseq_ext.modules.bidirectional_attention_mask import (
     may_attend,
 )
 from fairseq_ext.modules.sdpa_attention import MaskedSelfAttention
+from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 VOCAB = 40
 GPT2_DICTIONARY = 50265  # fairseq's GPT-2 BPE dict.txt (50,260) + 4 specials + <mask>

@@ -132,7 +132,7 @@ FLAG_TO_YAML = {
 def test_yaml_twin_holds_the_shell_recipes_values(recipe, config):
     from omegaconf import OmegaConf
 
-    from fairseq_ext.hydra_config import register_resolvers
+    from fairseq_ext.training.hydra_config import register_resolvers
 
     register_resolvers()
     cfg = OmegaConf.load(REPO_ROOT / "recipes/config/bidirectional" / config)

@@ -23,7 +23,6 @@ import fairseq_ext  # noqa: F401  (registers the archs)
 from conftest import USER_DIR, fairseq_cli, run_cli
 from fairseq_ext.benchmarks.bidirectional import build_batches
 from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
-from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 from fairseq_ext.models.bidirectional_lm import check_attention_impl
 from fairseq_ext.modules import block_sparse_attention
 from fairseq_ext.modules.bidirectional_attention_mask import (
@@ -42,6 +41,7 @@ from fairseq_ext.modules.block_sparse_attention import (
     packed_blocks,
 )
 from fairseq_ext.modules.sdpa_attention import MaskedSelfAttention
+from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),  # conftest.py
               pytest.mark.skipif(not flex_attention_available(),

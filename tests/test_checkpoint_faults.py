@@ -274,7 +274,7 @@ LOADED_LINE = re.compile(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)")
 def saved_state(path):
     """:func:`checkpoint_state.training_state` and the best validation loss so far, read with
     fairseq-ext's loader (a one-line CheckpointLoadError if the file is not whole)."""
-    from fairseq_ext.checkpoint_loading import load_checkpoint_to_cpu
+    from fairseq_ext.training.checkpoint_loading import load_checkpoint_to_cpu
 
     checkpoint = load_checkpoint_to_cpu(path)
     return {**training_state(checkpoint), "best": checkpoint["extra_state"].get("best"),
@@ -503,7 +503,7 @@ def complete_checkpoint(tmp_path):
 def test_truncated_checkpoint_names_the_file(complete_checkpoint, tmp_path, keep):
     """fairseq-ext's loader: fairseq's line, word for word (0 and 3 bytes: shorter than a zip
     signature; torch calls the 3-byte file a bad pickle)."""
-    from fairseq_ext.checkpoint_loading import CheckpointLoadError, load_checkpoint_to_cpu
+    from fairseq_ext.training.checkpoint_loading import CheckpointLoadError, load_checkpoint_to_cpu
 
     save = tmp_path / "save"
     save.mkdir()

@@ -21,7 +21,7 @@ from conftest import (
     train_with_hydra_recipe,
     train_with_shell_recipe,
 )
-from fairseq_ext.checkpoint_loading import FAIRSEQ_CHECKPOINT_GLOBALS
+from fairseq_ext.training.checkpoint_loading import FAIRSEQ_CHECKPOINT_GLOBALS
 
 ALLOWED_NAMES = {f"{g.__module__}.{g.__qualname__}" for g in FAIRSEQ_CHECKPOINT_GLOBALS}
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT, run_cli
-from fairseq_ext import demo
+from fairseq_ext.experiments import demo
 
 
 def test_seconds_per_update_weights_intervals_and_skips_the_first():
@@ -174,7 +174,7 @@ def scores_of(mask_loss, mask_tokens, unigram_loss):
 
 
 def test_flops_to_reach_interpolates_between_the_scored_checkpoints():
-    from fairseq_ext.curves import CurvePoint
+    from fairseq_ext.reporting.curves import CurvePoint
 
     curve = [CurvePoint(updates=u, pflops=f, wall=0.0, valid_loss=loss, train_updates=u)
              for u, f, loss in ((10, 1.0, 9.0), (20, 2.0, 8.0), (30, 3.0, 7.5))]
@@ -222,7 +222,7 @@ def test_group_rows_unigram_first_paired_differences_and_the_warning_path():
 
 def test_infilling_baseline_always_guesses_the_commonest_piece_paired(tmp_path):
     from fairseq_ext.evaluation.bidirectional_report import constant_guess_baseline
-    from fairseq_ext.evaluation.eval_scores import FORMAT, VERSION
+    from fairseq_ext.reporting.eval_scores import FORMAT, VERSION
 
     rows = [  # (position, target, model correct)
         (1, 7, 1), (2, 7, 0), (3, 9, 1), (4, 5, 0), (5, 7, 1), (6, 3, 0)]

@@ -1,4 +1,4 @@
-"""scripts/export_hf.py / fairseq_ext.hf_export (issue 16): fairseq checkpoints to Hugging Face
+"""scripts/export_hf.py / fairseq_ext.export.huggingface (issue 16): fairseq checkpoints to Hugging Face
 ``transformers`` directories.
 
 Everything is built here, in this process: a small sentencepiece model trained on this module's
@@ -24,8 +24,8 @@ from omegaconf import OmegaConf
 
 import fairseq_ext
 from conftest import REPO_ROOT, WORDS, run_cli
-from fairseq_ext import export as export_encoder
-from fairseq_ext import hf_export
+from fairseq_ext.export import encoder as export_encoder
+from fairseq_ext.export import huggingface as hf_export
 
 transformers = pytest.importorskip("transformers")  # a guard only: make test installs the extra
 sentencepiece = pytest.importorskip("sentencepiece")

@@ -19,7 +19,7 @@ from conftest import BIN_DIR, REPO_ROOT, USER_DIR, fairseq_cli, json_log_records
 from fairseq_ext import flops
 from fairseq_ext.criterions.masked_lm_flops import MaskedLmFlopsLoss
 from fairseq_ext.flops import ModelSpec, NoFlopsFormula, Stack, training_metrics
-from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
+from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 V = flops.ROBERTA_VOCAB_SIZE
 

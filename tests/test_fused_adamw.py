@@ -3,8 +3,8 @@ import pytest
 import torch
 from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 
-from fairseq_ext.fused_kernels import describe_fused_kernels, nvidia_apex_available
 from fairseq_ext.optim.fused_adamw import FairseqFusedAdamW, FusedAdamWConfig
+from fairseq_ext.training.fused_kernels import describe_fused_kernels, nvidia_apex_available
 
 HYPER = dict(adam_betas="(0.9, 0.98)", adam_eps=1e-6, weight_decay=0.01, lr=[1e-2])
 

@@ -12,7 +12,7 @@ import torch
 
 import fairseq_ext  # noqa: F401  (registers the archs, loads checkpoints)
 from conftest import REPO_ROOT, USER_DIR, fairseq_cli, run_cli
-from fairseq_ext import export as export_module
+from fairseq_ext.export import encoder as export_module
 
 HELD_OUT = "the man said that it was good"
 MASKED = "the man said that <mask> was good"

@@ -20,7 +20,7 @@ from fairseq_ext.evaluation.masked_lm_scores import (
     score_checkpoints,
     train_unigram,
 )
-from fairseq_ext.evaluation.uncertainty import mean_loss, paired_mean_loss_difference
+from fairseq_ext.reporting.uncertainty import mean_loss, paired_mean_loss_difference
 
 
 def test_unigram_is_add_one_smoothed_over_the_targets_and_its_commonest_piece_is_not_special():

@@ -8,9 +8,9 @@ from recipe_checks import dry_run
 
 import fairseq_ext  # noqa: F401  (registers our archs)
 from conftest import REPO_ROOT, run_cli
-from fairseq_ext import memory_plan
+from fairseq_ext.flops import memory_plan
 from fairseq_ext.flops.families import flops_family, spec_for_arch
-from fairseq_ext.model_building import MaskedLmTaskStub, build_arch, masked_lm_task
+from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch, masked_lm_task
 
 #: One tiny arch per family (bert_orig is fairseq's roberta).
 TINY_ARCHS = ("roberta_tiny", "bert_rab_tiny", "swishrnn_bert_tiny", "3ml_self_tiny",

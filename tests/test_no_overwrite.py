@@ -4,7 +4,7 @@ and prediction files, grid results, benchmark results) refuses an existing one, 
 stderr and exit status 2, before any expensive work: each case gives the command inputs it would
 fail on had it read them (a checkpoint that is not one, for instance), so reaching the refusal
 proves the check comes first. Where it is cheap, ``--force`` is shown to replace the file.
-:mod:`fairseq_ext.output_files`' atomic writes leave an earlier file whole when a write fails.
+:mod:`fairseq_ext.training.output_files`' atomic writes leave an earlier file whole when a write fails.
 """
 import dataclasses
 import json
@@ -15,12 +15,15 @@ from typing import Callable, Dict, List
 
 import pytest
 
-from fairseq_ext import curves, demo, export, finetune_grid, hf_export
 from fairseq_ext.benchmarks import bidirectional as bench_bidirectional
 from fairseq_ext.benchmarks import three_ml as bench_3ml
 from fairseq_ext.corpus import glue, prepare_corpus
-from fairseq_ext.evaluation import bidirectional_report, infill_rescore, multiple_choice
-from fairseq_ext.output_files import OutputError, atomic_directory, atomic_file
+from fairseq_ext.evaluation import bidirectional_report, finetune_grid, infill_rescore, multiple_choice
+from fairseq_ext.experiments import demo
+from fairseq_ext.export import encoder as export
+from fairseq_ext.export import huggingface as hf_export
+from fairseq_ext.reporting import curves
+from fairseq_ext.training.output_files import OutputError, atomic_directory, atomic_file
 
 PRECIOUS = b"the user's own\n"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -120,7 +123,7 @@ def plot_curves_png(inp, out):
 def finetune_grid_tsv(inp, out):
     target = put(out / "grid.tsv", PRECIOUS)
     return Writer(finetune_grid.main, [grid_run(inp / "grid"), "--tsv", target], target,
-                  refusal("python -m fairseq_ext.finetune_grid", target))
+                  refusal("python -m fairseq_ext.evaluation.finetune_grid", target))
 
 
 def bidirectional_report_json(inp, out):

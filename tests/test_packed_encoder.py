@@ -10,13 +10,13 @@ from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerEncoderLayer
 
 import fairseq_ext  # noqa: F401  (registers the archs)
-from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 from fairseq_ext.modules.packed_encoder_layer import (
     attention_mask,
     packed_encoder_layer,
     packed_layer_unsupported,
 )
 from fairseq_ext.modules.token_selection import pack_selected, pack_tokens
+from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 SELECTED = torch.tensor([[True, False, True, True, False],
                          [False, False, False, False, False],

@@ -33,7 +33,7 @@ from recipe_checks import flag_values, printed_commands
 
 import fairseq_ext  # noqa: F401  (fairseq checkpoints load with torch's weights-only unpickler)
 from conftest import BIN_DIR, REPO_ROOT, WORDS, json_log_records
-from fairseq_ext import demo
+from fairseq_ext.experiments import demo
 
 README = REPO_ROOT / "README.md"
 DATA = "data-bin/python-docs-spm8000"

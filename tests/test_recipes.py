@@ -19,7 +19,7 @@ from conftest import (
     run_cli,
     train_with_hydra_recipe,
 )
-from fairseq_ext.hydra_config import register_resolvers
+from fairseq_ext.training.hydra_config import register_resolvers
 
 register_resolvers()  # the YAMLs' ${fairseq_ext.user_dir:}, which fairseq-hydra-train registers
 

@@ -9,7 +9,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY
 
 import fairseq_ext  # noqa: F401  (registers the archs)
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss
-from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
+from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 
 def build(arch, task, **overrides):

@@ -1,4 +1,4 @@
-"""fairseq_ext.export / scripts/export_encoder.py (3ML -> plain fairseq RoBERTa) and the GLUE
+"""fairseq_ext.export.encoder / scripts/export_encoder.py (3ML -> plain fairseq RoBERTa) and the GLUE
 fine-tuning recipes.
 
 Tiny 3ML models are pre-trained with the real CLIs (fairseq-train, and fairseq-hydra-train for
@@ -31,7 +31,7 @@ from conftest import (
     run_cli,
     train_with_hydra_recipe,
 )
-from fairseq_ext import export as export_encoder
+from fairseq_ext.export import encoder as export_encoder
 from fairseq_ext.models.three_ml import ThreeMLModel
 
 SCRIPT = REPO_ROOT / "scripts/export_encoder.py"
@@ -169,7 +169,7 @@ def test_export_log_counts_only_the_decoder_parameters_it_drops(pretrained, capl
     'dropped', so the figure is the decoder's own parameters."""
     path = pretrained["self"]
     state = export_encoder.load_checkpoint(path)
-    with caplog.at_level("INFO", logger="fairseq_ext.export"):
+    with caplog.at_level("INFO", logger="fairseq_ext.export.encoder"):
         export_encoder.export(state, path)
     decoder_only = sum(v.numel() for k, v in state["model"].items()
                        if k.startswith("mask_decoder.") and k != "mask_decoder.lm_head.weight")

@@ -6,7 +6,7 @@ import torch
 
 import fairseq_ext  # noqa: F401  (registers the archs, loads checkpoints)
 from conftest import USER_DIR, fairseq_cli, run_cli
-from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
+from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 ARCHS = ["3ml_self_tiny", "3ml_cross_tiny"]
 

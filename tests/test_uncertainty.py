@@ -1,4 +1,4 @@
-"""fairseq_ext.evaluation.uncertainty: the standard errors of the bidirectional evaluation
+"""fairseq_ext.reporting.uncertainty: the standard errors of the bidirectional evaluation
 (issue 23), against hand computations and, for the delta method, against a bootstrap over
 documents on synthetic scores (a seeded resampling, written here without the package)."""
 import json
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fairseq_ext.evaluation.uncertainty import (
+from fairseq_ext.reporting.uncertainty import (
     Estimate,
     accuracy,
     binomial_standard_error,
@@ -100,7 +100,7 @@ def test_resolved_is_a_json_boolean():
 
 def write_scores(path, mode, rows, **settings):
     """A --eval-scores-out file of ``rows`` ``(document, position, label, tokens, loss, correct)``."""
-    from fairseq_ext.evaluation.eval_scores import FORMAT, VERSION
+    from fairseq_ext.reporting.eval_scores import FORMAT, VERSION
 
     header = {"format": FORMAT, "version": VERSION,
               "settings": {"eval_mode": mode, "eval_seed": "1", **settings}}

@@ -17,16 +17,16 @@ from conftest import (
     json_log_records,
     run_cli,
 )
-from fairseq_ext import demo
-from fairseq_ext.checkpoint_loading import (
+from fairseq_ext.cli.errors import TRACEBACK_VARIABLE
+from fairseq_ext.experiments import demo
+from fairseq_ext.flops import cli as flops_cli
+from fairseq_ext.models import validation
+from fairseq_ext.training.checkpoint_loading import (
     CheckpointLoadError,
     allow_fairseq_checkpoint_globals,
     checkpoint_error_message,
     load_checkpoint_to_cpu,
 )
-from fairseq_ext.cli.errors import TRACEBACK_VARIABLE
-from fairseq_ext.flops import cli as flops_cli
-from fairseq_ext.models import validation
 
 #: One arch of each family fairseq-ext registers.
 OUR_ARCHS = ("roberta_tiny", "roberta_large_prenorm", "bert_orig_tiny", "bert_rab_tiny",

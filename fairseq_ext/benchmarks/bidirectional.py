@@ -2,7 +2,7 @@
 Artetxe et al., 2022) against fairseq's causal ``transformer_lm`` of the same size (issue 12,
 "Performance": target ours / transformer_lm >= 0.9 on GPU at 125M).
 
-* **Models**, built as ``fairseq-train`` builds them (:func:`fairseq_ext.model_building.build_arch`)
+* **Models**, built as ``fairseq-train`` builds them (:func:`fairseq_ext.training.model_building.build_arch`)
   over one dictionary of ``--vocab-size`` symbols, ``<mask>`` included:
 
   - ours: ``bidir_lm_<size>`` (pre-LN, GELU, dropout 0.1, learned positions, tied embeddings);
@@ -105,7 +105,6 @@ from fairseq_ext.criterions.bidirectional_lm import BidirectionalLmLoss
 from fairseq_ext.data.bidirectional_eval_dataset import EVAL_MODES
 from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset
 from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
-from fairseq_ext.model_building import MaskedLmTaskStub, build_arch
 from fairseq_ext.models.sizes import DECODER_LM_SIZES
 from fairseq_ext.modules.bidirectional_attention_mask import additive_attention_mask, may_attend
 from fairseq_ext.modules.block_sparse_attention import (
@@ -113,7 +112,8 @@ from fairseq_ext.modules.block_sparse_attention import (
     document_block_mask,
     flex_attention_available,
 )
-from fairseq_ext.output_files import refused, write_text
+from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
+from fairseq_ext.training.output_files import refused, write_text
 
 #: The command line (scripts/bench_bidirectional.py).
 PROG = "bench_bidirectional.py"

@@ -1,7 +1,7 @@
 """What the benchmarks (:mod:`~fairseq_ext.benchmarks.three_ml`,
 :mod:`~fairseq_ext.benchmarks.swishrnn`) share: interleaved timing rounds, medians and
 quartiles, the machine's description and load. (Synthetic masked-LM batches are in
-:mod:`fairseq_ext.model_building`.)
+:mod:`fairseq_ext.training.model_building`.)
 
 Timings are taken in interleaved rounds (A, B, A, B, ...) so that drift on a shared machine
 hits every contestant alike; the first ``warmup`` rounds are dropped and the median reported.

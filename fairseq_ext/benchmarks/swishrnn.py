@@ -50,8 +50,8 @@ import torch.nn.functional as F
 
 import fairseq_ext  # noqa: F401  (registers the op and the archs)
 from fairseq_ext.benchmarks.common import interleaved_rounds, load_average, quartiles, timed
-from fairseq_ext.model_building import corrupted_batch, masked_lm_task
 from fairseq_ext.ops import swish_recurrence as swish_rnn
+from fairseq_ext.training.model_building import corrupted_batch, masked_lm_task
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp64": torch.float64}
 #: Per-part defaults of the options left unset on the command line.
@@ -276,7 +276,7 @@ class StepRunner:
 
     def __init__(self, arch: str, task, seq_len: int, device: torch.device, dtype: torch.dtype,
                  seed: int):
-        from fairseq_ext.model_building import build_arch
+        from fairseq_ext.training.model_building import build_arch
 
         torch.manual_seed(seed)
         self.arch = arch

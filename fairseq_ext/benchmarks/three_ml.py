@@ -6,7 +6,7 @@ counterpart: the median time of one update (forward, backward, ``AdamW(fused=Tru
 each model at the same batch size and sequence length, and reports
 ``speedup = time(RoBERTa, 15%) / time(model, mask rate)``.
 
-* Models are built as ``fairseq-train`` builds them (``fairseq_ext.model_building.build_arch``)
+* Models are built as ``fairseq-train`` builds them (``fairseq_ext.training.model_building.build_arch``)
   with fairseq's ``masked_lm`` task over a dictionary of ``--vocab-size`` symbols, ``<mask>``
   included (50265 like RoBERTa's).
 * Batches are random token blocks (``<s>`` + ``seq_len - 1`` tokens, no padding, as
@@ -80,8 +80,8 @@ from fairseq_ext.benchmarks.common import (
     timed,
 )
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss
-from fairseq_ext.model_building import build_arch
-from fairseq_ext.output_files import refused, write_text
+from fairseq_ext.training.model_building import build_arch
+from fairseq_ext.training.output_files import refused, write_text
 
 #: The command line (scripts/bench_3ml.py).
 PROG = "bench_3ml.py"

@@ -31,7 +31,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..output_files import OutputError, error_line, refuse_existing
+from fairseq_ext.training.output_files import OutputError, error_line, refuse_existing
+
 from .encoders import TokenizerSpec, count_dictionary_entries, encode_file
 from .errors import CorpusError
 

@@ -31,7 +31,7 @@ value, :mod:`fairseq_ext.data.bidirectional_eval_dataset`) it also logs, per gro
 each with its standard error, ``<name>_se`` (``ppl_se``, ``suffix_ppl_r<R>_se``,
 ``infill_acc_r<R>_se``, ...): the delta method over documents for losses and perplexities (over
 positions for the infilled tokens', each position a row), the binomial error over positions for
-accuracy (:mod:`fairseq_ext.evaluation.uncertainty`), from
+accuracy (:mod:`fairseq_ext.reporting.uncertainty`), from
 per-row sums that add up across batches and workers. The per-row scores themselves travel to the
 task under :data:`EVAL_ROWS_KEY`, which the task removes from the logging output
 (``--eval-scores-out``).
@@ -45,12 +45,12 @@ from fairseq import metrics, utils
 from fairseq.criterions import register_criterion
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 
-from fairseq_ext.evaluation.uncertainty import (
+from fairseq_ext.flops.training_metrics import TRAIN_FLOPS_KEY, TrainingFlops, log_training_flops
+from fairseq_ext.models.validation import warn_if_validate_ignores_criterion
+from fairseq_ext.reporting.uncertainty import (
     binomial_standard_error,
     ratio_standard_error_from_sums,
 )
-from fairseq_ext.flops.training_metrics import TRAIN_FLOPS_KEY, TrainingFlops, log_training_flops
-from fairseq_ext.models.validation import warn_if_validate_ignores_criterion
 
 #: The kinds of predicted tokens, logged as loss_<kind> / ppl_<kind>.
 KINDS = ("mask", "next")

@@ -13,10 +13,10 @@ perplexity for ``msk_*``, footnote 5; direct infilling for ``nxt_*``, which
 
 1. a row per checkpoint, full-document ppl, suffix ppl per R, infill accuracy (%) per R, each
    ``value ± standard error`` as fairseq-validate computed it (delta method over documents for
-   perplexities, binomial over positions for accuracy: :mod:`fairseq_ext.evaluation.uncertainty`);
+   perplexities, binomial over positions for accuracy: :mod:`fairseq_ext.reporting.uncertainty`);
 2. per column, each checkpoint's difference to the column's best (lowest ppl, highest accuracy),
    ``difference ± standard error of the difference``, paired over the same rows (the documents
-   and masked positions that ``--eval-scores-out`` lists, :mod:`fairseq_ext.evaluation.eval_scores`),
+   and masked positions that ``--eval-scores-out`` lists, :mod:`fairseq_ext.reporting.eval_scores`),
    marked ``*`` when resolved: larger than twice its standard error. Paired, that error is
    smaller than either model's own where the models agree on most rows.
 
@@ -26,7 +26,7 @@ run's log as ``DIR/<name>.<mode>.log`` and its scored rows as ``DIR/<name>.<mode
 ``recipes/bidirectional/compare_variants.sh``'s ``<variant>/checkpoint_last.pt`` do); without it
 the rows go to a temporary directory. Neither the JSON file nor a log nor a scores file is
 overwritten without ``--force``: all are checked before the first ``fairseq-validate`` run
-(:mod:`fairseq_ext.output_files`).
+(:mod:`fairseq_ext.training.output_files`).
 
 A checkpoint written before fairseq-ext had ``--eval-scores-out`` cannot take it (fairseq-validate
 drops flags the checkpoint's saved config lacks): its figures are printed with their standard
@@ -50,17 +50,17 @@ from fairseq_ext.data.bidirectional_eval_dataset import (
     parse_r_bidir,
     r_label,
 )
-from fairseq_ext.evaluation.eval_scores import read_eval_scores
-from fairseq_ext.evaluation.uncertainty import (
+from fairseq_ext.reporting.eval_scores import read_eval_scores
+from fairseq_ext.reporting.log_records import parse_json_record
+from fairseq_ext.reporting.text_tables import ascii_table
+from fairseq_ext.reporting.uncertainty import (
     RESOLVED_AT,
     Estimate,
     accuracy,
     paired_accuracy_difference,
     paired_perplexity_difference,
 )
-from fairseq_ext.log_records import parse_json_record
-from fairseq_ext.output_files import OutputError, error_line, refused, write_text
-from fairseq_ext.text_tables import ascii_table
+from fairseq_ext.training.output_files import OutputError, error_line, refused, write_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 BIN_DIR = Path(sys.executable).parent
@@ -74,8 +74,8 @@ def checkpoint_capabilities(path: Path) -> Dict[str, object]:
     """``{"variant": ..., "trained": frozenset}`` of a ``bidirectional_lm`` checkpoint, from its
     saved task config (:meth:`ObjectiveSampler.trained_capabilities`)."""
     import fairseq_ext  # noqa: F401  (the checkpoint allow-list)
-    from fairseq_ext.checkpoint_loading import load_checkpoint_to_cpu
     from fairseq_ext.evaluation.sequence_scoring import checkpoint_capabilities as trained_on
+    from fairseq_ext.training.checkpoint_loading import load_checkpoint_to_cpu
 
     state = load_checkpoint_to_cpu(str(path))
     task = state["cfg"]["task"]
@@ -235,7 +235,7 @@ def scores_of(path) -> tuple:
 def paired_difference(row_a: Dict[str, object], row_b: Dict[str, object],
                       column: Column) -> Tuple[Optional[Estimate], str]:
     """``(figure_A - figure_B, why not)`` over the rows both scored in ``column``, paired
-    (:mod:`fairseq_ext.evaluation.uncertainty`); ``(None, reason)`` when they cannot be paired."""
+    (:mod:`fairseq_ext.reporting.uncertainty`); ``(None, reason)`` when they cannot be paired."""
     mode, label = column
     paths = [(row.get("scores") or {}).get(mode) for row in (row_a, row_b)]
     if any(path is None for path in paths):

@@ -20,7 +20,7 @@ The command line is ``scripts/compare_fill_mask.py``::
 
 A hub directory's dictionary must be the data-bin's (the error names the file otherwise). An
 encoder-only export of a 3ML model whose decoder dim differs from its encoder dim has a freshly
-initialised MLM head (:mod:`fairseq_ext.export`): its scores are reported, and flagged, but say
+initialised MLM head (:mod:`fairseq_ext.export.encoder`): its scores are reported, and flagged, but say
 nothing about the encoder.
 """
 import argparse
@@ -33,7 +33,7 @@ from typing import List, Sequence
 
 import torch
 
-from fairseq_ext.output_files import error_line
+from fairseq_ext.training.output_files import error_line
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     except FillMaskError as e:
         print(error_line("compare_fill_mask.py", e), file=sys.stderr)
         return 2
-    from fairseq_ext.text_tables import ascii_table
+    from fairseq_ext.reporting.text_tables import ascii_table
 
     print(f"{args.data} {args.split}: {len(blocks)} blocks of <= {args.tokens_per_sample} "
           f"tokens, mask prob {args.mask_prob}, seed {args.seed}")

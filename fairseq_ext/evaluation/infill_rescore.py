@@ -26,7 +26,7 @@ filled-in document by its full-sequence log-likelihood with ``n_bidir = 0``
 copies of a document are one batch, one forward per document and candidate set. The prediction is
 the best-scoring candidate (ties: the proposer's higher-ranked one); accuracy is the share of
 positions where it is the original token, printed ± its binomial standard error
-(:mod:`fairseq_ext.evaluation.uncertainty`).
+(:mod:`fairseq_ext.reporting.uncertainty`).
 
 **Differences.** Every scorer re-ranks the same candidates at the same positions, so the report
 compares them paired over those positions: each scorer against the best scorer, and the best
@@ -48,7 +48,7 @@ candidate lists.
 
 **Outputs.** ``--candidates-out`` and ``--json`` files are never overwritten without ``--force``
 (checked before any checkpoint is loaded), and are written whole or not at all
-(:mod:`fairseq_ext.output_files`).
+(:mod:`fairseq_ext.training.output_files`).
 """
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import torch
 
+from fairseq_ext.data.bidirectional_eval_dataset import BidirectionalEvalDataset
 from fairseq_ext.evaluation.sequence_scoring import (
     ScoringError,
     ScoringModel,
@@ -72,12 +73,13 @@ from fairseq_ext.evaluation.sequence_scoring import (
     require_capability,
     sequence_log_likelihoods,
 )
-from fairseq_ext.evaluation.uncertainty import (
+from fairseq_ext.reporting.uncertainty import (
     RESOLVED_AT,
     binomial_standard_error,
     paired_accuracy_difference,
 )
-from fairseq_ext.output_files import (
+from fairseq_ext.tasks.bidirectional_lm import BidirectionalLMConfig, BidirectionalLMTask
+from fairseq_ext.training.output_files import (
     OutputError,
     atomic_file,
     error_line,
@@ -131,8 +133,6 @@ def infill_eval_dataset(data, subset: str, tokens_per_sample: int, r_bidir: str,
     """``(task, dataset)``: the ``--eval-mode infill`` evaluation dataset of ``DATA``'s
     ``subset``, built by the ``bidirectional_lm`` task exactly as ``fairseq-validate`` builds it
     (the variant does not enter the dataset)."""
-    from fairseq_ext.data.bidirectional_eval_dataset import BidirectionalEvalDataset
-    from fairseq_ext.tasks.bidirectional_lm import BidirectionalLMConfig, BidirectionalLMTask
 
     cfg = BidirectionalLMConfig(data=str(data), tokens_per_sample=int(tokens_per_sample),
                                 document_format=str(document_format), eval_mode="infill",

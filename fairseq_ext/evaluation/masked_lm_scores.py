@@ -26,8 +26,8 @@ of "context". For each sequence of the split it records:
 
 The loss of a model is the ratio ``sum_s l_s / sum_s n_s`` over sequences ``s``; its standard
 error, and that of a paired difference, are the delta method over sequences
-(:func:`fairseq_ext.evaluation.uncertainty.mean_loss`,
-:func:`~fairseq_ext.evaluation.uncertainty.paired_mean_loss_difference`). ``--out`` writes the
+(:func:`fairseq_ext.reporting.uncertainty.mean_loss`,
+:func:`~fairseq_ext.reporting.uncertainty.paired_mean_loss_difference`). ``--out`` writes the
 per-sequence arrays as JSON (never over an existing file).
 """
 from __future__ import annotations
@@ -43,8 +43,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from fairseq_ext.data.data_bin import special_ids
-from fairseq_ext.evaluation.uncertainty import Estimate, mean_loss, paired_mean_loss_difference
-from fairseq_ext.output_files import OutputError, error_line, write_text
+from fairseq_ext.reporting.uncertainty import Estimate, mean_loss, paired_mean_loss_difference
+from fairseq_ext.training.output_files import OutputError, error_line, write_text
 
 #: The per-sequence fields of :class:`SequenceScores` (besides ``ids``).
 FIELDS = ("mask_loss", "mask_tokens", "mask_unigram_loss",

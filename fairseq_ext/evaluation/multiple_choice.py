@@ -59,7 +59,7 @@ The prediction is the best-scoring choice (ties: the first). Accuracy is printed
 labels; ``--output`` writes one JSON line per row (``line``, ``choices``, ``scores``,
 ``prediction``, ``predicted_choice``, ``label``, ``correct``); an existing file is replaced only
 with ``--force`` (checked before anything is read), and written whole or not at all
-(:mod:`fairseq_ext.output_files`).
+(:mod:`fairseq_ext.training.output_files`).
 """
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ from fairseq_ext.evaluation.sequence_scoring import (
     require_capability,
     token_log_probs,
 )
-from fairseq_ext.output_files import OutputError, atomic_file, error_line, refuse_existing
+from fairseq_ext.training.output_files import OutputError, atomic_file, error_line, refuse_existing
 
 NORMALIZATIONS = ("token", "none", "char")
 SCORINGS = ("full", "infill")

@@ -5,7 +5,7 @@ choice (Tables 7-8, :mod:`.multiple_choice`).
 **Loading** (:func:`load_scoring_model`): the checkpoint's task is rebuilt from its saved config
 with ``data`` pointed at the data-bin to score (its ``dict.txt``, plus the ``<mask>`` the task
 adds, is the model's dictionary), the model built and its weights loaded, in eval mode. A file
-that cannot be read is one line (:mod:`fairseq_ext.checkpoint_loading`); so is a checkpoint of
+that cannot be read is one line (:mod:`fairseq_ext.training.checkpoint_loading`); so is a checkpoint of
 another task, or one whose embedding does not match the data-bin's dictionary. What the checkpoint
 was trained on comes from its saved task config
 (:meth:`~fairseq_ext.data.bidirectional_sampling.ObjectiveSampler.trained_capabilities`), and
@@ -120,7 +120,7 @@ def load_scoring_model(path, data, flag: str = "--path", device: Optional[torch.
     from fairseq import tasks
 
     import fairseq_ext  # noqa: F401  (registers the task and model; the checkpoint allow-list)
-    from fairseq_ext.checkpoint_loading import CheckpointLoadError, load_checkpoint_to_cpu
+    from fairseq_ext.training.checkpoint_loading import CheckpointLoadError, load_checkpoint_to_cpu
 
     overrides = {"data": str(data), **(arg_overrides or {})}
     try:

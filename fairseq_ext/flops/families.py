@@ -99,7 +99,7 @@ class FlopsFamily:
         positions: weights and biases of every block, embeddings, norms and head (a few small
         tables are left out: BERT-rab's relative-bias buckets, the final norms of pre-LN
         stacks; under 0.2% at tiny size, 0.01% at base).
-        The memory plan (:mod:`fairseq_ext.memory_plan`) sizes weights and optimizer state
+        The memory plan (:mod:`fairseq_ext.flops.memory_plan`) sizes weights and optimizer state
         with it; ``tests/test_memory_plan.py`` checks it against built models."""
         raise NotImplementedError
 
@@ -451,7 +451,7 @@ def spec_for_arch(arch: str, **overrides) -> ModelSpec:
     import fairseq_ext  # noqa: F401  (registers our architectures)
 
     if arch not in ARCH_CONFIG_REGISTRY:
-        from fairseq_ext.model_building import unknown_arch_message
+        from fairseq_ext.training.model_building import unknown_arch_message
 
         raise NoFlopsFormula(unknown_arch_message(arch))
     args = argparse.Namespace(arch=arch, **{k: v for k, v in overrides.items() if v is not None})

@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fairseq_ext.flops.families import ModelSpec, exact_forward_flops
 from fairseq_ext.flops.formulas import TRAINING_MULTIPLIER
-from fairseq_ext.model_building import build_arch, corrupted_batch, masked_lm_task
+from fairseq_ext.training.model_building import build_arch, corrupted_batch, masked_lm_task
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from fairseq.optim import FairseqOptimizer, register_optimizer
 from fairseq.optim.fused_adam import get_fused_adam_class
 from omegaconf import II
 
-from fairseq_ext.fused_kernels import nvidia_apex_available
+from fairseq_ext.training.fused_kernels import nvidia_apex_available
 
 logger = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ from fairseq_ext.data.documents import (
     warn_if_format_mismatch,
     whole_document_count,
 )
-from fairseq_ext.evaluation.eval_scores import EvalScoresWriter, check_eval_scores_path
+from fairseq_ext.reporting.eval_scores import EvalScoresWriter, check_eval_scores_path
 
 logger = logging.getLogger(__name__)
 

@@ -67,7 +67,7 @@ recipe_python() {
 }
 
 # print_memory_plan FAIRSEQ_TRAIN_CMD...: print the run's memory per GPU (weights, gradients,
-# optimizer state, activations, total; `python -m fairseq_ext.memory_plan`) on NUM_GPUS x NNODES
+# optimizer state, activations, total; `python -m fairseq_ext.flops.memory_plan`) on NUM_GPUS x NNODES
 # GPUs before it starts. Not for CPU=1 runs (the plan is per GPU), DRY_RUN=1 or MEMORY_PLAN=0; a
 # plan that cannot be made says why and the run goes on.
 print_memory_plan() {
@@ -75,7 +75,7 @@ print_memory_plan() {
   local world
   world=$(( $(detect_num_gpus) * ${NNODES:-1} ))
   PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" PYTHONWARNINGS=ignore "$(recipe_python)" \
-    -m fairseq_ext.memory_plan --world-size "${world}" -- "$@" \
+    -m fairseq_ext.flops.memory_plan --world-size "${world}" -- "$@" \
     || echo "memory plan: not printed (the error above); training anyway" >&2
 }
 

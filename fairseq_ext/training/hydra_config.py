@@ -9,7 +9,7 @@ nothing to set. The resolver is registered by the hydra callback each YAML lists
     hydra:
       callbacks:
         fairseq_ext:
-          _target_: fairseq_ext.hydra_config.RegisterResolvers
+          _target_: fairseq_ext.training.hydra_config.RegisterResolvers
 
 Hydra builds its callbacks after it composes the config and before the job runs;
 fairseq-hydra-train resolves the config in the job, so the resolver is there when it is needed.

@@ -17,7 +17,7 @@ Layout (what the grid script writes)::
 A run directory without a parsable validation record counts as missing (a run still going, or
 one that failed); the report says how many runs each cell has.
 
-``python -m fairseq_ext.finetune_grid SAVE_ROOT`` prints the tables (markdown); ``--tsv FILE``
+``python -m fairseq_ext.evaluation.finetune_grid SAVE_ROOT`` prints the tables (markdown); ``--tsv FILE``
 also writes every run's score there (never over an existing file without ``--force``; the grid
 recipe, which rewrites its own ``SAVE_ROOT/grid.tsv`` as runs are added, passes it).
 """
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from fairseq_ext.log_records import parse_json_record
-from fairseq_ext.output_files import OutputError, atomic_file, error_line, refuse_existing
+from fairseq_ext.reporting.log_records import parse_json_record
+from fairseq_ext.training.output_files import OutputError, atomic_file, error_line, refuse_existing
 
 #: Table 10's tasks, in its column order.
 PAPER_TASKS = ("CoLA", "MNLI", "MRPC", "QNLI", "RTE", "SST-2")
@@ -230,7 +230,7 @@ def write_tsv(runs: Sequence[GridRun], path: Path, subset: str = "valid",
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m fairseq_ext.finetune_grid",
+        prog="python -m fairseq_ext.evaluation.finetune_grid",
         description="Best dev accuracy per task of a fine-tuning grid of "
                     "recipes/bidirectional/finetune_grid.sh (Artetxe et al. 2022, Tables 9-10).")
     parser.add_argument("save_root", type=Path, help="the grid's SAVE_ROOT (<TASK>/r*_lr*_bs*/)")

@@ -53,16 +53,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence
 
-from fairseq_ext.evaluation.uncertainty import RESOLVED_AT
-from fairseq_ext.log_records import parse_json_record
-from fairseq_ext.output_files import write_text
-from fairseq_ext.text_tables import ascii_table
+from fairseq_ext.reporting.log_records import parse_json_record
+from fairseq_ext.reporting.text_tables import ascii_table
+from fairseq_ext.reporting.uncertainty import RESOLVED_AT
+from fairseq_ext.training.output_files import write_text
 
 if TYPE_CHECKING:  # imported where used: fairseq and matplotlib load slowly
-    from fairseq_ext.curves import CurvePoint
     from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
+    from fairseq_ext.reporting.curves import CurvePoint
 
-REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: recipes/, scripts/
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: recipes/, scripts/
 BIN_DIR = Path(sys.executable).parent
 DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
 #: Checkpoints scored per masked-LM run (the points of its [MASK]-loss curve), the last included.
@@ -417,8 +417,8 @@ def score_run(data: Path, run_dir: Path, final_updates: int) -> Dict[int, "Seque
 
 def curve_points(run_dir: Path, scores: Dict[int, "SequenceScores"]) -> List["CurvePoint"]:
     """The run's [MASK]-loss curve: each scored checkpoint at the training PFLOPs, wall time and
-    tokens of its update, as the criterion logged them (:mod:`fairseq_ext.curves`)."""
-    from fairseq_ext import curves
+    tokens of its update, as the criterion logged them (:mod:`fairseq_ext.reporting.curves`)."""
+    from fairseq_ext.reporting import curves
 
     log = curves.read_log(run_dir / "train.log")
     return curves.map_valid_to_train(log.train, [
@@ -560,9 +560,9 @@ def masked_lm_warnings(rows: List[dict]) -> List[str]:
 
 def plot_curves(groups: Dict[str, List[dict]], curves_by_name: Dict[str, list],
                 runs_dir: Path) -> Optional[Path]:
-    """:mod:`fairseq_ext.curves`: each masked-LM run's scored [MASK] loss against its training
+    """:mod:`fairseq_ext.reporting.curves`: each masked-LM run's scored [MASK] loss against its training
     FLOPs, wall time and tokens, one line per run."""
-    from fairseq_ext import curves
+    from fairseq_ext.reporting import curves
 
     names = [row["name"] for rows in groups.values() for row in rows[1:]]
     out = runs_dir / PLOT

@@ -1,6 +1,6 @@
 """``--eval-scores-out FILE``: every row ``fairseq-validate --task bidirectional_lm --eval-mode
 M`` scored, so that two models can be compared row by row (paired standard errors,
-:mod:`fairseq_ext.evaluation.uncertainty`; :mod:`fairseq_ext.evaluation.bidirectional_report`).
+:mod:`fairseq_ext.reporting.uncertainty`; :mod:`fairseq_ext.evaluation.bidirectional_report`).
 
 The file is JSON lines: a header ``{"format", "version", "settings"}`` (``settings``: the task's
 evaluation settings, :meth:`BidirectionalLMTask.eval_settings`: two files with equal settings on
@@ -18,7 +18,7 @@ added lack it). A row is identified across files by ``(split, document, position
 
 The file is never overwritten: an existing one is refused when the config is read
 (:func:`check_eval_scores_path`), and the rows are written at the end of the evaluation, whole,
-through a temporary file (:mod:`fairseq_ext.output_files`).
+through a temporary file (:mod:`fairseq_ext.training.output_files`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from fairseq_ext.output_files import write_text
+from fairseq_ext.training.output_files import write_text
 
 FORMAT = "fairseq_ext.bidirectional_eval_scores"
 VERSION = 1

@@ -1,6 +1,6 @@
 """Memory plan of a training run, per GPU, from the fairseq-train flags a recipe passes.
 
-``python -m fairseq_ext.memory_plan [--world-size N] -- fairseq-train DATA --arch ... [flags]``
+``python -m fairseq_ext.flops.memory_plan [--world-size N] -- fairseq-train DATA --arch ... [flags]``
 prints, before the run starts (every ``recipes/*/pretrain*.sh`` calls it through
 ``recipes/lib/common.sh``):
 
@@ -152,7 +152,7 @@ def model_args(flags: argparse.Namespace) -> argparse.Namespace:
     import fairseq_ext  # noqa: F401  (registers our archs)
 
     if flags.arch not in ARCH_CONFIG_REGISTRY:
-        from fairseq_ext.model_building import unknown_arch_message
+        from fairseq_ext.training.model_building import unknown_arch_message
 
         raise NoFlopsFormula(unknown_arch_message(flags.arch))
     args = argparse.Namespace(**{k: v for k, v in vars(flags).items() if v is not None})
@@ -211,9 +211,9 @@ def plan(argv: Sequence[str], world_size: int = 1) -> MemoryPlan:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m fairseq_ext.memory_plan",
+        prog="python -m fairseq_ext.flops.memory_plan",
         description="Memory per GPU of a fairseq-train command: weights, gradients, optimizer "
-                    "state, activations (module doc of fairseq_ext.memory_plan).",
+                    "state, activations (module doc of fairseq_ext.flops.memory_plan).",
         usage="%(prog)s [--world-size N] -- fairseq-train DATA --arch ARCH [flags]")
     parser.add_argument("--world-size", type=int, default=1,
                         help="data-parallel processes (GPUs x nodes); default 1")

@@ -84,24 +84,23 @@ import argparse
 import json
 import logging
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from fairseq_ext.export import (
+from fairseq_ext.export.checkpoints import (
     HUB_DICT,
     HUB_MODEL,
     HUB_SENTENCEPIECE,
     ExportError,
     check_vocabulary,
     load_checkpoint,
-    log_to_stderr,
     model_name,
+    run_export_command,
     tokenizer_files,
 )
-from fairseq_ext.output_files import OutputError, atomic_directory, error_line, refuse_existing
+from fairseq_ext.training.output_files import atomic_directory, refuse_existing
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +145,7 @@ class Conversion:
 def resolve_sources(path: Path, state: dict, dictionary: Optional[Path] = None,
                     sentencepiece_model: Optional[Path] = None) -> Sources:
     """The files of an export of ``path``: a hub directory's own files, or for a checkpoint
-    file those of its ``cfg.task.data`` (:func:`fairseq_ext.export.tokenizer_files`); the
+    file those of its ``cfg.task.data`` (:func:`fairseq_ext.export.encoder.tokenizer_files`); the
     flags override either. Errors say which flag supplies a missing file."""
     if not path.is_dir():
         found = tokenizer_files(state, path, dictionary, sentencepiece_model)
@@ -602,7 +601,7 @@ def export(path: Path, out: Path, dictionary: Optional[Path] = None,
 
 def write_directory(out: Path, force: bool, hf_model, tokenizer, info: dict) -> None:
     """Save into a temporary directory beside ``out``, renamed onto ``out`` when complete
-    (:func:`fairseq_ext.output_files.atomic_directory`; an existing one only with ``force``)."""
+    (:func:`fairseq_ext.training.output_files.atomic_directory`; an existing one only with ``force``)."""
     with atomic_directory(out, force) as tmp:
         hf_model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -636,8 +635,8 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    log_to_stderr(logger)
-    try:
+
+    def run() -> int:
         try:
             from transformers.utils import logging as transformers_logging
         except ImportError:
@@ -646,9 +645,8 @@ def main(argv=None) -> int:
         transformers_logging.disable_progress_bar()  # one shard: the bar says nothing
         info = export(args.input, args.output, args.dict, args.sentencepiece_model, args.force,
                       args.max_logit_diff)
-    except (ExportError, OutputError) as e:
-        print(error_line("export_hf.py", e), file=sys.stderr)
-        return 2
-    logger.info("wrote %s: %s (AutoModel / AutoTokenizer.from_pretrained(%r))", args.output,
-                info["transformers_class"], str(args.output))
-    return 0
+        logger.info("wrote %s: %s (AutoModel / AutoTokenizer.from_pretrained(%r))", args.output,
+                    info["transformers_class"], str(args.output))
+        return 0
+
+    return run_export_command("export_hf.py", logger, run)

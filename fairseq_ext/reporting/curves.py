@@ -30,7 +30,7 @@ place of its ``train.log``. Every recipe (shell and YAML) logs its JSON records 
 ``$SAVE_DIR/train.log`` (``--log-format json --log-file``), so ``plot_curves.py SAVE_DIR`` plots
 any run. The PNG has three panels: valid loss vs PFLOPs, vs wall time and vs training tokens.
 An existing ``--out`` file is replaced only with ``--force`` (checked before the logs are read),
-and written whole or not at all (:mod:`fairseq_ext.output_files`).
+and written whole or not at all (:mod:`fairseq_ext.training.output_files`).
 """
 import argparse
 import bisect
@@ -40,8 +40,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from fairseq_ext.log_records import parse_json_record
-from fairseq_ext.output_files import OutputError, atomic_file, error_line, refuse_existing
+from fairseq_ext.reporting.log_records import parse_json_record
+from fairseq_ext.training.output_files import OutputError, atomic_file, error_line, refuse_existing
 
 
 class CurveError(ValueError):

@@ -70,21 +70,24 @@ normalisation, or ``roberta`` / ``roberta_prenorm`` with explicit dimensions, th
 ``--layernorm-embedding`` can only be switched on. The fine-tuning recipe reads them.
 """
 import argparse
-import copy
 import logging
-import os
-import sys
 from pathlib import Path
-from typing import Optional, Tuple
 
-from fairseq_ext.models.sizes import ENCODER_SIZES
-from fairseq_ext.output_files import (
-    OutputError,
-    atomic_directory,
-    atomic_file,
-    error_line,
-    refuse_existing,
+from fairseq_ext.export.checkpoints import (
+    HUB_DICT,
+    HUB_MODEL,
+    HUB_SENTENCEPIECE,
+    ExportError,
+    as_namespace,
+    check_vocabulary,
+    load_checkpoint,
+    model_name,
+    plain_config,
+    run_export_command,
+    tokenizer_files,
 )
+from fairseq_ext.models.sizes import ENCODER_SIZES
+from fairseq_ext.training.output_files import atomic_directory, atomic_file, refuse_existing
 
 logger = logging.getLogger(__name__)
 
@@ -112,73 +115,18 @@ HEAD_INIT_STD = 0.02
 HEAD_INIT_SEED = 0
 
 
-class ExportError(Exception):
-    """A problem with the user's input, reported as one line (exit status 2)."""
 
 
-def load_checkpoint(path: Path) -> dict:
-    """fairseq's ``load_checkpoint_to_cpu``, with one-line errors."""
-    if not path.is_file():
-        raise ExportError(f"{path}: no such file")
-    from fairseq_ext.checkpoint_loading import (
-        CheckpointLoadError,
-        checkpoint_error_advice,
-        load_checkpoint_to_cpu,
-    )
-
-    try:
-        state = load_checkpoint_to_cpu(path)
-    except CheckpointLoadError as e:  # not a torch file, truncated, refused global, ...
-        raise ExportError(f"{path}: cannot read it as a fairseq checkpoint: it "
-                          f"{checkpoint_error_advice(path, e.__cause__)}")
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict) \
-            or state.get("cfg") is None:
-        raise ExportError(f"{path}: not a fairseq checkpoint (no 'model' and 'cfg')")
-    return state
 
 
-def plain(model_cfg):
-    """A model config as a dict or Namespace (an OmegaConf node becomes a dict)."""
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(model_cfg):
-        return OmegaConf.to_container(model_cfg, resolve=True, enum_to_str=True)
-    return model_cfg
 
 
-def plain_config(cfg):
-    """The checkpoint's cfg as plain dicts and lists, as ``fairseq-hydra-train`` writes it: an
-    ``argparse.Namespace`` (``fairseq-train``'s model config) becomes a dict holding its
-    ``_name``, so the export needs no non-builtin class to unpickle."""
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(cfg):
-        cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    return _without_namespaces(copy.deepcopy(cfg))
 
 
-def _without_namespaces(value):
-    if isinstance(value, argparse.Namespace):
-        fields = _without_namespaces(vars(value))
-        fields.setdefault("_name", fields.get("arch"))
-        return fields
-    if isinstance(value, dict):
-        return {k: _without_namespaces(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_without_namespaces(v) for v in value)
-    return value
 
 
-def model_name(model_cfg) -> str:
-    """The arch (``_name`` / ``arch``) of a model config, Namespace or dict."""
-    model_cfg = plain(model_cfg)
-    get = model_cfg.get if isinstance(model_cfg, dict) else lambda k: getattr(model_cfg, k, None)
-    return get("_name") or get("arch") or ""
 
 
-def as_namespace(model_cfg) -> argparse.Namespace:
-    model_cfg = plain(model_cfg)
-    return argparse.Namespace(**(model_cfg if isinstance(model_cfg, dict) else vars(model_cfg)))
 
 
 def three_ml_arch_of(state: dict, path: Path) -> str:
@@ -387,57 +335,10 @@ def stock_roberta_config(model_cfg, weights: dict, source: Path) -> dict:
 
 # --- hub directories -----------------------------------------------------------------------------
 
-#: The files of a hub directory, named as fairseq's ``hub_utils.from_pretrained`` expects them:
-#: it loads ``model.pt``, sets the task's data to the directory (so the task reads ``dict.txt``)
-#: and points ``--sentencepiece-model`` at ``sentencepiece.bpe.model``.
-HUB_MODEL, HUB_DICT, HUB_SENTENCEPIECE = "model.pt", "dict.txt", "sentencepiece.bpe.model"
-#: The data-bin file names of ``scripts/prepare_corpus.sh`` (fairseq_ext.corpus).
-DATA_BIN_DICT, DATA_BIN_SENTENCEPIECE = "dict.txt", "spm.model"
 
 
-def tokenizer_files(state: dict, source: Path, dictionary: Optional[Path] = None,
-                    sentencepiece_model: Optional[Path] = None) -> Tuple[Path, Path]:
-    """The ``dict.txt`` and sentencepiece model a checkpoint was trained with: the given paths,
-    or those in the data-bin of its ``cfg.task.data`` (where ``scripts/prepare_corpus.sh``
-    writes them)."""
-    task_cfg = plain_config(state["cfg"]).get("task") or {}
-    data = str(task_cfg.get("data") or "").split(os.pathsep)[0]
-    found = {}
-    for given, name, flag in ((dictionary, DATA_BIN_DICT, "--dict"),
-                              (sentencepiece_model, DATA_BIN_SENTENCEPIECE,
-                               "--sentencepiece-model")):
-        if given is not None:
-            if not given.is_file():
-                raise ExportError(f"{flag} {given}: no such file")
-            found[name] = given
-            continue
-        candidate = Path(data) / name if data else None
-        if candidate is None or not candidate.is_file():
-            where = f"its training data {data}" if data else "no training data in its config"
-            raise ExportError(f"{source}: no {name} in {where}; give the file the model was "
-                              f"trained with: {flag} PATH")
-        found[name] = candidate
-    return found[DATA_BIN_DICT], found[DATA_BIN_SENTENCEPIECE]
 
 
-def check_vocabulary(weights: dict, embedding_key: str, dictionary: Path) -> None:
-    """The model's embedding ``weights[embedding_key]`` has one row per symbol of
-    ``dictionary`` as its task builds it (fairseq's four specials, the entries, and ``<mask>``,
-    which ``masked_lm`` and ``bidirectional_lm`` append); else :class:`ExportError` naming the
-    file and both sizes."""
-    from fairseq.data import Dictionary
-
-    rows = weights[embedding_key].size(0)
-    try:
-        symbols = Dictionary.load(str(dictionary))
-    except Exception as e:  # fairseq raises ValueError/RuntimeError on a malformed line
-        raise ExportError(f"{dictionary}: not a fairseq dictionary ({e})")
-    if "<mask>" not in symbols.indices:
-        symbols.add_symbol("<mask>")
-    if len(symbols) != rows:
-        raise ExportError(f"{dictionary}: {len(symbols)} symbols with <mask>, but the model's "
-                          f"embedding has {rows} rows: not the dictionary it was trained with "
-                          "(give the right one with --dict)")
 
 
 def with_sentencepiece(exported: dict) -> dict:
@@ -458,7 +359,7 @@ def write_hub_directory(exported: dict, out: Path, dictionary: Path, sentencepie
                         force: bool) -> None:
     """Write ``out/`` (:data:`HUB_MODEL`, :data:`HUB_DICT`, :data:`HUB_SENTENCEPIECE`) through
     a temporary directory beside it, renamed into place
-    (:func:`fairseq_ext.output_files.atomic_directory`): an interrupted export leaves ``out``
+    (:func:`fairseq_ext.training.output_files.atomic_directory`): an interrupted export leaves ``out``
     as it was. An existing ``out`` is replaced only with ``force``."""
     import shutil
 
@@ -578,19 +479,12 @@ def export_hub_directory(args) -> dict:
     return exported
 
 
-def log_to_stderr(module_logger: logging.Logger) -> None:
-    """The exporters' command lines: INFO lines on stderr in fairseq's format (unless the
-    process already configured logging), so the log says what was written and from what."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
-                            datefmt="%Y-%m-%d %H:%M:%S", level=logging.INFO, stream=sys.stderr)
-    module_logger.setLevel(logging.INFO)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    log_to_stderr(logger)
-    try:
+
+    def run() -> int:
         if args.print_finetune_args:
             print(" ".join(finetune_args(load_checkpoint(args.input), args.input)))
             return 0
@@ -610,7 +504,6 @@ def main(argv=None) -> int:
                     "--reset-optimizer --reset-dataloader --reset-meters %s ... "
                     "(or recipes/3ml/finetune_glue.sh)", args.output,
                     " ".join(finetune_args(exported, args.output)))
-    except (ExportError, OutputError) as e:
-        print(error_line("export_encoder.py", e), file=sys.stderr)
-        return 2
-    return 0
+        return 0
+
+    return run_export_command("export_encoder.py", logger, run)
