@@ -13,6 +13,8 @@ answers its old attributes (``from fairseq_ext.export import finetune_args``) th
 This package imports nothing from ``fairseq_ext`` (it sits below every layer: the package root
 installs its finder, ``fairseq_ext.export`` uses its warning), and a deprecated path costs
 nothing until it is imported.
+
+May import: nothing of fairseq_ext.
 """
 import importlib
 import importlib.abc

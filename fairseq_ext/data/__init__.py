@@ -8,4 +8,6 @@ this package imports no module; the task that uses a dataset imports its module.
   of generalized bidirectionality (Artetxe et al. 2022, Figure 3), for ``--task bidirectional_lm``;
   :mod:`fairseq_ext.data.bidirectional_sampling`: its per-document ``n_mask``, ``n_bidir``,
   ``n_predict`` (Table 1) and their count expressions.
+
+May import: cli.
 """

@@ -5,4 +5,7 @@ full-sequence infilling (:mod:`.infill_rescore`, Table 6), zero-shot multiple ch
 for 3ML (Liao et al. 2022), masked-token prediction of hub directories with the decoder kept
 against the encoder-only export (:mod:`.fill_mask`); and for any masked LM, per-sequence [MASK]
 losses on shared positions beside the training unigram, with delta-method errors and paired
-differences (:mod:`.masked_lm_scores`, :mod:`.uncertainty`), as ``make demo`` reports them."""
+differences (:mod:`.masked_lm_scores`, :mod:`.uncertainty`), as ``make demo`` reports them.
+
+May import: tasks, modules, data, corpus, reporting, training, cli.
+"""

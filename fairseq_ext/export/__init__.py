@@ -9,7 +9,7 @@
   tokenizer files with one-line errors, the hub directory's file names, the command lines'
   error handling (outputs are written atomically through :mod:`fairseq_ext.training.output_files`).
 
-May import: models, data, training, cli (and fairseq, transformers). Nothing below the
+May import: models, data, training, compat, cli (and fairseq, transformers). Nothing below the
 experiments imports it.
 
 ``fairseq_ext.export`` was the module of the encoder export before it became this package; its

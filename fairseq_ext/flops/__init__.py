@@ -47,6 +47,8 @@ masking rate ``m``:
 
 ``speedup`` is the baseline's training FLOPs divided by the model's, at equal batch and
 updates (Table 3: the baseline is RoBERTa at 15% masking).
+
+May import: training, cli.
 """
 
 from fairseq_ext.flops.cli import ROBERTA_VOCAB_SIZE, main, vocab_size_of

@@ -1,0 +1,131 @@
+"""The package's layout (issue 32): the root holds ``__init__.py`` and subpackages only, and the
+subpackages import one way, from higher layers to lower ones, without cycles.
+
+:data:`LAYERS` is the one table of the layers (the README's "Layout" shows it). The import
+graph is read from the source (``ast``): every ``import fairseq_ext.X...`` and ``from fairseq_ext
+(.X...) import ...``, at module level or inside functions, as an edge between subpackages. Each
+subpackage's docstring says what it may import ("May import: ..."), and that sentence must name
+every subpackage it does import, and only lower (or same-layer) ones.
+"""
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "fairseq_ext"
+#: Top to bottom. A subpackage imports subpackages of lower layers, or of its own layer as long
+#: as the graph stays acyclic.
+LAYERS = (
+    ("experiments",),  # applications: the demo (and the studies runner)
+    ("evaluation", "export", "benchmarks"),  # drive trained or built models
+    ("tasks",),
+    ("criterions",),
+    ("models", "optim"),
+    ("modules", "data", "ops", "corpus", "flops"),
+    ("reporting",),  # reading and showing runs: log records, curves, tables, statistics
+    ("training",),  # run plumbing: checkpoint loading, output files, model building, ...
+    ("cli", "compat"),  # one-line errors; the old import paths
+)
+LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
+#: Native extension module of ops/ (built by setup.py into the package root).
+NATIVE = {"_C": "ops"}
+
+
+def subpackages():
+    return sorted(p.name for p in PACKAGE.iterdir()
+                  if p.is_dir() and (p / "__init__.py").is_file())
+
+
+def imported_subpackages(path: Path, own: str):
+    """The subpackages ``path`` imports (``_C`` counts as ops; ``import fairseq_ext`` alone,
+    the registration, counts as nothing)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolved against the module's own package
+                package = path.parent.relative_to(REPO_ROOT).parts
+                base = package[:len(package) - node.level + 1]
+                module = ".".join(base + ((node.module,) if node.module else ()))
+                names = ([f"{module}.{alias.name}" for alias in node.names]
+                         if module == "fairseq_ext" else [module])
+            elif node.module == "fairseq_ext":
+                names = [f"fairseq_ext.{alias.name}" for alias in node.names]
+            elif node.module:
+                names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != "fairseq_ext" or len(parts) < 2:
+                continue
+            target = NATIVE.get(parts[1], parts[1])
+            if target != own:
+                found.add(target)
+    return found
+
+
+def import_graph():
+    graph = defaultdict(set)
+    for sub in subpackages():
+        for path in (PACKAGE / sub).rglob("*.py"):
+            graph[sub] |= imported_subpackages(path, sub)
+    return graph
+
+
+def test_the_root_holds_only_init_and_subpackages():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert loose == [], f"loose modules in fairseq_ext/: {loose}; give each a subpackage"
+
+
+def test_every_subpackage_has_a_layer_and_every_layer_a_subpackage():
+    assert sorted(LAYER_OF) == subpackages()
+
+
+def test_subpackages_import_downwards_only():
+    upward = [f"{source} -> {target}" for source, targets in import_graph().items()
+              for target in targets if LAYER_OF[target] < LAYER_OF[source]]
+    assert upward == [], f"imports from a lower layer to a higher one: {upward}"
+
+
+def test_the_subpackage_graph_has_no_cycle():
+    graph = import_graph()
+    state = {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                pytest.fail("import cycle: " + " -> ".join(path + [node, target]))
+            if target not in state:
+                visit(target, path + [node])
+        state[node] = "done"
+
+    for node in subpackages():
+        if node not in state:
+            visit(node, [])
+
+
+@pytest.mark.parametrize("sub", subpackages())
+def test_each_subpackage_docstring_says_what_it_may_import(sub):
+    doc = ast.get_docstring(ast.parse((PACKAGE / sub / "__init__.py").read_text())) or ""
+    assert len(doc.split()) >= 15, f"fairseq_ext/{sub}/__init__.py: say what lives here"
+    match = re.search(r"May import:([^.]*)\.", doc.replace("\n", " "))
+    assert match, f"fairseq_ext/{sub}/__init__.py: no 'May import: ...' sentence"
+    named = set(re.findall(r"\b[a-z_]+\b", match.group(1))) & set(LAYER_OF)
+    imported = import_graph().get(sub, set())
+    assert imported <= named, (f"{sub} imports {sorted(imported - named)}, which its docstring's "
+                               "'May import' does not name")
+    higher = sorted(n for n in named if LAYER_OF[n] < LAYER_OF[sub])
+    assert not higher, f"{sub}'s docstring allows imports from higher layers: {higher}"
+
+
+def test_the_readme_layout_shows_the_layers():
+    readme = (REPO_ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):]
+    for sub in subpackages():
+        assert f"{sub}/" in layout, f"README's Layout does not list fairseq_ext/{sub}/"
