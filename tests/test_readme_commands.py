@@ -1,19 +1,34 @@
-"""Every command of the README's ```bash blocks, run on the demo's outputs (issue 11).
+"""Every command of the ```bash blocks of the README and of the system pages in docs/, run on the
+demo's outputs (issue 11).
 
-The commands are read out of README.md (``\\`` continuations joined, ``# comments`` dropped) and
-run in README order, each with ``bash -c`` in a temporary directory laid out like the repository
-root (``fairseq_ext``, ``recipes`` and ``scripts`` are links to this checkout), with the virtual
-environment's ``bin`` first on ``PATH`` as after ``make install``. The corpus is prepared first,
-as ``make demo`` does, by the README's own ``scripts/prepare_corpus.sh`` scaled to a small
-English-like corpus the test writes (nothing is downloaded), so later commands find what earlier
-ones wrote: the data-bin, the demo recipes' checkpoints, the export.
+The commands are read out of :data:`PAGES` (``\\`` continuations joined, ``# comments`` dropped):
+README.md first, then the docs pages the README's per-system sections moved to, in this order,
+which keeps every command after the ones whose outputs it reads: README.md (``make demo``, the
+plugin's CLIs, the corpus, the recipes that train ``checkpoints/roberta_demo`` and
+``checkpoints/3ml_demo``), docs/three_ml.md (the encoder export of ``3ml_demo`` and its
+fine-tuning, the Table 3 speedup), docs/bidirectional.md (the ``hyb_pre`` demo checkpoint and
+its evaluation), docs/bidirectional_finetuning.md and docs/bidirectional_scoring.md (both on that
+checkpoint), docs/swishrnn.md (a run and its scores), docs/flops.md (the equal budget, the curves
+of ``roberta_demo`` and ``3ml_demo``) and docs/exports.md (hub and Hugging Face exports of
+``3ml_demo``). In those pages, examples that cannot run here (paper-scale runs, placeholders,
+long studies) are fenced ```sh, which is not read; a docs page outside :data:`PAGES` with a
+```bash block must be in :data:`UNREAD_PAGES` with the reason
+(:func:`test_every_docs_page_with_bash_blocks_is_read_or_excused`).
+
+Each command runs with ``bash -c`` in a temporary directory laid out like the repository root
+(``fairseq_ext``, ``recipes`` and ``scripts`` are links to this checkout), with the virtual
+environment's ``bin`` first on ``PATH`` as after ``make install``, in the order above. The corpus
+is prepared first, as ``make demo`` does, by the README's own ``scripts/prepare_corpus.sh`` scaled
+to a small English-like corpus the test writes (nothing is downloaded), so later commands find
+what earlier ones wrote: the data-bin, the demo recipes' checkpoints, the export.
 
 :data:`COMMANDS` says how each README command runs: as written, scaled down (a few updates, the
 small corpus), under ``DRY_RUN=1`` where it cannot run on a CPU (its printed fairseq command is
-checked for the README's values), or skipped with the reason. Each run checks the command's
-effect, not only its exit status. A README command without an entry, or an entry that matches no
-README command, fails :func:`test_every_readme_command_has_an_entry_and_every_entry_a_command`
-(a fast test), so neither the README nor the table can drift.
+checked for the documented values), or skipped with the reason. Each run checks the command's
+effect, not only its exit status. A documented command without an entry, or an entry that
+matches no documented command, fails
+:func:`test_every_readme_command_has_an_entry_and_every_entry_a_command` (a fast test), so
+neither the pages nor the table can drift.
 """
 import dataclasses
 import hashlib
@@ -36,6 +51,17 @@ from conftest import BIN_DIR, REPO_ROOT, WORDS, json_log_records
 from fairseq_ext.experiments import demo
 
 README = REPO_ROOT / "README.md"
+DOCS = REPO_ROOT / "docs"
+#: The pages whose ```bash commands run, in the order they run (module doc: each command's inputs
+#: come from pages before it).
+PAGES = (README, DOCS / "three_ml.md", DOCS / "bidirectional.md",
+         DOCS / "bidirectional_finetuning.md", DOCS / "bidirectional_scoring.md",
+         DOCS / "swishrnn.md", DOCS / "flops.md", DOCS / "exports.md")
+#: Docs pages with ```bash blocks that this test does not run, and why.
+UNREAD_PAGES = {
+    "benchmarks.md": "benchmark and GPU commands (scripts/gpu_suite.sh runs them on a lent GPU; "
+                     "the CPU benchmarks take minutes each)",
+}
 DATA = "data-bin/python-docs-spm8000"
 #: The test's stand-in for the embedded corpus (the Python docs, a Debian package download).
 CORPUS = "corpus/python-docs.txt"
@@ -65,8 +91,13 @@ def readme_commands(text: str) -> List[str]:
             pending = ""
             if line:
                 commands.append(line)
-        assert not pending, f"a ```bash block of the README ends in a continuation: {block!r}"
+        assert not pending, f"a ```bash block ends in a continuation: {block!r}"
     return commands
+
+
+def documented_commands() -> List[str]:
+    """The commands of :data:`PAGES`' ```bash blocks, page after page, in the order they run."""
+    return [command for page in PAGES for command in readme_commands(page.read_text())]
 
 
 def normalized(command: str) -> str:
@@ -461,16 +492,16 @@ def check_flops(work: Work, run: Run) -> None:
     updates = re.search(r"^updates: (\d+)$", run.stdout, flags=re.M)
     speedup = re.search(r"^speedup: (\S+)$", run.stdout, flags=re.M)
     assert updates and speedup, run.stdout
-    # the figures the README prints under the command
-    claimed = re.search(r"# \.\.\. updates: (\d+) / speedup: (\S+)", README.read_text())
+    # the figures docs/flops.md prints under the command
+    claimed = re.search(r"# \.\.\. updates: (\d+) / speedup: (\S+)", (DOCS / "flops.md").read_text())
     assert claimed and (updates.group(1), speedup.group(1)) == claimed.groups()
 
 
 def check_table_3_speedup(work: Work, run: Run) -> None:
-    """3ML-self-large-40% against 24hBERT: the README's (and Table 3's) 1.34."""
+    """3ML-self-large-40% against 24hBERT: docs/three_ml.md's (and Table 3's) 1.34."""
     speedup = re.search(r"^speedup: (\S+)$", run.stdout, flags=re.M)
     assert speedup and speedup.group(1) == "1.34", run.stdout
-    assert "# ... speedup: 1.34" in README.read_text()
+    assert "# ... speedup: 1.34" in (DOCS / "three_ml.md").read_text()
 
 
 def check_plot(work: Work, run: Run) -> None:
@@ -649,15 +680,29 @@ def test_readme_command_extraction():
 
 
 def test_every_readme_command_has_an_entry_and_every_entry_a_command():
-    commands = {normalized(command) for command in readme_commands(README.read_text())}
+    commands = {normalized(command) for command in documented_commands()}
     missing = sorted(commands - set(COMMANDS))
-    assert not missing, f"README commands with no entry in COMMANDS (say how they are run): {missing}"
+    assert not missing, ("documented commands with no entry in COMMANDS (say how they are run): "
+                         f"{missing}")
     stale = sorted(set(COMMANDS) - commands)
-    assert not stale, f"COMMANDS entries that match no README command: {stale}"
+    assert not stale, f"COMMANDS entries that match no command of {[p.name for p in PAGES]}: {stale}"
     for key, entry in COMMANDS.items():
         assert entry.how in (AS_WRITTEN, SCALED, DRY_RUN, SKIPPED), key
         assert (entry.scale is None) == (entry.how in (AS_WRITTEN, SKIPPED)), key
         assert entry.reason or entry.how == AS_WRITTEN, f"say why {key!r} is {entry.how}"
+
+
+def test_every_docs_page_with_bash_blocks_is_read_or_excused():
+    """A ```bash block in docs/ is run (its page is in PAGES) or its page says why not
+    (UNREAD_PAGES); examples that cannot run are fenced ```sh instead."""
+    read = {page.name for page in PAGES if page.parent == DOCS}
+    with_bash = {page.name for page in DOCS.glob("*.md") if readme_commands(page.read_text())}
+    unread = sorted(with_bash - read - set(UNREAD_PAGES))
+    assert not unread, (f"docs pages with ```bash blocks that no test runs: {unread}; add them to "
+                        "PAGES (with COMMANDS entries) or UNREAD_PAGES, or fence the examples ```sh")
+    stale = sorted(name for name in UNREAD_PAGES if name not in with_bash)
+    assert not stale, f"UNREAD_PAGES that have no ```bash block (remove them): {stale}"
+    assert all(page.is_file() for page in PAGES), PAGES
 
 
 def write_corpus(path: Path, documents: int, seed: int) -> None:
@@ -694,9 +739,9 @@ def prepare_work(root: Path) -> Work:
 @pytest.mark.slow
 def test_readme_commands_run_on_the_demo_outputs(tmp_path):
     work = prepare_work(tmp_path)
-    commands = readme_commands(README.read_text())
+    commands = documented_commands()
     missing = [command for command in commands if normalized(command) not in COMMANDS]
-    assert not missing, f"README commands with no entry in COMMANDS: {missing}"
+    assert not missing, f"documented commands with no entry in COMMANDS: {missing}"
     for command in commands:
         entry = COMMANDS[normalized(command)]
         if entry.how == SKIPPED:
@@ -704,7 +749,7 @@ def test_readme_commands_run_on_the_demo_outputs(tmp_path):
             continue
         to_run = entry.scale(command, work) if entry.scale else command
         run = run_shell(to_run, work)
-        context = (f"README command ({entry.how}): {command}\nran: {to_run}\n"
+        context = (f"documented command ({entry.how}): {command}\nran: {to_run}\n"
                    f"--- stdout ---\n{run.stdout[-5000:]}\n--- stderr ---\n{run.stderr[-5000:]}")
         assert run.returncode == 0, context
         try:
