@@ -1,13 +1,17 @@
-"""scripts/gpu_suite.sh, the GPU checks of issue 14, as far as a CPU machine can check it: the
-stages run in order, each timed into stages.tsv with its own log; the first failing stage stops
-the suite with its log's tail and a non-zero exit; timeouts, the budget, --tar, --dry-run (the
-commands each stage would run) and, with the wheel this machine's `make install` built, the
-real setup stage (wheels into an environment beside this interpreter's torch). The train stage:
-its fairseq-hydra-train commands (bf16 as hydra's common.bf16), its check of fairseq's json logs
-on canned logs of a stand-in CLI (overflow, NaN, a loss that did not fall, ...), and a real run
-on the CPU at a tiny size.
+"""scripts/gpu_suite.sh, the GPU checks of issue 14 (a wrapper that runs the driver
+fairseq_ext/benchmarks/gpu_suite.py), as far as a CPU machine can check it: the stages run in
+order, each timed into stages.tsv with its own log; the first failing stage stops the suite with
+its log's tail and a non-zero exit; timeouts, the budget, --tar, --dry-run (the commands each
+stage would run) and, with the wheel this machine's `make install` built, the real setup stage
+(wheels into an environment beside this interpreter's torch). The train stage: its
+fairseq-hydra-train commands (bf16 as hydra's common.bf16), its check of fairseq's json logs
+(overflow, NaN, a loss that did not fall, ...) on canned logs, directly and through a stand-in
+CLI, and a real run on the CPU at a tiny size. The driver's functions (the budget arithmetic,
+the stage lists, the junit skip check, ...) are also called directly: the module is loaded by its
+path, as the GPU machine runs it (the standard library only, no fairseq_ext package).
 
 Stages are replaced by shell commands through GPU_SUITE_CMD_<stage>."""
+import importlib.util
 import json
 import math
 import os
@@ -16,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -24,17 +29,34 @@ import torch
 from conftest import REPO_ROOT
 
 SUITE = REPO_ROOT / "scripts" / "gpu_suite.sh"
+DRIVER = REPO_ROOT / "fairseq_ext" / "benchmarks" / "gpu_suite.py"
 WHEELS = REPO_ROOT / "scripts" / "gpu_wheels.sh"
 STAGES = ["setup", "build", "tests", "bench_swishrnn", "bench_3ml", "bench_bidir", "train"]
 
 
+def load_driver():
+    """fairseq_ext/benchmarks/gpu_suite.py loaded by its path (not through the fairseq_ext
+    package, whose __init__ imports fairseq), as scripts/gpu_suite.sh runs it."""
+    spec = importlib.util.spec_from_file_location("gpu_suite_driver", DRIVER)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+gs = load_driver()
+
+
 def run_suite(tmp_path, *args, env=None, timeout=60):
     """Run the suite with every GPU_SUITE_* / STAGES variable of the caller's environment
-    cleared, the scratch paths under tmp_path, and `env` on top."""
+    cleared, the scratch paths under tmp_path, and `env` on top. The driver runs on this
+    interpreter unless `env` names GPU_PYTHON (an empty one: the default, python3 on PATH, which
+    here may be a slow-starting pyenv shim)."""
     full_env = {k: v for k, v in os.environ.items()
                 if not k.startswith(("GPU_SUITE_", "TRAIN_", "BENCH_")) and k not in (
                     "STAGES", "DRY_RUN", "GPU_ENV", "GPU_PYTHON", "WHEEL_DIR")}
-    full_env.update(GPU_ENV=str(tmp_path / "env"), GPU_SUITE_WORK=str(tmp_path / "work"))
+    full_env.update(GPU_ENV=str(tmp_path / "env"), GPU_SUITE_WORK=str(tmp_path / "work"),
+                    GPU_PYTHON=sys.executable)
     full_env.update(env or {})
     return subprocess.run(["bash", str(SUITE), *map(str, args)], env=full_env,
                           capture_output=True, text=True, timeout=timeout)
@@ -115,12 +137,29 @@ def test_a_failing_stage_is_the_stages_own_process_with_errexit(tmp_path):
 
 
 def test_a_stage_past_its_timeout_fails_as_timeout(tmp_path):
-    out = tmp_path / "out"
-    env = {"GPU_SUITE_CMD_setup": "sleep 60", "GPU_SUITE_STAGE_TIMEOUT": "1"}
+    """...and the stage's whole process group is ended, a background child of it too."""
+    out, pid_file = tmp_path / "out", tmp_path / "child.pid"
+    env = {"GPU_SUITE_CMD_setup": f"sh -c 'echo $$ > {pid_file}; exec sleep 60' & sleep 60; wait",
+           "GPU_SUITE_STAGE_TIMEOUT": "1"}
     proc = run_suite(tmp_path, "--stages", "setup", out, env=env, timeout=30)
     assert proc.returncode == 124
     assert stage_rows(out) == [("setup", "timeout")]
     assert float((out / "stages.tsv").read_text().splitlines()[1].split("\t")[1]) < 15
+    assert process_ends(int(pid_file.read_text()))
+
+
+def process_ends(pid: int, wait: float = 5.0) -> bool:
+    """Whether process `pid` is gone (or a zombie, ended but not yet reaped) within `wait` s."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_a_stage_that_does_not_fit_the_budget_is_not_started(tmp_path):
@@ -158,11 +197,12 @@ def test_stage_lists_aliases_and_usage_errors(tmp_path):
 
 def test_dry_run_prints_every_stages_commands_and_runs_none(tmp_path):
     out = tmp_path / "out"
-    proc = run_suite(tmp_path, "--dry-run", out)
+    proc = run_suite(tmp_path, "--dry-run", out, env={"GPU_PYTHON": ""})  # python3 on PATH
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert stage_rows(out) == [(name, "dry-run") for name in STAGES]
     assert not (tmp_path / "env").exists() and not (tmp_path / "work").exists()
     logs = {name: (out / f"{name}.log").read_text() for name in STAGES}
+    assert "+ python3 --version" in logs["setup"] and "python3 -m venv" in logs["setup"]
     assert "-m pip install" in logs["setup"] and "nvidia-smi" in logs["setup"]
     assert "setup.py -q build_ext --inplace" in logs["build"]
     for test_file in ("tests/test_swish_recurrence_op.py", "tests/test_cuda_source.py",
@@ -323,7 +363,7 @@ def test_fp16_overflows_while_the_loss_scale_settles_are_allowed(tmp_path):
     assert (rows[0]["overflows"], rows[0]["verdict"]) == ("3", "ok")
 
 
-@pytest.mark.parametrize("precision,log,problem", [
+BAD_RUNS = [
     ("fp16", fairseq_log("fp16", overflow_at=(1, 2, 180)),
      "the loss scale did not settle: 3 gradient overflows, 1 in the second half"),
     ("fp16", fairseq_log("fp16", overflow_at=range(1, 32)),  # more than a tenth skipped
@@ -336,14 +376,39 @@ def test_fp16_overflows_while_the_loss_scale_settles_are_allowed(tmp_path):
     ("bf16", fairseq_log("fp32"), "fairseq's config does not say 'bf16': True"),
     ("fp16", fairseq_log("bf16"), "fairseq's config does not say 'memory_efficient_fp16': True"),
     ("bf16", fairseq_log("bf16", cuda=False), "fairseq trained without CUDA"),
-], ids=["late-overflow", "many-overflows", "min-scale", "bf16-overflow", "no-fall", "nan",
-        "short", "not-bf16", "not-fp16", "cpu"])
+]
+BAD_RUN_IDS = ["late-overflow", "many-overflows", "min-scale", "bf16-overflow", "no-fall", "nan",
+               "short", "not-bf16", "not-fp16", "cpu"]
+
+
+@pytest.mark.parametrize("precision,log,problem", BAD_RUNS, ids=BAD_RUN_IDS)
+def test_the_train_log_check_fails_a_bad_run_and_says_why(precision, log, problem):
+    check = gs.check_train_log(log, "3ml_self_tiny", precision, 300, require_cuda=True)
+    assert check.row[-1].startswith("FAIL: ") and problem in check.row[-1], check.row
+    assert any(problem in line for line in check.problems), check.problems
+    assert dict(zip(gs.TRAIN_SUMMARY_COLUMNS, check.row))["arch"] == "3ml_self_tiny"
+
+
+@pytest.mark.parametrize("precision,log,problem", [BAD_RUNS[0], BAD_RUNS[4]],
+                         ids=[BAD_RUN_IDS[0], BAD_RUN_IDS[4]])
 def test_train_stage_fails_a_bad_run_and_says_why(tmp_path, precision, log, problem):
     proc, rows = run_train_stage(tmp_path, log, TRAIN_PRECISION=precision)
     assert proc.returncode == 1
     assert stage_rows(tmp_path / "out") == [("train", "failed(1)")]
     assert rows[0]["verdict"].startswith("FAIL: ") and problem in rows[0]["verdict"], rows
     assert f"3ml_self_tiny: {problem}" in proc.stdout  # in the failing stage's log tail
+
+
+def test_the_train_log_check_summarises_a_good_run():
+    check = gs.check_train_log(fairseq_log("fp16", overflow_at=(1, 2)), "3ml_self_tiny", "fp16",
+                               300, require_cuda=True, peak_tflops=100.0)
+    assert check.problems == []
+    row = dict(zip(gs.TRAIN_SUMMARY_COLUMNS, check.row))
+    assert (row["updates"], row["overflows"], row["verdict"]) == ("300", "2", "ok")
+    assert (row["tflops"], row["mfu"]) == ("100.0", "100.0%")  # 0.02 PFLOP x 5 updates/s
+    # no CUDA banner: a problem only where CUDA is required
+    assert gs.check_train_log(fairseq_log("bf16", cuda=False), "a", "bf16", 300,
+                              require_cuda=False).problems == []
 
 
 def test_a_run_without_cuda_passes_where_the_suite_does_not_require_it(tmp_path):
@@ -443,3 +508,128 @@ def test_setup_installs_wheels_beside_the_interpreters_torch_once(tmp_path):
     assert str(tmp_path / "env") in fairseq_line  # the wheel's copy, not this interpreter's
     assert (tmp_path / "env" / "bin" / "fairseq-train").exists()  # beside the env's python
     assert "wheels already installed" in (out / "setup.log").read_text()  # the second one
+
+
+# --- the driver's functions, called directly --------------------------------------------------
+
+def test_the_driver_needs_only_the_standard_library():
+    """The GPU machine runs the driver before fairseq is installed: loaded without site-packages
+    (-S, as the wrapper runs it), it imports neither torch nor any of fairseq_ext."""
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('d', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(spec); sys.modules['d'] = m; spec.loader.exec_module(m); "
+            "print(sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'fairseq', 'fairseq_ext')))")
+    proc = subprocess.run([sys.executable, "-S", "-c", code, str(DRIVER)], capture_output=True,
+                          text=True, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
+def test_the_stage_table_and_the_stage_lists():
+    assert list(gs.STAGES) == STAGES and all(stage.body.__doc__ for stage in gs.STAGES.values())
+    assert gs.parse_stages("") == STAGES
+    assert gs.parse_stages("setup,bench train") == [
+        "setup", "bench_swishrnn", "bench_3ml", "bench_bidir", "train"]
+    assert gs.parse_stages("setup all")[:2] == ["setup", "setup"]  # repeats kept, in order
+    with pytest.raises(gs.UsageError, match="unknown stage: fly"):
+        gs.parse_stages("setup,fly")
+
+
+def test_the_command_line_over_its_variables():
+    environ = {"STAGES": "bench", "GPU_SUITE_TAR": "a.tgz", "GPU_SUITE_BUDGET": "300",
+               "GPU_SUITE_KEEP_GOING": "1", "DRY_RUN": "1"}
+    options = gs.parse_args(["out"], environ)
+    assert (options.stages, options.outdir, options.tar, options.budget, options.keep_going,
+            options.dry_run) == (list(gs.ALIASES["bench"]), "out", "a.tgz", 300, True, True)
+    options = gs.parse_args(["--stages=train", "--tar", "b.tgz", "--budget", "560", "o"], environ)
+    assert (options.stages, options.tar, options.budget) == (["train"], "b.tgz", 560)
+    options = gs.parse_args(["--keep-going", "--dry-run", "o"], {})
+    assert (options.stages, options.budget, options.keep_going, options.dry_run) == (
+        STAGES, 0, True, True)
+    assert gs.parse_args(["--help"], {}).help
+    for argv in ([], ["a", "b"], ["--bogus", "o"], ["o", "--tar"]):
+        with pytest.raises(gs.UsageError, match="usage: scripts/gpu_suite.sh"):
+            gs.parse_args(argv, {})
+    with pytest.raises(gs.SettingsError, match="GPU_SUITE_BUDGET=ten"):
+        gs.parse_args(["--budget", "ten", "o"], {})
+
+
+def test_stage_limits_and_the_budget_arithmetic():
+    env = {"GPU_SUITE_TIMEOUT_tests": "170", "GPU_SUITE_STAGE_TIMEOUT": "300"}
+    assert gs.stage_limit("build", {}, 0, 1000.0) == 580  # the default; no budget: no cap
+    assert gs.stage_limit("build", env, 0, 0) == 300
+    assert gs.stage_limit("tests", env, 0, 0) == 170
+    # with a budget: what is left of it, less 5 s for the tar, in whole seconds
+    assert gs.stage_limit("build", env, 560, 100.0) == 300
+    assert gs.stage_limit("build", env, 560, 300.5) == 254
+    assert gs.stage_limit("tests", env, 560, 500.0) == 55
+    assert gs.stage_limit("tests", env, 20, 12.0) == 3
+    assert not gs.starts(3, 20, 12.0)  # under 10 s of the budget left: not started
+    assert gs.starts(3, 0, 12.0) and gs.starts(5, 30, 12.0)  # a short limit of its own runs
+    assert not gs.starts(0, 0, 0.0)
+    with pytest.raises(gs.SettingsError, match="GPU_SUITE_TIMEOUT_tests=2m"):
+        gs.stage_limit("tests", {"GPU_SUITE_TIMEOUT_tests": "2m"}, 0, 0)
+    assert [gs.stage_status(rc, False) for rc in (0, 1, 124, 137)] == [
+        "ok", "failed(1)", "timeout", "timeout"]
+    assert gs.stage_status(0, True) == "dry-run"
+
+
+def test_train_commands_of_the_baselines_and_bad_settings():
+    settings = gs.Settings.from_env({"TRAIN_UPDATES": "40", "TRAIN_PRECISION": "fp32"})
+    argv = gs.train_command("bert_orig_base", "DATA", settings, "BIN")
+    assert argv[:5] == ["BIN/fairseq-hydra-train", "--config-dir",
+                        f"{REPO_ROOT}/recipes/config/swishrnn", "--config-name", "pretrain_base"]
+    assert {"~model.rab_num_buckets", "~model.rab_max_distance", "~model.swishrnn_step_sizes",
+            "lr_scheduler.warmup_updates=4", "task.data=DATA"} <= set(argv)
+    assert "~model.swishrnn_step_sizes" in gs.train_command("bert_rab_base", "D", settings, "B")
+    assert "roberta --config-name pretrain" in " ".join(
+        gs.train_command("roberta_base", "D", settings, "B")[:5])
+    assert not any("16=" in arg for arg in argv)  # fp32: no precision override
+    gs.check_train_settings(settings)
+    for env, message in [({"TRAIN_BATCH": "0"}, "TRAIN_BATCH=0: use a positive integer"),
+                         ({"TRAIN_ARCHS": "gpt2"}, "TRAIN_ARCHS: gpt2 has no recipe YAML"),
+                         ({"GPU_SUITE_PEAK_TFLOPS": "-1"}, "GPU_SUITE_PEAK_TFLOPS=-1")]:
+        with pytest.raises(gs.SettingsError, match=message):
+            gs.check_train_settings(gs.Settings.from_env(env))
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.test_swish_rnn" name="test_cuda_layer">
+  <skipped type="pytest.skip" message="no CUDA device">skip</skipped></testcase>
+<testcase classname="tests.test_cuda_source" name="test_nvcc_compiles">
+  <skipped type="pytest.skip" message="No nvcc on PATH">skip</skipped></testcase>
+<testcase classname="tests.test_export" name="test_hf">
+  <skipped type="pytest.skip" message="transformers is not installed">skip</skipped></testcase>
+<testcase classname="tests.test_swish_rnn" name="test_cpu_layer"/>
+</testsuite></testsuites>"""
+
+
+def test_the_junit_check_fails_skips_of_the_cuda_paths(tmp_path, capsys):
+    junit, listing = tmp_path / "junit.xml", tmp_path / "skipped.txt"
+    junit.write_text(JUNIT)
+    assert not gs.check_junit_skips(junit, listing, require_cuda=True)
+    assert listing.read_text().splitlines() == [
+        "tests.test_swish_rnn::test_cuda_layer\tno CUDA device",
+        "tests.test_cuda_source::test_nvcc_compiles\tNo nvcc on PATH",
+        "tests.test_export::test_hf\ttransformers is not installed"]
+    out, err = capsys.readouterr()
+    assert "3 skipped" in out and out.count("skipped without the GPU path") == 2
+    assert "2 CUDA test(s) skipped on the GPU machine" in err
+    assert gs.check_junit_skips(junit, listing, require_cuda=False)  # a CPU trial
+    assert not gs.check_junit_skips(tmp_path / "none.xml", listing, require_cuda=False)
+
+
+def test_the_suite_packs_its_tar_when_it_is_terminated(tmp_path):
+    """SIGTERM to the driver (a device call cut short) ends the running stage's process group
+    and still packs --tar."""
+    out, tar = tmp_path / "out", tmp_path / "suite.tgz"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SUITE_")}
+    env.update(GPU_SUITE_CMD_setup="echo started; sleep 60", GPU_ENV=str(tmp_path / "env"))
+    proc = subprocess.Popen([sys.executable, str(DRIVER), "--tar", str(tar), "--stages", "setup",
+                             str(out)], env=env, stdout=subprocess.PIPE, text=True)
+    log, deadline = out / "setup.log", time.monotonic() + 10
+    while not (log.exists() and "started" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.terminate()
+    stdout, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and "packed" in stdout
+    with tarfile.open(tar) as archive:
+        assert "out/setup.log" in archive.getnames()
