@@ -397,7 +397,7 @@ def test_data_path_that_does_not_exist(one_update, forked, tmp_path):
     """One line from our bidirectional_lm task, and from our archs on fairseq's masked_lm under
     fairseq-train (checked when the config is read). fairseq-validate sets fairseq's masked_lm
     task up (reading dict.txt) before it builds the model, so that one stays fairseq's
-    FileNotFoundError at the end of a traceback, as the README's Troubleshooting lists it."""
+    FileNotFoundError at the end of a traceback, as docs/troubleshooting.md lists it."""
     missing = tmp_path / "no-such-data-bin"
     expected = (f"the data-bin {missing} does not exist: check the path (the positional DATA "
                 "argument), or make it with scripts/prepare_corpus.sh")
@@ -414,14 +414,15 @@ def test_data_path_that_does_not_exist(one_update, forked, tmp_path):
                 continue
             assert last_line(output) == one_line(program, expected), output[-3000:]
             assert "Traceback" not in output
-    assert "FileNotFoundError: ...\n  '<DATA>/dict.txt'" in (REPO_ROOT / "README.md").read_text()
+    assert "FileNotFoundError: ...\n  '<DATA>/dict.txt'" in (
+        REPO_ROOT / "docs" / "troubleshooting.md").read_text()
 
 
 @pytest.mark.slow
 def test_checkpoint_of_ours_without_user_dir(one_update, tiny_data_bin):
     """No plugin code runs without --user-dir, so fairseq's own messages are what the user sees;
-    README's Troubleshooting maps each to "add --user-dir fairseq_ext"."""
-    readme = (REPO_ROOT / "README.md").read_text()
+    docs/troubleshooting.md maps each to "add --user-dir fairseq_ext"."""
+    readme = (REPO_ROOT / "docs" / "troubleshooting.md").read_text()
     proc = run_cli([fairseq_cli("fairseq-validate"), tiny_data_bin, "--task", "masked_lm",
                     "--path", one_update["3ml_self_tiny"], "--batch-size", "4", "--cpu"],
                    check=False, env={"OMP_NUM_THREADS": "1"})

@@ -156,6 +156,20 @@ def log_to_stderr(module_logger: logging.Logger) -> None:
     module_logger.setLevel(logging.INFO)
 
 
+def add_tokenizer_and_force_arguments(parser: argparse.ArgumentParser, *, scope: str,
+                                      dict_default: str, sentencepiece_default: str) -> None:
+    """The options both export command lines take: ``--dict`` and ``--sentencepiece-model``
+    (the tokenizer files, found by :func:`tokenizer_files` when not given) and ``--force``
+    (overwrite OUTPUT). ``scope`` prefixes their help (e.g. ``"hub directory only: "``)."""
+    parser.add_argument("--dict", type=Path, default=None,
+                        help=f"{scope}the dict.txt the model was trained with (default: "
+                             f"{dict_default})")
+    parser.add_argument("--sentencepiece-model", type=Path, default=None,
+                        help=f"{scope}the sentencepiece model the data was encoded with "
+                             f"(default: {sentencepiece_default})")
+    parser.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
+
+
 def run_export_command(program: str, module_logger: logging.Logger, body: Callable[[], int]) -> int:
     """Run an export command line's ``body`` with INFO logging on stderr
     (:func:`log_to_stderr`); an :class:`ExportError` or an ``OutputError`` (an output that

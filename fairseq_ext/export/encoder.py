@@ -78,6 +78,7 @@ from fairseq_ext.export.checkpoints import (
     HUB_MODEL,
     HUB_SENTENCEPIECE,
     ExportError,
+    add_tokenizer_and_force_arguments,
     as_namespace,
     check_vocabulary,
     load_checkpoint,
@@ -430,13 +431,10 @@ def parse_args(argv):
                         help="hub directory only: keep 3ML's decoder, so fill_mask appends the "
                              "[MASK]s after the encoder as in pre-training (load it with "
                              "fairseq_ext's ThreeMLModel.from_pretrained)")
-    parser.add_argument("--dict", type=Path, default=None,
-                        help="hub directory only: the dict.txt the model was trained with "
-                             "(default: the one in the checkpoint's data-bin)")
-    parser.add_argument("--sentencepiece-model", type=Path, default=None,
-                        help="hub directory only: the sentencepiece model the data was encoded "
-                             "with (default: spm.model in the checkpoint's data-bin)")
-    parser.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
+    add_tokenizer_and_force_arguments(
+        parser, scope="hub directory only: ",
+        dict_default="the one in the checkpoint's data-bin",
+        sentencepiece_default="spm.model in the checkpoint's data-bin")
     parser.add_argument("--print-finetune-args", action="store_true",
                         help="print the fairseq-train model flags (--arch ... --max-positions N) "
                              "that rebuild the encoder of an exported checkpoint, and exit")

@@ -94,6 +94,7 @@ from fairseq_ext.export.checkpoints import (
     HUB_MODEL,
     HUB_SENTENCEPIECE,
     ExportError,
+    add_tokenizer_and_force_arguments,
     check_vocabulary,
     load_checkpoint,
     model_name,
@@ -620,13 +621,10 @@ def parse_args(argv):
     parser.add_argument("input", type=Path, help="a fairseq hub directory (model.pt, dict.txt, "
                         "sentencepiece.bpe.model) or a checkpoint file")
     parser.add_argument("output", type=Path, help="directory to write")
-    parser.add_argument("--dict", type=Path, help="the fairseq dictionary (default: INPUT/dict.txt, "
-                        "or dict.txt in the checkpoint's cfg.task.data)")
-    parser.add_argument("--sentencepiece-model", type=Path,
-                        help="the sentencepiece model of the dictionary (default: "
-                             "INPUT/sentencepiece.bpe.model, or spm.model beside the data's "
-                             "dict.txt)")
-    parser.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
+    add_tokenizer_and_force_arguments(
+        parser, scope="", dict_default="INPUT/dict.txt, or dict.txt in the checkpoint's "
+        "cfg.task.data", sentencepiece_default="INPUT/sentencepiece.bpe.model, or spm.model "
+        "beside the data's dict.txt")
     parser.add_argument("--max-logit-diff", type=float, default=DEFAULT_MAX_LOGIT_DIFF,
                         help="refuse to write when fairseq's and the converted model's logits "
                              "differ by more (default: %(default)g)")
