@@ -18,6 +18,7 @@ May import: nothing of fairseq_ext.
 """
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import warnings
