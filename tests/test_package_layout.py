@@ -8,6 +8,7 @@ subpackage's docstring says what it may import ("May import: ..."), and that sen
 every subpackage it does import, and only lower (or same-layer) ones.
 """
 import ast
+import functools
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -69,7 +70,9 @@ def imported_subpackages(path: Path, own: str):
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def import_graph():
+    """Subpackage -> the subpackages it imports (read once per session: every test reads it)."""
     graph = defaultdict(set)
     for sub in subpackages():
         for path in (PACKAGE / sub).rglob("*.py"):
