@@ -51,7 +51,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from fairseq_ext.reporting.log_records import parse_json_record
 from fairseq_ext.reporting.text_tables import ascii_table
@@ -80,13 +80,15 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 @dataclasses.dataclass(frozen=True)
 class DemoRun:
-    """One model of a comparison: a recipe, the environment overrides it runs with, and (masked
-    LMs) the :data:`MASKED_LM_GROUPS` entry it belongs to."""
+    """One model of a comparison: a recipe, the environment overrides it runs with, (masked
+    LMs) the :data:`MASKED_LM_GROUPS` entry it belongs to, and fairseq-train flags appended to
+    the recipe's command (a shape, a seed)."""
 
     name: str
     recipe: str  # path relative to the repository root
     env: Dict[str, str] = dataclasses.field(default_factory=dict)
     group: str = ""
+    args: Tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,7 +230,8 @@ def planned_command(run: DemoRun, data: Path, updates: Optional[int] = None) -> 
     extra = {"DRY_RUN": "1", "SAVE_DIR": "unused"}
     if updates is not None:
         extra["TOTAL_UPDATES"] = str(updates)
-    proc = subprocess.run(["bash", str(REPO_ROOT / run.recipe)], env=recipe_env(run, data, **extra),
+    proc = subprocess.run(["bash", str(REPO_ROOT / run.recipe), *run.args],
+                          env=recipe_env(run, data, **extra),
                           cwd=REPO_ROOT, capture_output=True, text=True)
     printed = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
     if proc.returncode != 0 or not printed:
@@ -265,7 +268,7 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int],
     # active exception", exit 134) now and then.
     cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar",
            "--no-epoch-checkpoints", "--skip-invalid-size-inputs-valid-test",
-           "--data-buffer-size", "0", *extra_args]
+           "--data-buffer-size", "0", *run.args, *extra_args]
     progress = Progress(run.name, interactive=not concurrent)
     records: List[dict] = []
     final_updates = 0  # from every record, the epoch summaries' `train_num_updates` included

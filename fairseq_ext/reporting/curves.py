@@ -238,6 +238,39 @@ def plot(curves, labels, out: Path, metric: str = "loss", force: bool = False) -
         plt.close(fig)
 
 
+def plot_bands(bands, out: Path, title: str, ylabel: str, force: bool = True) -> None:
+    """One line per model with a shaded ±1 SE band: ``bands`` is ``{label: [(pflops, Estimate of
+    the loss), ...]}`` (the mean over seeds and its standard error at each point, as
+    :mod:`fairseq_ext.experiments.studies` makes them), against training PFLOPs. ``out`` is
+    replaced (``force``) since the band is recomputed from the runs each time."""
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), constrained_layout=True)
+    try:
+        for label, points in bands.items():
+            x = [pflops for pflops, _ in points]
+            mean = [estimate.value for _, estimate in points]
+            error = [0.0 if estimate.standard_error != estimate.standard_error
+                     else estimate.standard_error for _, estimate in points]
+            lines = ax.plot(x, mean, marker="o", markersize=3.5, linewidth=1.5, label=label)
+            ax.fill_between(x, [m - e for m, e in zip(mean, error)],
+                            [m + e for m, e in zip(mean, error)], alpha=0.25,
+                            color=lines[0].get_color(), linewidth=0)
+        ax.set_xlabel("cumulative training compute (PFLOPs)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        with atomic_file(out, force, binary=True) as handle:
+            fig.savefig(handle, dpi=120, format="png")
+    finally:
+        plt.close(fig)
+
+
 def default_label(path: Path) -> str:
     path = Path(path)
     return path.name if path.is_dir() else path.resolve().parent.name

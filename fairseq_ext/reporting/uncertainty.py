@@ -155,3 +155,26 @@ def paired_mean_loss_difference(losses_a: Sequence[float], tokens_a: Sequence[fl
         return Estimate(float(ratio_a - ratio_b), math.nan)
     return Estimate(float(ratio_a - ratio_b),
                     math.sqrt((linearised ** 2).sum() * rows / (rows - 1)))
+
+
+def mean_over_seeds(values: Sequence[float]) -> Estimate:
+    """The mean of one figure over training seeds, ± its standard error over seeds
+    ``sd(x) / sqrt(S)`` (``ddof=1``): the error a new seed would see, training noise and the
+    evaluation's sampling noise together. NaN error for fewer than 2 seeds."""
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) == 0:
+        return Estimate(math.nan, math.nan)
+    if len(values) < 2:
+        return Estimate(float(values.mean()), math.nan)
+    return Estimate(float(values.mean()), float(values.std(ddof=1) / math.sqrt(len(values))))
+
+
+def paired_over_seeds(values_a: Sequence[float], values_b: Sequence[float]) -> Estimate:
+    """``mean_s (a_s - b_s)`` over seeds ``s`` trained for both (seed ``s`` of A beside seed
+    ``s`` of B), ± ``sd(a_s - b_s) / sqrt(S)``. Each ``a_s - b_s`` is itself paired over the same
+    evaluation rows, so what is left in the spread is what changes from seed to seed."""
+    values_a = np.asarray(values_a, dtype=np.float64)
+    values_b = np.asarray(values_b, dtype=np.float64)
+    if values_a.shape != values_b.shape:
+        raise ValueError("paired differences over seeds need the same seeds for both models")
+    return mean_over_seeds(values_a - values_b)

@@ -1,0 +1,177 @@
+"""The study runner (fairseq_ext.experiments.studies): its statistics against hand computations,
+its grid and FLOP budgets, the 3ML shape search, and a tiny study end to end with a resume."""
+import json
+import math
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT, run_cli
+from fairseq_ext.experiments import demo, studies
+from fairseq_ext.experiments.studies import Claim, Study, StudyModel
+from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
+
+#: The embedded corpus's vocabulary as the FLOP formulas count it: 7,997 pieces in dict.txt,
+#: 4 specials and <mask>.
+EMBEDDED_VOCAB = 8002
+
+
+def test_mean_over_seeds_is_the_mean_and_the_sample_sd_over_root_s():
+    # [1, 2, 4]: mean 7/3; deviations -4/3, -1/3, 5/3; sum of squares 42/9; sd^2 = 42/18 = 7/3;
+    # SE = sqrt(7/3) / sqrt(3) = sqrt(7) / 3
+    estimate = mean_over_seeds([1.0, 2.0, 4.0])
+    assert estimate.value == pytest.approx(7 / 3)
+    assert estimate.standard_error == pytest.approx(math.sqrt(7) / 3)
+    one = mean_over_seeds([5.0])
+    assert one.value == 5.0 and math.isnan(one.standard_error)
+    assert math.isnan(mean_over_seeds([]).value)
+
+
+def test_paired_over_seeds_takes_the_spread_of_the_per_seed_differences():
+    # a - b per seed: 0.5, 0.25, 0.75: mean 0.5, sd 0.25, SE 0.25 / sqrt(3). Unpaired, the
+    # seed-to-seed spread of a and b (both near 10 and 5) would swamp it.
+    a, b = [10.5, 8.25, 12.75], [10.0, 8.0, 12.0]
+    estimate = paired_over_seeds(a, b)
+    assert estimate.value == pytest.approx(0.5)
+    assert estimate.standard_error == pytest.approx(0.25 / math.sqrt(3))
+    assert estimate.resolved()  # 0.5 > 2 x 0.144
+    assert not mean_over_seeds(a).standard_error < mean_over_seeds(b).standard_error * 0  # defined
+    with pytest.raises(ValueError, match="same seeds"):
+        paired_over_seeds([1.0, 2.0], [1.0])
+
+
+@pytest.mark.parametrize("difference, kind, expected", [
+    (Estimate(-0.3, 0.1), "better", "holds"),      # a lower (better) by 3 SE
+    (Estimate(0.3, 0.1), "better", "fails"),       # a worse by 3 SE
+    (Estimate(-0.15, 0.1), "better", "unresolved"),  # 1.5 SE
+    (Estimate(-0.2, 0.1), "better", "unresolved"),   # exactly 2 SE is not beyond it
+    (Estimate(0.05, 0.1), "on_par", "holds"),
+    (Estimate(-0.5, 0.1), "on_par", "fails"),
+    (Estimate(-0.5, math.nan), "better", "unresolved"),
+])
+def test_verdict(difference, kind, expected):
+    assert studies.verdict(difference, kind) == expected
+
+
+def test_every_registered_study_is_well_formed():
+    assert set(studies.STUDIES) == {"3ml", "swishrnn", "bidirectional"}
+    for study in studies.STUDIES.values():
+        assert len(study.seeds) >= 3 and study.minutes <= 60
+        studies.check_study(study)  # claims name the study's models, kinds known
+        assert study.claims
+
+
+def test_a_malformed_study_is_refused_with_what_to_change():
+    model = StudyModel("a", "recipes/roberta/demo.sh")
+    with pytest.raises(SystemExit, match="claim 'x' names models outside"):
+        studies.check_study(Study("s", "t", studies.MASKED_LM, (model,), (1, 2), 10,
+                                  (Claim("x", "better", "a", "b"),)))
+    with pytest.raises(SystemExit, match="seeds must be distinct"):
+        studies.check_study(Study("s", "t", studies.MASKED_LM, (model,), (1, 1), 10, ()))
+    with pytest.raises(SystemExit, match="fewer_flops needs"):
+        studies.check_study(Study("s", "t", studies.BIDIRECTIONAL, (model, model.__class__(
+            "b", "r")), (1,), 10, (Claim("y", "fewer_flops", "a", "b"),)))
+
+
+def test_the_3ml_study_uses_the_smallest_shape_with_an_analytic_speedup_of_1_2():
+    shape = studies.smallest_3ml_shape(EMBEDDED_VOCAB)
+    args = dict(zip(studies.THREE_ML_ENCODER[::2], studies.THREE_ML_ENCODER[1::2]))
+    args.update(zip(studies.THREE_ML_DECODER[::2], studies.THREE_ML_DECODER[1::2]))
+    assert shape["speedup"] >= 1.2
+    assert (shape["encoder_layers"], shape["encoder_embed_dim"], shape["decoder_layers"],
+            shape["decoder_embed_dim"]) == (
+        int(args["--encoder-layers"]), int(args["--encoder-embed-dim"]),
+        int(args["--decoder-layers"]), int(args["--decoder-embed-dim"]))
+    assert int(args["--encoder-ffn-embed-dim"]) == 4 * shape["encoder_embed_dim"]
+    # the demo's mini shape is far from it (the 8,000-piece head on 40% of the tokens)
+    assert studies.smallest_3ml_shape(EMBEDDED_VOCAB, min_speedup=100.0) is None
+
+
+@pytest.mark.parametrize("name", ["3ml", "swishrnn", "bidirectional"])
+def test_each_study_plans_every_model_and_seed_at_the_baselines_flops(name, tiny_data_bin):
+    study = studies.STUDIES[name]
+    plan = studies.plan_study(study, tiny_data_bin, baseline_updates=50)
+    assert [(p.model.name, p.seed) for p in plan] == [
+        (m.name, s) for m in study.models for s in study.seeds]
+    per_update = {}
+    for model in study.models:
+        command = demo.planned_command(model.run(), tiny_data_bin)
+        per_update[model.name] = demo.analytic_pflops_per_update(command, tiny_data_bin)
+        # the study's shape and the seed reach the fairseq command
+        assert all(arg in command for arg in model.args)
+        assert demo.command_option(demo.planned_command(model.run(7), tiny_data_bin),
+                                   "--seed") == "7"
+    budget = 50 * per_update[study.models[0].name]
+    for planned in plan:
+        cost = per_update[planned.model.name]
+        assert planned.updates * cost <= budget * (1 + 1e-9) < (planned.updates + 1) * cost
+    if name == "3ml":  # the chosen shape buys 3ML-self about 1.2x RoBERTa's updates
+        counts = {p.model.name: p.updates for p in plan}
+        assert counts["3ml-self-40%"] / counts["roberta-15%"] == pytest.approx(1.2, abs=0.05)
+
+
+TINY_STUDY = Study(
+    name="tiny", title="a tiny study", kind=studies.MASKED_LM,
+    models=(StudyModel("roberta-15%", "recipes/roberta/demo.sh",
+                       {"MASK_PROB": "0.15", "ARCH": "roberta_tiny"}),
+            StudyModel("3ml-self-40%", "recipes/3ml/demo.sh",
+                       {"MASK_PROB": "0.4", "ARCH": "3ml_self_tiny"})),
+    seeds=(1, 2), baseline_updates=4,
+    claims=(Claim("3ML-self-40% reaches RoBERTa-15%'s loss with fewer FLOPs", "fewer_flops",
+                  "3ml-self-40%", "roberta-15%"),
+            Claim("3ML-self-40% has the lower loss", "better", "3ml-self-40%", "roberta-15%")))
+
+
+def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_path):
+    """Two tiny models, two seeds, 4 updates: trained, scored, reported; then one run is made
+    half-written (its result.json gone, as if killed during evaluation) and the study run again:
+    the finished runs are read back untouched, the half-written one is redone."""
+    runs_dir = tmp_path / "runs"
+    lines = []
+    assert studies.run(TINY_STUDY, tiny_data_bin, runs_dir, printer=lines.append) == 0
+    text = "\n".join(lines)
+    report = json.loads((runs_dir / studies.STUDY_JSON).read_text())
+    assert (runs_dir / studies.STUDY_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = {row["name"]: row for row in report["models"]}
+    assert set(rows) == {"unigram (train counts)", "roberta-15%", "3ml-self-40%"}
+    for name in ("roberta-15%", "3ml-self-40%"):
+        losses = [rows[name]["per_seed"][s]["mask_loss"] for s in ("1", "2")]
+        expected = mean_over_seeds(losses)
+        assert rows[name]["mask_loss"] == pytest.approx(expected.value)
+        assert rows[name]["mask_loss_se"] == pytest.approx(expected.standard_error)
+        for seed in (1, 2):
+            result = json.loads((runs_dir / name.replace("%", "pct") / f"seed{seed}"
+                                 / studies.RESULT).read_text())
+            assert result["seed"] == seed and result["updates"] == result["planned_updates"]
+            assert len(result["curve"]) >= 2  # the scored checkpoints: the curve of the plot
+    per_seed_vs = [rows["3ml-self-40%"]["per_seed"][s]["vs_baseline"] for s in ("1", "2")]
+    for s, value in zip(("1", "2"), per_seed_vs):  # paired over the same positions: loss - loss
+        assert value == pytest.approx(rows["3ml-self-40%"]["per_seed"][s]["mask_loss"]
+                                      - rows["roberta-15%"]["per_seed"][s]["mask_loss"], abs=1e-9)
+    better = report["claims"][1]
+    assert better["difference"] == pytest.approx(sum(per_seed_vs) / 2)
+    assert better["verdict"] == studies.verdict(
+        Estimate(better["difference"], better["difference_se"]))
+    assert "| unigram (train counts)" in text and "3ML-self-40% has the lower loss" in text
+    assert "a tiny study: 2 seeds" in text
+
+    kept = runs_dir / "roberta-15pct" / "seed1"
+    redone = runs_dir / "3ml-self-40pct" / "seed2"
+    kept_log = (kept / "train.log").stat().st_mtime_ns
+    (redone / studies.RESULT).unlink()
+    (redone / "stale-marker").write_text("from the killed run")
+    lines = []
+    studies.run(TINY_STUDY, tiny_data_bin, runs_dir, printer=lines.append)
+    assert (kept / "train.log").stat().st_mtime_ns == kept_log
+    assert (redone / studies.RESULT).is_file() and not (redone / "stale-marker").exists()
+    assert json.loads((runs_dir / studies.STUDY_JSON).read_text())["models"][1]["name"] == \
+        "roberta-15%"
+    # another budget in the same runs directory is refused, never mixed in or overwritten
+    with pytest.raises(SystemExit, match="choose another --runs-dir"):
+        studies.run(TINY_STUDY, tiny_data_bin, runs_dir, updates=5, printer=lines.append)
+
+
+def test_the_command_line_refuses_a_missing_data_bin(tmp_path):
+    proc = run_cli([sys.executable, REPO_ROOT / "scripts/study.py", "3ml", "--data",
+                    tmp_path / "nothing"], check=False)
+    assert proc.returncode != 0 and "has no dict.txt" in proc.stderr
