@@ -1,7 +1,9 @@
 """Applications that drive the rest end to end: :mod:`~fairseq_ext.experiments.demo` (``make
 demo``: prepares the corpus, runs the recipes of each system at equal FLOPs, scores them with
-error bars beside the unigram baseline, writes the report); the studies runner will sit beside
-it. Nothing in the package imports this one.
+error bars beside the unigram baseline, writes the report) and
+:mod:`~fairseq_ext.experiments.studies` (``scripts/study.py``: each paper's claim at equal
+training FLOPs over several seeds, resumable, with holds / fails / unresolved per claim).
+Nothing in the package imports this one.
 
 May import: every other layer (evaluation, export, benchmarks, tasks, criterions, models, optim,
 modules, data, ops, corpus, flops, reporting, training, cli).

@@ -243,12 +243,13 @@ def equal_flops_updates(runs: List[DemoRun], data: Path,
                         baseline_updates: Optional[int] = None) -> List[int]:
     """Updates of each run at the analytic training FLOPs of the first run: its recipe's
     ``--max-update`` (or ``baseline_updates``), and for the others the updates that buy the
-    same FLOPs, rounded down (``python -m fairseq_ext.flops --budget-of``'s rule)."""
+    same FLOPs, rounded down (``python -m fairseq_ext.flops --budget-of``'s rule; a model of
+    the baseline's cost gets the baseline's updates, not one fewer from rounding)."""
     baseline = planned_command(runs[0], data, baseline_updates)
     updates = int(command_option(baseline, "--max-update"))
     budget = updates * analytic_pflops_per_update(baseline, data)
     return [updates] + [max(1, math.floor(budget / analytic_pflops_per_update(
-        planned_command(run, data), data))) for run in runs[1:]]
+        planned_command(run, data), data) * (1 + 1e-12))) for run in runs[1:]]
 
 
 def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int],

@@ -53,6 +53,7 @@ from fairseq_ext.reporting.uncertainty import (
     Estimate,
     mean_over_seeds,
     paired_over_seeds,
+    perplexity,
 )
 from fairseq_ext.training.output_files import write_text
 
@@ -254,7 +255,7 @@ register_study(Study(
                    ("--swishrnn-step-sizes", "1")),
     ),
     seeds=SEEDS,
-    baseline_updates=600,
+    baseline_updates=800,
     claims=(
         Claim("SwishRNN-BERT (steps 1,2,4) has a lower MLM loss than BERT-rab (Figure 4)",
               "better", "swishrnn-bert", "bert-rab"),
@@ -269,7 +270,7 @@ register_study(Study(
     ),
     minutes=60,
     notes="mini size (2 layers x 128), the demo recipe's settings (one line per sample, pre-LN, "
-          "lr 2e-3); BERT-rab's 600 updates set the budget.",
+          "lr 2e-3); BERT-rab's 800 updates set the budget.",
 ))
 
 
@@ -284,7 +285,7 @@ register_study(Study(
     models=tuple(_bidirectional(variant) for variant in
                  ("nxt_uni", "nxt_pre", "msk_uni", "msk_bi", "hyb_uni", "hyb_pre")),
     seeds=SEEDS,
-    baseline_updates=250,
+    baseline_updates=400,
     claims=(
         Claim("NxtUni has a better full-document ppl than HybUni (Table 3)", "better",
               "nxt_uni", "hyb_uni", "full"),
@@ -311,7 +312,7 @@ register_study(Study(
     ),
     minutes=60,
     notes="bidir_lm_mini, the demo recipe's settings (one line per document, 2,048 tokens an "
-          "update, lr 2e-3); NxtUni predicts every token, so its 250 updates set the budget. "
+          "update, lr 2e-3); NxtUni predicts every token, so its 400 updates set the budget. "
           "Table 6 (re-ranking with scripts/infill_rescore.py) is not in the study: it costs "
           "minutes per checkpoint and pair.",
 ))
@@ -588,6 +589,27 @@ def column_figure(rows: Dict[tuple, dict], column: str) -> float:
                     / sum(row["tokens"] for row in rows.values()))
 
 
+def unigram_perplexity(data: Path, split: str = "valid") -> Estimate:
+    """Perplexity of the training split's unigram (add-one smoothed counts) over every token of
+    ``split``, each line's ``</s>`` included: the context-free baseline beside full-document ppl
+    (over all tokens, not exactly the tokens ``full_doc_ppl`` scores, which leaves out each
+    document's first), ± its delta-method error over lines
+    (:func:`~fairseq_ext.reporting.uncertainty.perplexity`)."""
+    import numpy as np
+    from fairseq.data import Dictionary, data_utils
+
+    from fairseq_ext.evaluation.masked_lm_scores import split_token_counts
+
+    dictionary = Dictionary.load(str(Path(data) / "dict.txt"))
+    datasets = [data_utils.load_indexed_dataset(str(Path(data) / name), dictionary, combine=False)
+                for name in ("train", split)]
+    counts = split_token_counts(datasets[0], len(dictionary)).astype(np.float64) + 1.0
+    counts[[dictionary.pad(), dictionary.bos(), dictionary.unk()]] = 0.0
+    log_probs = np.log(np.maximum(counts, 1e-300) / counts.sum())
+    lines = [np.asarray(datasets[1][i], dtype=np.int64) for i in range(len(datasets[1]))]
+    return perplexity([-log_probs[line].sum() for line in lines], [len(line) for line in lines])
+
+
 def lower_is_better(column: str) -> bool:
     return not column.startswith("infill")
 
@@ -623,9 +645,29 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
             if len(values) == len(seeds):
                 row.update(estimate_fields(column, mean_over_seeds(values)))
         rows.append(row)
-    baseline_row = {"name": f"always {symbol!r} (commonest piece)"}
+    baseline_row = {"name": f"unigram ppl; always {symbol!r} (commonest piece)",
+                    **estimate_fields("full", unigram_perplexity(data))}
     for column, values in baseline_values.items():
         baseline_row.update(estimate_fields(column, mean_over_seeds(values)))
+    gaps = []
+    for model in study.models:
+        for column in (c for c in columns if c.startswith("infill")):
+            differences = []
+            for s in seeds:
+                scored = column_rows(results[f"{model.name}/seed{s}"], column)
+                if not scored:
+                    break
+                guessed = {key: {"correct": int(row["target"] == piece)}
+                           for key, row in scored.items()}
+                differences.append(column_figure(scored, column)
+                                   - column_figure(guessed, column))
+            if len(differences) == len(seeds):
+                gap = mean_over_seeds(differences)
+                gaps.append({"model": model.name, "column": column, "gap": gap.value,
+                             "gap_se": gap.standard_error,
+                             "standard_errors": (gap.value / gap.standard_error
+                                                 if gap.standard_error > 0 else math.nan),
+                             "per_seed": dict(zip(map(str, seeds), differences))})
     claims = []
     for claim in study.claims:
         column_a, column_b = claim.metric, claim.metric_b or claim.metric
@@ -655,7 +697,7 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
                        "difference_se": difference.standard_error,
                        "per_seed": dict(zip(map(str, seeds), differences))})
     return {"models": rows, "baseline": baseline_row, "columns": columns, "claims": claims,
-            "piece": symbol}
+            "piece": symbol, "baseline_gaps": gaps}
 
 
 def estimate_fields(prefix: str, estimate: Estimate) -> Dict[str, float]:
@@ -684,10 +726,12 @@ def format_report(study: Study, report: dict) -> str:
     lines = [f"{study.title}: {seeds} seeds, equal analytic training FLOPs; mean ± SE over seeds"
              " (* beyond 2 SE)"]
     if study.kind == MASKED_LM:
-        header = ["model", "updates", "analytic PFLOPs", "[MASK] loss (bits)", "below unigram",
-                  f"vs {study.models[0].name}, paired"]
+        header = ["model", "updates", "analytic PFLOPs", "counted PFLOPs", "s/update",
+                  "[MASK] loss (bits)", "below unigram", f"vs {study.models[0].name}, paired"]
         table = [[row["name"], str(row.get("updates", "-")),
                   f"{row['analytic_pflops']:.4f}" if "analytic_pflops" in row else "-",
+                  f"{row['counted_pflops']:.4f}" if "counted_pflops" in row else "-",
+                  f"{row['sec_per_update']:.3f}" if "sec_per_update" in row else "-",
                   field(row, "mask_loss"), field(row, "below_unigram", 3, True),
                   field(row, "vs_baseline", 3, True)] for row in report["models"]]
     else:
@@ -698,6 +742,12 @@ def format_report(study: Study, report: dict) -> str:
                  + [field(row, column, 2) for column in report["columns"]]
                  for row in [*report["models"], report["baseline"]]]
     lines.append(ascii_table(header, table))
+    if report.get("baseline_gaps"):
+        lines.append(ascii_table(
+            ["infilling model", "column", f"minus always {report['piece']!r}, paired", "in SEs"],
+            [[gap["model"], gap["column"].replace(":", " R="),
+              fmt(Estimate(gap["gap"], gap["gap_se"]), 2, True),
+              f"{gap['standard_errors']:.1f}"] for gap in report["baseline_gaps"]]))
     lines.append(ascii_table(["claim", "measured (a - b, paired within seed, ± SE over seeds)",
                               "verdict"],
                              [[c["claim"], c["measured"], c["verdict"]] for c in report["claims"]]))
