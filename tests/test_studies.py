@@ -177,13 +177,15 @@ def test_the_command_line_refuses_a_missing_data_bin(tmp_path):
     assert proc.returncode != 0 and "has no dict.txt" in proc.stderr
 
 
-@pytest.mark.parametrize("name", sorted(studies.STUDIES))
-def test_each_study_has_its_recipe(name):
+def test_each_study_has_its_recipe():
     """recipes/studies/<name>.sh runs scripts/study.py <name> with DATA, passing options on."""
-    recipe = REPO_ROOT / "recipes" / "studies" / f"{name}.sh"
-    text = recipe.read_text()
-    assert "set -euo pipefail" in text and f'scripts/study.py" {name} --data' in text
-    proc = run_cli(["bash", recipe, "--help"])
+    recipes = sorted((REPO_ROOT / "recipes" / "studies").glob("*.sh"))
+    assert sorted(recipe.stem for recipe in recipes) == sorted(studies.STUDIES)
+    for recipe in recipes:
+        text = recipe.read_text()
+        assert "set -euo pipefail" in text
+        assert f'scripts/study.py" {recipe.stem} --data "${{DATA}}" "$@"' in text
+    proc = run_cli(["bash", recipes[0], "--help"])
     assert "usage: scripts/study.py" in proc.stdout and "--runs-dir" in proc.stdout
 
 
