@@ -155,6 +155,8 @@ def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_pa
     assert "| unigram (train counts)" in text and "3ML-self-40% has the lower loss" in text
     assert "a tiny study: 2 seeds" in text
 
+    first_wall = report["wall_seconds"]
+    assert first_wall > 0
     kept = runs_dir / "roberta-15pct" / "seed1"
     redone = runs_dir / "3ml-self-40pct" / "seed2"
     kept_log = (kept / "train.log").stat().st_mtime_ns
@@ -164,8 +166,9 @@ def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_pa
     studies.run(TINY_STUDY, tiny_data_bin, runs_dir, printer=lines.append)
     assert (kept / "train.log").stat().st_mtime_ns == kept_log
     assert (redone / studies.RESULT).is_file() and not (redone / "stale-marker").exists()
-    assert json.loads((runs_dir / studies.STUDY_JSON).read_text())["models"][1]["name"] == \
-        "roberta-15%"
+    resumed = json.loads((runs_dir / studies.STUDY_JSON).read_text())
+    assert resumed["models"][1]["name"] == "roberta-15%"
+    assert resumed["wall_seconds"] > first_wall  # the resume's time is added to the study's
     # another budget in the same runs directory is refused, never mixed in or overwritten
     with pytest.raises(SystemExit, match="choose another --runs-dir"):
         studies.run(TINY_STUDY, tiny_data_bin, runs_dir, updates=5, printer=lines.append)

@@ -754,7 +754,8 @@ def format_report(study: Study, report: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_study(study: Study, results: Dict[str, dict], out: Path) -> Optional[Path]:
+def plot_study(study: Study, results: Dict[str, dict], out: Path,
+               report: Optional[dict] = None) -> Optional[Path]:
     """Valid loss against training PFLOPs per model: the mean over seeds at each curve point
     (PFLOPs averaged too) with a ±1 SE band (:func:`fairseq_ext.reporting.curves.plot_bands`)."""
     from fairseq_ext.reporting.curves import plot_bands
@@ -773,15 +774,19 @@ def plot_study(study: Study, results: Dict[str, dict], out: Path) -> Optional[Pa
         return None
     ylabel = ("valid [MASK] loss (bits, 15% positions)" if study.kind == MASKED_LM
               else "valid loss of the training objective (bits)")
+    reference = None
+    if study.kind == MASKED_LM and report is not None:
+        reference = ("unigram (train counts)", report["models"][0]["mask_loss"])
     plot_bands(bands, out, f"{study.title}\n(mean over {len(study.seeds)} seeds, ±1 SE)",
-               ylabel)
+               ylabel, reference=reference)
     return out
 
 
 def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: Path,
                  wall_seconds: float) -> Tuple[dict, str]:
     """The report's figures and text; writes ``study.json`` and ``curves.png`` (replacing the
-    previous report of this runs directory: both are recomputed from the runs' results)."""
+    previous report of this runs directory: both are recomputed from the runs' results).
+    ``wall_seconds``: the study's wall time over every invocation that trained."""
     report = (masked_lm_report(study, results) if study.kind == MASKED_LM
               else bidirectional_report(study, results, data))
     report.update({"study": study.name, "title": study.title, "seeds": list(study.seeds),
@@ -791,7 +796,7 @@ def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: P
                    "curves": {key: result["curve"] for key, result in results.items()}})
     text = format_report(study, report)
     write_text(runs_dir / STUDY_JSON, json.dumps(report, indent=2, default=str), force=True)
-    plot = plot_study(study, results, runs_dir / STUDY_PLOT)
+    plot = plot_study(study, results, runs_dir / STUDY_PLOT, report)
     if plot is not None:
         text += f"\nvalid loss against training PFLOPs, ±1 SE over seeds: {plot}"
     return report, text
@@ -848,11 +853,26 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
             "equal training FLOPs: " + ", ".join(
                 f"{p.model.name} {p.updates} updates" for p in plan if p.seed == seeds[0]))
     runs_dir.mkdir(parents=True, exist_ok=True)
+    earlier = earlier_wall_seconds(runs_dir)
+    finished_before = sum(load_result(run_dir_of(runs_dir, p.model.name, p.seed), p) is not None
+                          for p in plan)
     results = run_study(study, data, runs_dir, plan, workers, keep_checkpoints)
-    _report, text = report_study(study, results, data, runs_dir, time.time() - start)
+    this_time = time.time() - start
+    # the study's wall time: every invocation that trained something, summed over resumes
+    total = earlier + (this_time if finished_before < len(plan) else 0.0)
+    _report, text = report_study(study, results, data, runs_dir, total)
     printer(text)
     printer(f"figures: {runs_dir / STUDY_JSON}")
-    printer(f"study wall time: {(time.time() - start) / 60:.1f} min (this invocation; finished "
-            "runs read back cost nothing)")
+    printer(f"study wall time: {total / 60:.1f} min over the invocations that trained (this "
+            f"one {this_time / 60:.1f} min; finished runs read back cost nothing)")
     return 0
+
+
+def earlier_wall_seconds(runs_dir: Path) -> float:
+    """The wall time earlier invocations spent on this runs directory (``study.json``'s
+    ``wall_seconds``; 0 without one)."""
+    path = runs_dir / STUDY_JSON
+    if not path.is_file():
+        return 0.0
+    return float(json.loads(path.read_text()).get("wall_seconds") or 0.0)
 

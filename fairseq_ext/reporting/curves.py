@@ -238,11 +238,13 @@ def plot(curves, labels, out: Path, metric: str = "loss", force: bool = False) -
         plt.close(fig)
 
 
-def plot_bands(bands, out: Path, title: str, ylabel: str, force: bool = True) -> None:
+def plot_bands(bands, out: Path, title: str, ylabel: str, force: bool = True,
+               reference: Optional[tuple] = None) -> None:
     """One line per model with a shaded ±1 SE band: ``bands`` is ``{label: [(pflops, Estimate of
     the loss), ...]}`` (the mean over seeds and its standard error at each point, as
     :mod:`fairseq_ext.experiments.studies` makes them), against training PFLOPs. ``out`` is
-    replaced (``force``) since the band is recomputed from the runs each time."""
+    replaced (``force``) since the band is recomputed from the runs each time. ``reference``:
+    ``(label, loss)`` of a trivial baseline, drawn as a dashed horizontal line."""
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
 
@@ -260,6 +262,9 @@ def plot_bands(bands, out: Path, title: str, ylabel: str, force: bool = True) ->
             ax.fill_between(x, [m - e for m, e in zip(mean, error)],
                             [m + e for m, e in zip(mean, error)], alpha=0.25,
                             color=lines[0].get_color(), linewidth=0)
+        if reference is not None:
+            ax.axhline(reference[1], color="grey", linestyle="--", linewidth=1,
+                       label=reference[0])
         ax.set_xlabel("cumulative training compute (PFLOPs)")
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
