@@ -287,6 +287,8 @@ register_study(Study(
     seeds=SEEDS,
     baseline_updates=400,
     claims=(
+        Claim("NxtUni has a better full-document ppl than NxtPre (Table 3)", "better",
+              "nxt_uni", "nxt_pre", "full"),
         Claim("NxtUni has a better full-document ppl than HybUni (Table 3)", "better",
               "nxt_uni", "hyb_uni", "full"),
         Claim("HybUni has a better full-document ppl than HybPre (Table 3)", "better",
