@@ -26,8 +26,9 @@ paper's claims, each a :class:`Claim` naming two models and a metric. The runner
    (:func:`verdict`): ``holds`` or ``fails`` when the difference is resolved (beyond
    :data:`~fairseq_ext.reporting.uncertainty.RESOLVED_AT` standard errors), else
    ``unresolved``;
-4. writes ``study.json`` (every figure, per seed too) and ``curves.png`` (valid loss against
-   training PFLOPs, the mean over seeds with a ±1 SE band).
+4. writes ``study.json`` (every figure, per seed too, and the study's wall time summed over
+   the invocations that trained and reported; one killed before its report adds nothing) and
+   ``curves.png`` (valid loss against training PFLOPs, the mean over seeds with a ±1 SE band).
 
 With three seeds the standard error over seeds is itself uncertain (2 degrees of freedom; a
 t-test would ask for 4.3 SE, not 2): ``resolved`` follows the project's 2-SE rule, and the
@@ -61,8 +62,8 @@ from fairseq_ext.training.output_files import write_text
 RESULT = "result.json"
 STUDY_JSON, STUDY_PLOT = "study.json", "curves.png"
 MASKED_LM, BIDIRECTIONAL = "masked_lm", "bidirectional"
-#: Bidirectional evaluation: R values of the suffix-ppl and infilling columns, and masked
-#: positions per document (the demo's).
+#: Bidirectional evaluation: R values of the suffix-ppl and infilling columns (the demo's; its
+#: 4 masked positions per document too).
 R_VALUES = demo.BIDIRECTIONAL_R_VALUES
 #: fairseq validations of a bidirectional run (its curve), and checkpoints of a masked-LM run.
 CURVE_POINTS = demo.CURVE_POINTS
