@@ -30,7 +30,6 @@ YAML_RECIPES = sorted((REPO_ROOT / "recipes/config").rglob("*.yaml"))
 # tests/test_bidirectional_recipes.py).
 MLM_PAPERS_EXCLUDED = {"bidirectional"}
 # recipes/studies/ run scripts/study.py, which trains through the recipes checked here
-STUDY_RECIPES = sorted((REPO_ROOT / "recipes/studies").glob("*.sh"))
 PRETRAIN_SHELL = [p for p in SHELL_RECIPES if not p.name.startswith("finetune")
                   and p.parent.name not in MLM_PAPERS_EXCLUDED | {"studies"}]
 PRETRAIN_YAML = [p for p in YAML_RECIPES if not p.name.startswith("finetune")

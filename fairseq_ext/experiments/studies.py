@@ -422,9 +422,10 @@ def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: P
 
 
 def run_study(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRun],
-              workers: int = demo.WORKERS, keep_checkpoints: bool = False) -> Dict[str, dict]:
-    """Every planned run, ``workers`` at a time, finished ones read back; ``{key: result}``
-    with each result's ``run_dir``."""
+              workers: int = demo.WORKERS,
+              keep_checkpoints: bool = False) -> Tuple[Dict[str, dict], int]:
+    """Every planned run, ``workers`` at a time, finished ones read back: ``({key: result}``
+    with each result's ``run_dir``, the number of runs trained now)."""
     results: Dict[str, dict] = {}
     pending: List[PlannedRun] = []
     for planned in plan:
@@ -454,7 +455,7 @@ def run_study(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRu
     for planned in plan:
         results[planned.key]["run_dir"] = str(run_dir_of(runs_dir, planned.model.name,
                                                          planned.seed))
-    return results
+    return results, len(pending)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -549,7 +550,7 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
         else:
             values = [paired_difference_bits(finals[(claim.a, s)], finals[(claim.b, s)]).value
                       for s in seeds]
-            difference = paired_over_seeds(values, [0.0] * len(values))
+            difference = mean_over_seeds(values)  # each value already paired within its seed
             claims.append({"claim": claim.text,
                            "measured": f"{claim.a} - {claim.b}: {fmt(difference, 3, True)} bits",
                            "verdict": verdict(difference, claim.kind),
@@ -571,7 +572,7 @@ def column_rows(result: dict, column: str) -> Dict[tuple, dict]:
     """``{(split, document, position): row}`` of a bidirectional run in ``column``
     (``full``, ``suffix:R``, ``infill:R``), from its ``--eval-scores-out`` file."""
     from fairseq_ext.data.bidirectional_eval_dataset import r_label
-    from fairseq_ext.reporting.eval_scores import read_eval_scores
+    from fairseq_ext.evaluation.bidirectional_report import scores_of
 
     mode, _, r = column.partition(":")
     mode = {"full": "full_doc_ppl", "suffix": "suffix_ppl", "infill": "infill"}[mode]
@@ -579,7 +580,7 @@ def column_rows(result: dict, column: str) -> Dict[tuple, dict]:
     if path is None:
         return {}
     label = "full" if mode == "full_doc_ppl" else r_label(float(r))
-    _settings, rows = read_eval_scores(Path(result["run_dir"]) / path)
+    _settings, rows = scores_of(Path(result["run_dir"]) / path)  # parsed once per file
     return {key[:3]: row for key, row in rows.items() if key[3] == label}
 
 
@@ -593,7 +594,8 @@ def column_figure(rows: Dict[tuple, dict], column: str) -> float:
 
 
 def unigram_perplexity(data: Path, split: str = "valid") -> Estimate:
-    """Perplexity of the training split's unigram (add-one smoothed counts) over every token of
+    """Perplexity of the training split's unigram (:class:`~fairseq_ext.evaluation.
+    masked_lm_scores.Unigram`: add-one smoothed counts) over every token of
     ``split``, each line's ``</s>`` included: the context-free baseline beside full-document ppl
     (over all tokens, not exactly the tokens ``full_doc_ppl`` scores, which leaves out each
     document's first), ± its delta-method error over lines
@@ -601,16 +603,33 @@ def unigram_perplexity(data: Path, split: str = "valid") -> Estimate:
     import numpy as np
     from fairseq.data import Dictionary, data_utils
 
-    from fairseq_ext.evaluation.masked_lm_scores import split_token_counts
+    from fairseq_ext.data.data_bin import special_ids
+    from fairseq_ext.evaluation.masked_lm_scores import Unigram, split_token_counts
 
     dictionary = Dictionary.load(str(Path(data) / "dict.txt"))
-    datasets = [data_utils.load_indexed_dataset(str(Path(data) / name), dictionary, combine=False)
-                for name in ("train", split)]
-    counts = split_token_counts(datasets[0], len(dictionary)).astype(np.float64) + 1.0
-    counts[[dictionary.pad(), dictionary.bos(), dictionary.unk()]] = 0.0
-    log_probs = np.log(np.maximum(counts, 1e-300) / counts.sum())
-    lines = [np.asarray(datasets[1][i], dtype=np.int64) for i in range(len(datasets[1]))]
-    return perplexity([-log_probs[line].sum() for line in lines], [len(line) for line in lines])
+    train, scored = (data_utils.load_indexed_dataset(str(Path(data) / name), dictionary,
+                                                     combine=False) for name in ("train", split))
+    unigram = Unigram.from_counts(split_token_counts(train, len(dictionary)),
+                                  never_targets=[dictionary.pad()],
+                                  specials=special_ids(dictionary))
+    lines = [np.asarray(scored[i], dtype=np.int64) for i in range(len(scored))]
+    return perplexity([-unigram.log_probs[line].sum() for line in lines],
+                      [len(line) for line in lines])
+
+
+def infill_baseline(result: dict, column: str, piece: int) -> Tuple[Estimate, Estimate]:
+    """``(accuracy % of always guessing piece, model - that in points)`` on the positions a
+    bidirectional run filled in ``column`` (``infill:R``), paired over them
+    (:func:`~fairseq_ext.evaluation.bidirectional_report.constant_guess_baseline`)."""
+    from fairseq_ext.data.bidirectional_eval_dataset import r_label
+    from fairseq_ext.evaluation.bidirectional_report import constant_guess_baseline
+
+    path = Path(result["run_dir"]) / result["scores"]["infill"]
+    label = r_label(float(column.partition(":")[2]))
+    baseline, difference, note = constant_guess_baseline({"scores": {"infill": path}}, label, piece)
+    if baseline is None:
+        raise SystemExit(f"error: no infilling baseline for {path}: {note}")
+    return baseline, difference
 
 
 def lower_is_better(column: str) -> bool:
@@ -643,8 +662,8 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
                 values.append(column_figure(scored, column))
                 row["per_seed"].setdefault(str(s), {})[column] = values[-1]
                 if column.startswith("infill"):
-                    guessed = 100.0 * sum(r["target"] == piece for r in scored.values()) / len(scored)
-                    baseline_values.setdefault(column, []).append(guessed)
+                    guessed, _ = infill_baseline(results[f"{model.name}/seed{s}"], column, piece)
+                    baseline_values.setdefault(column, []).append(guessed.value)
             if len(values) == len(seeds):
                 row.update(estimate_fields(column, mean_over_seeds(values)))
         rows.append(row)
@@ -657,13 +676,10 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
         for column in (c for c in columns if c.startswith("infill")):
             differences = []
             for s in seeds:
-                scored = column_rows(results[f"{model.name}/seed{s}"], column)
-                if not scored:
+                if not column_rows(results[f"{model.name}/seed{s}"], column):
                     break
-                guessed = {key: {"correct": int(row["target"] == piece)}
-                           for key, row in scored.items()}
-                differences.append(column_figure(scored, column)
-                                   - column_figure(guessed, column))
+                _, gap = infill_baseline(results[f"{model.name}/seed{s}"], column, piece)
+                differences.append(gap.value)
             if len(differences) == len(seeds):
                 gap = mean_over_seeds(differences)
                 gaps.append({"model": model.name, "column": column, "gap": gap.value,
@@ -674,21 +690,21 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
     claims = []
     for claim in study.claims:
         column_a, column_b = claim.metric, claim.metric_b or claim.metric
-        differences = []
+        figures_a, figures_b = [], []
         for s in seeds:
             rows_a = column_rows(results[f"{claim.a}/seed{s}"], column_a)
             rows_b = column_rows(results[f"{claim.b}/seed{s}"], column_b)
             shared = sorted(set(rows_a) & set(rows_b))
             if not shared:
                 break
-            a = column_figure({k: rows_a[k] for k in shared}, column_a)
-            b = column_figure({k: rows_b[k] for k in shared}, column_b)
-            differences.append(a - b)
+            figures_a.append(column_figure({k: rows_a[k] for k in shared}, column_a))
+            figures_b.append(column_figure({k: rows_b[k] for k in shared}, column_b))
+        differences = [a - b for a, b in zip(figures_a, figures_b)]
         if len(differences) < len(seeds):
             claims.append({"claim": claim.text, "measured": "not measured: no shared rows",
                            "verdict": "unresolved"})
             continue
-        difference = mean_over_seeds(differences)
+        difference = paired_over_seeds(figures_a, figures_b)
         # a's figure minus b's, signed so that negative means a is better
         signed = difference if lower_is_better(column_a) else Estimate(
             -difference.value, difference.standard_error)
@@ -857,12 +873,10 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
                 f"{p.model.name} {p.updates} updates" for p in plan if p.seed == seeds[0]))
     runs_dir.mkdir(parents=True, exist_ok=True)
     earlier = earlier_wall_seconds(runs_dir)
-    finished_before = sum(load_result(run_dir_of(runs_dir, p.model.name, p.seed), p) is not None
-                          for p in plan)
-    results = run_study(study, data, runs_dir, plan, workers, keep_checkpoints)
+    results, trained = run_study(study, data, runs_dir, plan, workers, keep_checkpoints)
     this_time = time.time() - start
     # the study's wall time: every invocation that trained something, summed over resumes
-    total = earlier + (this_time if finished_before < len(plan) else 0.0)
+    total = earlier + (this_time if trained else 0.0)
     _report, text = report_study(study, results, data, runs_dir, total)
     printer(text)
     printer(f"figures: {runs_dir / STUDY_JSON}")
