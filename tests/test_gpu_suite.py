@@ -31,7 +31,7 @@ from conftest import REPO_ROOT
 SUITE = REPO_ROOT / "scripts" / "gpu_suite.sh"
 DRIVER = REPO_ROOT / "fairseq_ext" / "benchmarks" / "gpu_suite.py"
 WHEELS = REPO_ROOT / "scripts" / "gpu_wheels.sh"
-STAGES = ["setup", "build", "tests", "bench_swishrnn", "bench_3ml", "bench_bidir", "train"]
+STAGES = ["setup", "build", "tests", "bench_swishrnn", "bench_3ml", "bench_bidir", "train", "fsdp"]
 
 
 def load_driver():
@@ -241,6 +241,12 @@ def test_dry_run_prints_every_stages_commands_and_runs_none(tmp_path):
             assert overrides["dataset.batch_size"] == "32"
             assert overrides["model.max_positions"] == "512"
         assert not any("fp16" in key for key in overrides)
+    # fsdp: 50 updates of 3ml_self_base in fp32 with each backend, a record every update
+    for backend in ("legacy_ddp", "fully_sharded"):
+        first = (out / f"fsdp-{backend}.log").read_text().splitlines()[0]
+        assert "model._name=3ml_self_base" in first and "optimization.max_update=50" in first
+        assert f"distributed_training.ddp_backend={backend}" in first
+    assert "compare_losses(" in logs["fsdp"]
 
 
 def train_argv(outdir: Path, arch: str) -> list:
@@ -633,3 +639,108 @@ def test_the_suite_packs_its_tar_when_it_is_terminated(tmp_path):
     assert proc.returncode == 143 and "packed" in stdout
     with tarfile.open(tar) as archive:
         assert "out/setup.log" in archive.getnames()
+
+
+# --- the fsdp stage: fully_sharded against legacy_ddp ------------------------------------------
+
+def test_compare_losses_by_hand():
+    reference = {1: 10.0, 2: 9.5, 3: 9.0}
+    line, problems = gs.compare_losses(reference, {1: 10.0, 2: 9.51, 3: 8.97}, 0.05)
+    assert problems == []
+    # |differences| 0, 0.01, 0.03: the largest at update 3, the mean 0.04 / 3
+    assert "3 updates compared: max |loss difference| 0.0300 at update 3" in line
+    assert "(9.0000 against 8.9700), mean 0.0133" in line
+    _, problems = gs.compare_losses(reference, {1: 10.0, 2: 9.6, 3: 9.0}, 0.05)
+    assert problems == ["the losses differ by more than FSDP_LOSS_TOL=0.05"]
+    _, problems = gs.compare_losses(reference, {1: 10.0, 2: 9.5}, 0.05)
+    assert problems == ["updates logged by one run only: [3]"]
+    _, problems = gs.compare_losses(reference, {1: float("nan"), 2: 9.5, 3: 9.0}, 0.05)
+    assert problems == ["the losses differ by more than FSDP_LOSS_TOL=0.05"]
+    assert gs.compare_losses({}, {}, 0.05)[1] == ["no losses to compare"]
+
+
+def test_train_losses_reads_the_train_inner_records():
+    log = fairseq_log("fp32", updates=4, interval=1, losses=[4.0, 3.5, 3.25, 3.0])
+    assert gs.train_losses(log) == {1: 4.0, 2: 3.5, 3: 3.25, 4: 3.0}
+
+
+def run_fsdp_stage(tmp_path, shift=0.0, **env):
+    """The real fsdp stage (FSDP_UPDATES=50) with fairseq-hydra-train replaced by a script that
+    prints a 50-update fp32 log, its losses raised by `shift` under fully_sharded."""
+    bin_dir, data = tmp_path / "env" / "bin", tmp_path / "data"
+    bin_dir.mkdir(parents=True)
+    data.mkdir()
+    (data / "dict.txt").write_text("a 1\n")
+    losses = [10 - 5 * k / 49 for k in range(50)]
+    logs = {}
+    for backend, delta in (("legacy_ddp", 0.0), ("fully_sharded", shift)):
+        logs[backend] = tmp_path / f"{backend}.log"
+        logs[backend].write_text(fairseq_log("fp32", [v + delta for v in losses], updates=50,
+                                             interval=1))
+    scripts = {"python": f'exec {shlex.quote(sys.executable)} "$@"\n',
+               "fairseq-hydra-train": (
+                   'if [[ " $* " == *" distributed_training.ddp_backend=fully_sharded "* ]]; then '
+                   f'cat {shlex.quote(str(logs["fully_sharded"]))}; else '
+                   f'cat {shlex.quote(str(logs["legacy_ddp"]))}; fi\n')}
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    out = tmp_path / "out"
+    proc = run_suite(tmp_path, "--stages", "fsdp", out, env={"GPU_SUITE_DATA": str(data), **env})
+    return proc, out
+
+
+def test_fsdp_stage_trains_each_backend_and_compares_the_losses(tmp_path):
+    proc, out = run_fsdp_stage(tmp_path, shift=0.004)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = (out / "fsdp-summary.tsv").read_text().splitlines()
+    rows = [dict(zip(lines[0].split("\t"), line.split("\t"))) for line in lines[1:]]
+    assert [(r["backend"], r["arch"], r["precision"], r["updates"], r["verdict"]) for r in rows] == [
+        ("legacy_ddp", "3ml_self_base", "fp32", "50", "ok"),
+        ("fully_sharded", "3ml_self_base", "fp32", "50", "ok")]
+    compared = (out / "fsdp-compare.txt").read_text()
+    assert "50 updates compared: max |loss difference| 0.0040" in compared
+    assert compared.endswith("\nmatch\n")
+    for backend in ("legacy_ddp", "fully_sharded"):
+        argv = shlex.split((out / f"fsdp-{backend}.log").read_text().splitlines()[0][2:])
+        overrides = dict(arg.split("=", 1) for arg in argv[5:])
+        assert overrides["distributed_training.ddp_backend"] == backend
+        assert overrides["model._name"] == "3ml_self_base"
+        assert overrides["optimization.max_update"] == "50"
+        assert overrides["common.log_interval"] == "1"
+        assert not any(key.startswith(("common.bf16", "common.fp16")) for key in overrides)
+
+
+def test_fsdp_stage_fails_when_the_losses_differ(tmp_path):
+    proc, out = run_fsdp_stage(tmp_path, shift=0.05)
+    assert proc.returncode == 1
+    assert "DIFFER: the losses differ by more than FSDP_LOSS_TOL=0.02" in (
+        out / "fsdp-compare.txt").read_text()
+    proc, out = run_fsdp_stage(tmp_path / "loose", shift=0.05, FSDP_LOSS_TOL="0.1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"FSDP_PRECISION": "bf16"}, "fairseq refuses --ddp-backend fully_sharded with bf16"),
+    ({"FSDP_UPDATES": "0"}, "FSDP_UPDATES=0: use a positive integer"),
+    ({"FSDP_LOSS_TOL": "-1"}, "FSDP_LOSS_TOL=-1: use a number >= 0"),
+    ({"FSDP_ARCH": "gpt2_small"}, "TRAIN_ARCHS: gpt2_small has no recipe YAML here"),
+])
+def test_bad_fsdp_settings_stop_the_suite_before_its_first_stage(tmp_path, env, message):
+    out = tmp_path / "out"
+    proc = run_suite(tmp_path, "--stages", "setup fsdp", out,
+                     env={**env, "GPU_SUITE_CMD_setup": "touch should-not-exist"})
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_bench_3ml_runs_picks_the_runs(tmp_path):
+    out = tmp_path / "out"
+    proc = run_suite(tmp_path, "--dry-run", "--stages", "bench_3ml", out,
+                     env={"BENCH_3ML_RUNS": "large profile"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = (out / "bench_3ml.log").read_text()
+    assert "--size large" in log and "--profile" in log and "--padded-encoder" not in log
+    proc = run_suite(tmp_path, "--dry-run", "--stages", "bench_3ml", tmp_path / "out2",
+                     env={"BENCH_3ML_RUNS": "huge"})
+    assert proc.returncode == 1 and "BENCH_3ML_RUNS: unknown huge" in proc.stdout + proc.stderr

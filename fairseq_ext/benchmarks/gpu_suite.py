@@ -46,6 +46,12 @@ stages, `all` = every stage; default: all of them; also the STAGES variable):
                   every update done, the loss fell, no NaN/inf, no gradient overflow (fp16:
                   only while its loss scaler settles), words/s logged, the precision in
                   fairseq's config, CUDA in use (OUTDIR/train-summary.tsv, train-ARCH.log).
+  fsdp            fairseq's --ddp-backend fully_sharded (fairscale FSDP, from the carried
+                  wheel) on one GPU against legacy_ddp: FSDP_ARCH trained FSDP_UPDATES updates
+                  in FSDP_PRECISION with each backend, the same seed and batches, a record
+                  every update; each log checked as the train stage's, then the per-update
+                  losses compared (OUTDIR/fsdp-summary.tsv, fsdp-BACKEND.log,
+                  fsdp-compare.txt): they match when none differs by more than FSDP_LOSS_TOL.
 
 Training data: the embedded corpus's data-bin CARRIED in the tree, .gpu-data/python-docs-
 spm8000 (scripts/gpu_wheels.sh copies it there from data-bin/python-docs-spm8000, which needs
@@ -83,6 +89,7 @@ Environment (defaults in brackets):
                                   image has it)
   GPU_SUITE_REQUIRE_CUDA [1]      0: let setup/build/tests pass without a GPU (CPU trials)
   BENCH_3ML_ITERS [30]  BENCH_BIDIR_ROUNDS [20]
+  BENCH_3ML_RUNS [base large profile]  which of bench_3ml's three runs to make
   TRAIN_UPDATES [300]  TRAIN_ARCHS [the four above; also bert_rab_*, bert_orig_*, roberta_*,
                   any size]  TRAIN_SEQ_LEN [512]  TRAIN_BATCH [32]  TRAIN_LR [0.0003]
                   TRAIN_LOG_INTERVAL [25]  (warmup: a tenth of TRAIN_UPDATES, linear decay)
@@ -92,6 +99,9 @@ Environment (defaults in brackets):
   TRAIN_PRECISION [bf16]          bf16 (common.bf16=true), fp16 (memory-efficient, with
                                   fairseq's adam) or fp32; checked before the first stage, with
                                   the TRAIN_* sizes and archs
+  FSDP_ARCH [3ml_self_base]  FSDP_UPDATES [50]  FSDP_LOSS_TOL [0.02]
+  FSDP_PRECISION [fp32]           fp32 or fp16 (memory-efficient, fairseq's adam); fairseq
+                                  refuses fully_sharded with bf16
   GPU_SUITE_CMD_<stage>           run this shell command instead of the stage (tests of the
                                   suite, e.g. GPU_SUITE_CMD_build=false)
   GPU_SUITE_TIMEOUT_<stage>  GPU_SUITE_STAGE_TIMEOUT [580]  GPU_SUITE_BUDGET [0]  as above
@@ -142,6 +152,10 @@ KILL_AFTER = 15
 #: Lines of a failed stage's log printed after it.
 FAILED_TAIL_LINES = 60
 
+#: BENCH_3ML_RUNS: the bench_3ml stage's runs, in this order (default: all three).
+BENCH_3ML_RUNS = ("base", "large", "profile")
+#: The fsdp stage's DDP backends: the reference first, then the one checked against it.
+FSDP_BACKENDS = ("legacy_ddp", "fully_sharded")
 TRAIN_SUMMARY_COLUMNS = ("arch", "precision", "updates", "first_loss", "last_loss", "valid_loss",
                          "wps_median", "s_per_update", "tflops", "mfu", "overflows", "verdict")
 #: The tests stage's files besides those that mention CUDA (CUDA_TEST_PATTERN).
@@ -195,6 +209,7 @@ class Settings:
     pytest_timeout: str
     require_cuda: bool
     bench_3ml_iters: str
+    bench_3ml_runs: Tuple[str, ...]
     bench_bidir_rounds: str
     train_updates: str
     train_archs: Tuple[str, ...]
@@ -204,6 +219,10 @@ class Settings:
     train_lr: str
     train_log_interval: str
     peak_tflops: str
+    fsdp_arch: str
+    fsdp_updates: str
+    fsdp_precision: str
+    fsdp_loss_tol: str
     dry_run: bool
 
     @classmethod
@@ -224,6 +243,7 @@ class Settings:
             pytest_timeout=get("GPU_SUITE_PYTEST_TIMEOUT", "120"),
             require_cuda=get("GPU_SUITE_REQUIRE_CUDA", "1") == "1",
             bench_3ml_iters=get("BENCH_3ML_ITERS", "30"),
+            bench_3ml_runs=tuple(get("BENCH_3ML_RUNS", " ".join(BENCH_3ML_RUNS)).split()),
             bench_bidir_rounds=get("BENCH_BIDIR_ROUNDS", "20"),
             train_updates=get("TRAIN_UPDATES", "300"),
             train_archs=tuple(get("TRAIN_ARCHS", "3ml_self_base 3ml_cross_base swishrnn_bert_base "
@@ -234,6 +254,10 @@ class Settings:
             train_lr=get("TRAIN_LR", "0.0003"),
             train_log_interval=get("TRAIN_LOG_INTERVAL", "25"),
             peak_tflops=get("GPU_SUITE_PEAK_TFLOPS", "989"),
+            fsdp_arch=get("FSDP_ARCH", "3ml_self_base"),
+            fsdp_updates=get("FSDP_UPDATES", "50"),
+            fsdp_precision=get("FSDP_PRECISION", "fp32"),
+            fsdp_loss_tol=get("FSDP_LOSS_TOL", "0.02"),
             dry_run=get("DRY_RUN", "0") == "1",
         )
 
@@ -811,20 +835,28 @@ def stage_bench_swishrnn(run: StageRun) -> None:
 
 def stage_bench_3ml(run: StageRun) -> None:
     """scripts/bench_3ml.py on CUDA in bf16: base/512 (with the padded encoder too) and
-    large/128 at 15/40/50% masking, JSON and text; then the bookkeeping profile at base/512."""
-    py, out = use_env(run), run.outdir
+    large/128 at 15/40/50% masking, JSON and text; then the bookkeeping profile at base/512.
+    BENCH_3ML_RUNS picks among these three runs (base, large, profile)."""
+    py, out, runs = use_env(run), run.outdir, run.settings.bench_3ml_runs
+    unknown = sorted(set(runs) - set(BENCH_3ML_RUNS))
+    if unknown:
+        raise SettingsError(f"BENCH_3ML_RUNS: unknown {' '.join(unknown)}; use some of "
+                            f"{' '.join(BENCH_3ML_RUNS)}")
     os.chdir(REPO)
     common = ["--device", "cuda", "--dtype", "bf16", "--mask-rates", "0.15,0.4,0.5", "--warmup", "5",
               "--iters", run.settings.bench_3ml_iters]
-    run.run([py, "scripts/bench_3ml.py", "--size", "base", "--seq-len", "512", "--batch-size", "32",
-             *common, "--padded-encoder", "--json", out / "bench-3ml-base-512.json", "--force"],
-            tee=out / "bench-3ml-base-512.txt")
-    run.run([py, "scripts/bench_3ml.py", "--size", "large", "--seq-len", "128", "--batch-size", "128",
-             *common, "--json", out / "bench-3ml-large-128.json", "--force"],
-            tee=out / "bench-3ml-large-128.txt")
-    run.run([py, "scripts/bench_3ml.py", "--size", "base", "--seq-len", "512", "--batch-size", "32",
-             "--device", "cuda", "--dtype", "bf16", "--profile", "--profile-rate", "0.5"],
-            tee=out / "bench-3ml-profile.txt")
+    if "base" in runs:
+        run.run([py, "scripts/bench_3ml.py", "--size", "base", "--seq-len", "512", "--batch-size", "32",
+                 *common, "--padded-encoder", "--json", out / "bench-3ml-base-512.json", "--force"],
+                tee=out / "bench-3ml-base-512.txt")
+    if "large" in runs:
+        run.run([py, "scripts/bench_3ml.py", "--size", "large", "--seq-len", "128", "--batch-size",
+                 "128", *common, "--json", out / "bench-3ml-large-128.json", "--force"],
+                tee=out / "bench-3ml-large-128.txt")
+    if "profile" in runs:
+        run.run([py, "scripts/bench_3ml.py", "--size", "base", "--seq-len", "512", "--batch-size",
+                 "32", "--device", "cuda", "--dtype", "bf16", "--profile", "--profile-rate", "0.5"],
+                tee=out / "bench-3ml-profile.txt")
 
 
 def stage_bench_bidir(run: StageRun) -> None:
@@ -889,6 +921,51 @@ def format_columns(rows: Sequence[Sequence[str]]) -> str:
                      for row in rows)
 
 
+def run_training(run: StageRun, cmd: List[str], log: Path) -> int:
+    """Run fairseq-hydra-train command `cmd` with its output in `log` (the command line first);
+    on a crash print the log's tail. Returns its exit status (0 in a dry run)."""
+    with open(log, "w") as f:  # the command line is the first line of its log
+        run.show(cmd, stream=f)
+        rc = 0
+        if not run.dry_run:
+            try:
+                rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL).returncode
+            except OSError as error:
+                f.write(f"{cmd[0]}: {error.strerror or error}\n")
+                rc = 127
+    if rc:
+        print(f"fairseq-hydra-train failed (exit {rc}); the end of {log}:")
+        print("\n".join(tail_lines(log, 40)), flush=True)
+    return rc
+
+
+def train_and_check(run: StageRun, settings: Settings, arch: str, cmd: List[str], log: Path,
+                    summary: Path, lead: Sequence[str] = ()) -> Optional[TrainCheck]:
+    """run_training, then check_train_log with `settings`' updates and precision; appends the
+    summary row (failed(RC) for a crash), after the columns `lead`, to `summary`. Returns the
+    check (None: crashed or a dry run)."""
+    rc = run_training(run, cmd, log)
+    if rc:
+        with open(summary, "a") as f:
+            f.write("\t".join([*lead, arch, settings.train_precision, *["-"] * 9, f"failed({rc})"])
+                    + "\n")
+        return None
+    run.note(f"check_train_log(open({str(log)!r}).read(), {arch!r}, {settings.train_precision!r}, "
+             f"{settings.train_updates}, require_cuda={settings.require_cuda}, "
+             f"peak_tflops={settings.peak_tflops})")
+    if run.dry_run:
+        return None
+    check = check_train_log(log.read_text(errors="replace"), arch, settings.train_precision,
+                            int(settings.train_updates), settings.require_cuda,
+                            float(settings.peak_tflops))
+    with open(summary, "a") as f:
+        f.write("\t".join([*lead, *check.row]) + "\n")
+    for problem in check.problems:
+        print(f"{arch}: {problem}", file=sys.stderr, flush=True)
+    return check
+
+
 def stage_train(run: StageRun) -> int:
     """Train each of TRAIN_ARCHS with train_command (its output, after the command line, in
     OUTDIR/train-ARCH.log), check each log with check_train_log into OUTDIR/train-summary.tsv,
@@ -906,37 +983,116 @@ def stage_train(run: StageRun) -> int:
         cmd = train_command(arch, data, s, run.fairseq_bin)
         print(f"== {arch}: {os.path.relpath(cmd[2], REPO)}/{cmd[4]}.yaml, {s.train_updates} updates "
               f"of {s.train_batch} x {s.train_seq_len} tokens, {s.train_precision}", flush=True)
-        log = run.outdir / f"train-{arch}.log"
-        with open(log, "w") as f:  # the command line is the first line of its log
-            run.show(cmd, stream=f)
-            rc = 0
-            if not run.dry_run:
-                try:
-                    rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL).returncode
-                except OSError as error:
-                    f.write(f"{cmd[0]}: {error.strerror or error}\n")
-                    rc = 127
-        if rc:
-            print(f"fairseq-hydra-train failed (exit {rc}); the end of {log}:")
-            print("\n".join(tail_lines(log, 40)), flush=True)
-            with open(summary, "a") as f:
-                f.write("\t".join([arch, s.train_precision, *["-"] * 9, f"failed({rc})"]) + "\n")
-            failed = 1
-            continue
-        run.note(f"check_train_log(open({str(log)!r}).read(), {arch!r}, {s.train_precision!r}, "
-                 f"{s.train_updates}, require_cuda={s.require_cuda}, peak_tflops={s.peak_tflops})")
-        if run.dry_run:
-            continue
-        check = check_train_log(log.read_text(errors="replace"), arch, s.train_precision,
-                                int(s.train_updates), s.require_cuda, float(s.peak_tflops))
-        with open(summary, "a") as f:
-            f.write("\t".join(check.row) + "\n")
-        for problem in check.problems:
-            print(f"{arch}: {problem}", file=sys.stderr, flush=True)
-        failed = failed or int(bool(check.problems))
+        check = train_and_check(run, s, arch, cmd, run.outdir / f"train-{arch}.log", summary)
+        if not run.dry_run:
+            failed = failed or int(check is None or bool(check.problems))
     print(format_columns([line.split("\t") for line in summary.read_text().splitlines()]), flush=True)
     return failed
+
+
+# ------------------------------------------------------------------------------ the fsdp check
+
+def fsdp_settings(settings: Settings) -> Settings:
+    """The train settings of the fsdp stage's runs: FSDP_ARCH for FSDP_UPDATES updates in
+    FSDP_PRECISION, a record every update. SettingsError for values fairseq would refuse."""
+    if not re.fullmatch(r"[1-9][0-9]*", settings.fsdp_updates):
+        raise SettingsError(f"FSDP_UPDATES={settings.fsdp_updates}: use a positive integer")
+    if settings.fsdp_precision not in ("fp32", "fp16"):
+        raise SettingsError(f"FSDP_PRECISION={settings.fsdp_precision}: use fp32 or fp16 "
+                            "(fairseq refuses --ddp-backend fully_sharded with bf16)")
+    try:
+        tolerance = float(settings.fsdp_loss_tol)
+    except ValueError:
+        tolerance = -1.0
+    if not (tolerance >= 0 and math.isfinite(tolerance)):
+        raise SettingsError(f"FSDP_LOSS_TOL={settings.fsdp_loss_tol}: use a number >= 0")
+    fsdp = dataclasses.replace(settings, train_updates=settings.fsdp_updates,
+                               train_precision=settings.fsdp_precision, train_log_interval="1")
+    train_command(fsdp.fsdp_arch, "DATA", fsdp, ".")  # an arch without a recipe YAML: refused
+    return fsdp
+
+
+def train_losses(text: str) -> Dict[int, float]:
+    """update -> training loss, from the json train_inner records of a fairseq log."""
+    losses = {}
+    for line in text.splitlines():
+        brace = line.find("{")
+        if brace < 0 or line.startswith("+ "):
+            continue
+        try:
+            record = json.loads(line[brace:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "loss" in record and "num_updates" in record:
+            losses[int(float(record["num_updates"]))] = float(record["loss"])
+    return losses
+
+
+def compare_losses(reference: Mapping[int, float], other: Mapping[int, float],
+                   tolerance: float) -> Tuple[str, List[str]]:
+    """Compare two runs' per-update losses: a one-line summary (updates compared, the largest
+    and the mean absolute difference, and where the largest is) and the problems (an update
+    logged by one run only, a difference above `tolerance`, nothing to compare)."""
+    problems = []
+    only = sorted(set(reference) ^ set(other))
+    if only:
+        problems.append(f"updates logged by one run only: {only[:10]}")
+    common = sorted(set(reference) & set(other))
+    if not common:
+        return "no update logged by both runs", problems + ["no losses to compare"]
+    gaps = {u: abs(reference[u] - other[u]) for u in common}
+    worst = max(common, key=gaps.get)
+    line = (f"{len(common)} updates compared: max |loss difference| {gaps[worst]:.4f} at update "
+            f"{worst} ({reference[worst]:.4f} against {other[worst]:.4f}), mean "
+            f"{statistics.fmean(gaps.values()):.4f}; last update {common[-1]}: "
+            f"{reference[common[-1]]:.4f} against {other[common[-1]]:.4f}")
+    if not all(math.isfinite(g) for g in gaps.values()) or gaps[worst] > tolerance:
+        problems.append(f"the losses differ by more than FSDP_LOSS_TOL={tolerance:g}")
+    return line, problems
+
+
+def stage_fsdp(run: StageRun) -> int:
+    """fairseq's --ddp-backend fully_sharded (fairscale FSDP) on one GPU against legacy_ddp:
+    FSDP_ARCH [3ml_self_base] trained FSDP_UPDATES [50] updates in FSDP_PRECISION [fp32] with
+    each backend (train_command, seed 1, the same batches), each log checked as the train
+    stage's (OUTDIR/fsdp-BACKEND.log, fsdp-summary.tsv), then the per-update losses compared
+    (compare_losses, OUTDIR/fsdp-compare.txt): they match when no update differs by more than
+    FSDP_LOSS_TOL [0.02]. Returns 1 if a run fails or the losses do not match."""
+    s = run.settings
+    fsdp = fsdp_settings(s)
+    use_env(run)
+    os.chdir(REPO)
+    data = s.data if s.dry_run else training_data(run)
+    summary = run.outdir / "fsdp-summary.tsv"
+    summary.write_text("\t".join(("backend",) + TRAIN_SUMMARY_COLUMNS) + "\n")
+    losses, failed = {}, 0
+    for backend in FSDP_BACKENDS:
+        cmd = [*train_command(fsdp.fsdp_arch, data, fsdp, run.fairseq_bin),
+               f"distributed_training.ddp_backend={backend}"]
+        print(f"== {fsdp.fsdp_arch}, {backend}: {fsdp.train_updates} updates, {fsdp.train_precision}",
+              flush=True)
+        log = run.outdir / f"fsdp-{backend}.log"
+        check = train_and_check(run, fsdp, fsdp.fsdp_arch, cmd, log, summary, lead=[backend])
+        if run.dry_run:
+            continue
+        failed = failed or int(check is None or bool(check.problems))
+        if check is not None:
+            losses[backend] = train_losses(log.read_text(errors="replace"))
+    print(format_columns([line.split("\t") for line in summary.read_text().splitlines()]), flush=True)
+    run.note(f"compare_losses(<{FSDP_BACKENDS[0]} losses>, <{FSDP_BACKENDS[1]} losses>, "
+             f"{fsdp.fsdp_loss_tol})")
+    if run.dry_run:
+        return 0
+    if len(losses) < len(FSDP_BACKENDS):
+        print("error: a run failed, so there are no two runs' losses to compare", file=sys.stderr)
+        return 1
+    line, problems = compare_losses(losses[FSDP_BACKENDS[0]], losses[FSDP_BACKENDS[1]],
+                                    float(fsdp.fsdp_loss_tol))
+    verdict = "match" if not problems else "DIFFER: " + "; ".join(problems)
+    text = f"{FSDP_BACKENDS[1]} against {FSDP_BACKENDS[0]}: {line}\n{verdict}\n"
+    (run.outdir / "fsdp-compare.txt").write_text(text)
+    print(text, end="", flush=True)
+    return failed or int(bool(problems))
 
 
 # ---------------------------------------------------------------------------- the stages
@@ -959,6 +1115,7 @@ STAGES: Dict[str, Stage] = {stage.name: stage for stage in (
     Stage("bench_3ml", stage_bench_3ml, "scripts/bench_3ml.py at base/512 and large/128, profile"),
     Stage("bench_bidir", stage_bench_bidir, "scripts/bench_bidirectional.py at 125m, flex"),
     Stage("train", stage_train, "fairseq-hydra-train per arch, each json log checked"),
+    Stage("fsdp", stage_fsdp, "--ddp-backend fully_sharded against legacy_ddp, losses compared"),
 )}
 ALL_STAGES = tuple(STAGES)
 #: Names --stages takes besides the stages' own.
@@ -1231,8 +1388,8 @@ def run_suite(options: Options, outdir: Path) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """scripts/gpu_suite.sh's command line (the module docstring): check the options and, when
     the train stage is chosen, the train settings (a one-line error and exit 2 before any
-    stage), run the stages, and pack --tar whatever happened. `--run-stage NAME OUTDIR` runs
-    one stage's body (the driver starts each stage that way)."""
+    stage; the fsdp stage's likewise), run the stages, and pack --tar whatever happened.
+    `--run-stage NAME OUTDIR` runs one stage's body (the driver starts each stage that way)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # Logs and pipes show each line as it is printed; the stages' Pythons do likewise.
     for stream in (sys.stdout, sys.stderr):
@@ -1251,6 +1408,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             stage_limit(name, os.environ, 0, 0)  # the timeouts are whole seconds
         if "train" in options.stages:
             check_train_settings(Settings.from_env(os.environ))
+        if "fsdp" in options.stages:
+            fsdp_settings(Settings.from_env(os.environ))
     except UsageError as error:
         print(error, file=sys.stderr)
         return 2
