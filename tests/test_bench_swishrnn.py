@@ -152,11 +152,15 @@ def test_part_a_table_with_cuda_faked_on_the_cpu(monkeypatch, capsys):
                                 "--hidden", "8", "--steps", "1,2", "--dtype", "fp32,bf16",
                                 "--warmup", "1", "--rounds", "2"]) == 0
     rows = re.findall(r"^\| (fp32|bf16) \| (\d+) \| (\d) \| ([\d.]+) \| ([\d.]+) \| (\d+)x \| "
-                      r"([\d.]+) \| (\d+)% \| (PASS|FAIL) \| (PASS|FAIL) \|$",
+                      r"([\d.]+) \| (\d+)% \| (PASS|FAIL) \| (PASS|FAIL) \| ([\d.]+) \| (\d+)% \|$",
                       capsys.readouterr().out, re.M)
     assert [(r[0], int(r[1]), int(r[2])) for r in rows] == [
         (dtype, b, k) for dtype in ("fp32", "bf16") for b in (2, 3) for k in (1, 2)]
-    for dtype, b, _, _, _, _, bound_ms, _, _, _ in rows:
+    for dtype, b, _, _, _, _, bound_ms, _, _, _, kernels_ms, kernels_fraction in rows:
+        assert float(kernels_ms) > 0
+        # ms printed to 3 decimals (a few hundredths here): the percentage agrees to their rounding
+        assert int(kernels_fraction) == pytest.approx(100 * float(bound_ms) / float(kernels_ms),
+                                                      rel=0.05)
         size = 4 if dtype == "fp32" else 2
         assert float(bound_ms) == pytest.approx(1e3 * 6 * 16 * int(b) * 8 * size / 1e6,
                                                 abs=5e-4)

@@ -87,6 +87,8 @@ Environment (defaults in brackets):
   GPU_SUITE_PYTEST_WORKERS [4]    pytest-xdist processes (0: none)
   GPU_SUITE_PYTEST_TIMEOUT [120]  seconds per test (pytest-timeout, where installed: the GPU
                                   image has it)
+  GPU_SUITE_PYTEST_ARGS           more pytest arguments, e.g. "-v --durations=15" (a line per
+                                  test as it ends: which one a stage timeout cut off)
   GPU_SUITE_REQUIRE_CUDA [1]      0: let setup/build/tests pass without a GPU (CPU trials)
   BENCH_3ML_ITERS [30]  BENCH_BIDIR_ROUNDS [20]
   BENCH_3ML_RUNS [base large profile]  which of bench_3ml's three runs to make
@@ -129,6 +131,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -207,6 +210,7 @@ class Settings:
     tests: str
     pytest_workers: str
     pytest_timeout: str
+    pytest_args: Tuple[str, ...]
     require_cuda: bool
     bench_3ml_iters: str
     bench_3ml_runs: Tuple[str, ...]
@@ -241,6 +245,7 @@ class Settings:
             tests=environ.get("GPU_SUITE_TESTS", ""),
             pytest_workers=get("GPU_SUITE_PYTEST_WORKERS", "4"),
             pytest_timeout=get("GPU_SUITE_PYTEST_TIMEOUT", "120"),
+            pytest_args=tuple(shlex.split(environ.get("GPU_SUITE_PYTEST_ARGS", ""))),
             require_cuda=get("GPU_SUITE_REQUIRE_CUDA", "1") == "1",
             bench_3ml_iters=get("BENCH_3ML_ITERS", "30"),
             bench_3ml_runs=tuple(get("BENCH_3ML_RUNS", " ".join(BENCH_3ML_RUNS)).split()),
@@ -807,7 +812,7 @@ def stage_tests(run: StageRun) -> int:
         per_test = ["--timeout", s.pytest_timeout]
     junit = run.outdir / "junit-tests.xml"
     rc = run.run([py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *xdist, *per_test,
-                  f"--junitxml={junit}", *stage_test_files(s)],
+                  f"--junitxml={junit}", *s.pytest_args, *stage_test_files(s)],
                  extra_env={"CUDA_HOST_EMULATION_REPORT": str(run.outdir / "cuda-vs-host-emulation.json")},
                  check=False)
     # Skips for want of a GPU, a CUDA kernel or nvcc mean the CUDA paths did not run.
@@ -1012,6 +1017,26 @@ def fsdp_settings(settings: Settings) -> Settings:
     return fsdp
 
 
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def one_process_group(cuda: bool) -> List[str]:
+    """Overrides that give fairseq-hydra-train a torch.distributed process group of one process
+    (rank 0 of 1, in this process: no spawn), NCCL on CUDA, else gloo. fairscale 0.4.13's FSDP
+    asks torch.distributed for its reduce-scatter group even on one GPU, so fairseq's own
+    one-process path (distributed_world_size=1 and no init method: no process group, a
+    DummyProcessGroup for FSDP) stops with "torch.distributed is not yet initialized" (the
+    second GPU run, 2026-11-26). Both backends of the fsdp stage run so, to compare alike."""
+    return [f"distributed_training.distributed_init_method=tcp://127.0.0.1:{free_port()}",
+            "distributed_training.distributed_no_spawn=true",
+            "distributed_training.distributed_rank=0", "distributed_training.device_id=0",
+            f"distributed_training.distributed_backend={'nccl' if cuda else 'gloo'}"]
+
+
 def train_losses(text: str) -> Dict[int, float]:
     """update -> training loss, from the json train_inner records of a fairseq log."""
     losses = {}
@@ -1068,7 +1093,7 @@ def stage_fsdp(run: StageRun) -> int:
     losses, failed = {}, 0
     for backend in FSDP_BACKENDS:
         cmd = [*train_command(fsdp.fsdp_arch, data, fsdp, run.fairseq_bin),
-               f"distributed_training.ddp_backend={backend}"]
+               *one_process_group(s.require_cuda), f"distributed_training.ddp_backend={backend}"]
         print(f"== {fsdp.fsdp_arch}, {backend}: {fsdp.train_updates} updates, {fsdp.train_precision}",
               flush=True)
         log = run.outdir / f"fsdp-{backend}.log"
