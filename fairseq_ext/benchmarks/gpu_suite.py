@@ -87,8 +87,8 @@ Environment (defaults in brackets):
   GPU_SUITE_PYTEST_WORKERS [4]    pytest-xdist processes (0: none)
   GPU_SUITE_PYTEST_TIMEOUT [120]  seconds per test (pytest-timeout, where installed: the GPU
                                   image has it)
-  GPU_SUITE_PYTEST_ARGS           more pytest arguments, e.g. "-v --durations=15" (a line per
-                                  test as it ends: which one a stage timeout cut off)
+  GPU_SUITE_PYTEST_ARGS           more pytest arguments, e.g. "--durations=15" (the stage
+                                  runs pytest -v: a line per test as it ends)
   GPU_SUITE_REQUIRE_CUDA [1]      0: let setup/build/tests pass without a GPU (CPU trials)
   BENCH_3ML_ITERS [30]  BENCH_BIDIR_ROUNDS [20]
   BENCH_3ML_RUNS [base large profile]  which of bench_3ml's three runs to make
@@ -811,7 +811,9 @@ def stage_tests(run: StageRun) -> int:
                                    stderr=subprocess.DEVNULL).returncode == 0:
         per_test = ["--timeout", s.pytest_timeout]
     junit = run.outdir / "junit-tests.xml"
-    rc = run.run([py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *xdist, *per_test,
+    # -v: a line per test as it ends, so that the log names the tests a stage timeout cut off
+    # (with -q, the second GPU run's log had only dots: 116 of 143 reported, but which?).
+    rc = run.run([py, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", *xdist, *per_test,
                   f"--junitxml={junit}", *s.pytest_args, *stage_test_files(s)],
                  extra_env={"CUDA_HOST_EMULATION_REPORT": str(run.outdir / "cuda-vs-host-emulation.json")},
                  check=False)
