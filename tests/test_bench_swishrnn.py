@@ -148,16 +148,29 @@ def test_part_a_table_with_cuda_faked_on_the_cpu(monkeypatch, capsys):
     monkeypatch.setattr(bench_swishrnn, "recurrence_inputs",
                         lambda *args, device, **kw: inputs(*args, device="cpu", **kw))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "fake")
+    calls = {"op": 0, "reference": 0}
+    fwd_bwd = bench_swishrnn.fwd_bwd
+
+    def counting_fwd_bwd(function, *args):
+        calls["reference" if function is swish_rnn.swish_recurrence_reference else "op"] += 1
+        return fwd_bwd(function, *args)
+
+    monkeypatch.setattr(bench_swishrnn, "fwd_bwd", counting_fwd_bwd)
+    monkeypatch.setattr(bench_swishrnn, "REPEATS", 3)
     assert bench_swishrnn.main(["--part", "a", "--seq-len", "16", "--batch-size", "2,3",
                                 "--hidden", "8", "--steps", "1,2", "--dtype", "fp32,bf16",
                                 "--warmup", "1", "--rounds", "2"]) == 0
+    # per configuration (8): 1 warm-up + 2 rounds of the op's REPEATS calls and of its one call,
+    # and of the reference's one call
+    assert calls == {"op": 8 * 3 * (3 + 1), "reference": 8 * 3}
     rows = re.findall(r"^\| (fp32|bf16) \| (\d+) \| (\d) \| ([\d.]+) \| ([\d.]+) \| (\d+)x \| "
-                      r"([\d.]+) \| (\d+)% \| (PASS|FAIL) \| (PASS|FAIL) \| ([\d.]+) \| (\d+)% \|$",
+                      r"([\d.]+) \| (\d+)% \| (PASS|FAIL) \| (PASS|FAIL) \| ([\d.]+) \| ([\d.]+) \| "
+                      r"(\d+)% \|$",
                       capsys.readouterr().out, re.M)
     assert [(r[0], int(r[1]), int(r[2])) for r in rows] == [
         (dtype, b, k) for dtype in ("fp32", "bf16") for b in (2, 3) for k in (1, 2)]
-    for dtype, b, _, _, _, _, bound_ms, _, _, _, kernels_ms, kernels_fraction in rows:
-        assert float(kernels_ms) > 0
+    for dtype, b, _, _, _, _, bound_ms, _, _, _, once_ms, kernels_ms, kernels_fraction in rows:
+        assert float(kernels_ms) > 0 and float(once_ms) > 0
         # ms printed to 3 decimals (a few hundredths here): the percentage agrees to their rounding
         assert int(kernels_fraction) == pytest.approx(100 * float(bound_ms) / float(kernels_ms),
                                                       rel=0.05)
