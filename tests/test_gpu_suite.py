@@ -744,3 +744,19 @@ def test_bench_3ml_runs_picks_the_runs(tmp_path):
     proc = run_suite(tmp_path, "--dry-run", "--stages", "bench_3ml", tmp_path / "out2",
                      env={"BENCH_3ML_RUNS": "huge"})
     assert proc.returncode == 1 and "BENCH_3ML_RUNS: unknown huge" in proc.stdout + proc.stderr
+
+
+def test_the_tests_stage_runs_pytest_verbose_with_the_extra_arguments(tmp_path):
+    """A line per test (-v: a stage timeout's log names the tests still running) and
+    GPU_SUITE_PYTEST_ARGS, split as a shell would, before the test files."""
+    out = tmp_path / "out"
+    proc = run_suite(tmp_path, "--dry-run", "--stages", "tests", out,
+                     env={"GPU_SUITE_PYTEST_ARGS": "--durations=7 -k 'cuda and not slow'"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    command = next(line for line in (out / "tests.log").read_text().splitlines()
+                   if " -m pytest " in line)
+    argv = shlex.split(command[command.index("+ ") + 2:])
+    assert argv[argv.index("pytest") + 1] == "-v"
+    extra = argv.index("--durations=7")
+    assert argv[extra:extra + 3] == ["--durations=7", "-k", "cuda and not slow"]
+    assert argv[extra + 3].startswith("tests/")
