@@ -724,7 +724,7 @@ def test_fsdp_stage_fails_when_the_losses_differ(tmp_path):
     ({"FSDP_PRECISION": "bf16"}, "fairseq refuses --ddp-backend fully_sharded with bf16"),
     ({"FSDP_UPDATES": "0"}, "FSDP_UPDATES=0: use a positive integer"),
     ({"FSDP_LOSS_TOL": "-1"}, "FSDP_LOSS_TOL=-1: use a number >= 0"),
-    ({"FSDP_ARCH": "gpt2_small"}, "TRAIN_ARCHS: gpt2_small has no recipe YAML here"),
+    ({"FSDP_ARCH": "gpt2_small"}, "FSDP_ARCH: gpt2_small has no recipe YAML here"),
 ])
 def test_bad_fsdp_settings_stop_the_suite_before_its_first_stage(tmp_path, env, message):
     out = tmp_path / "out"
@@ -742,8 +742,9 @@ def test_bench_3ml_runs_picks_the_runs(tmp_path):
     log = (out / "bench_3ml.log").read_text()
     assert "--size large" in log and "--profile" in log and "--padded-encoder" not in log
     proc = run_suite(tmp_path, "--dry-run", "--stages", "bench_3ml", tmp_path / "out2",
-                     env={"BENCH_3ML_RUNS": "huge"})
-    assert proc.returncode == 1 and "BENCH_3ML_RUNS: unknown huge" in proc.stdout + proc.stderr
+                     env={"BENCH_3ML_RUNS": "huge"})  # refused before the first stage
+    assert proc.returncode == 2 and "BENCH_3ML_RUNS: unknown huge" in proc.stderr
+    assert not (tmp_path / "out2").exists()
 
 
 def test_the_tests_stage_runs_pytest_verbose_with_the_extra_arguments(tmp_path):

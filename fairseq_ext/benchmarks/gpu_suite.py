@@ -840,15 +840,20 @@ def stage_bench_swishrnn(run: StageRun) -> None:
             tee=out / "bench-swishrnn-c.txt")
 
 
+def check_bench_3ml_runs(settings: Settings) -> None:
+    """SettingsError unless BENCH_3ML_RUNS names only bench_3ml's runs (BENCH_3ML_RUNS)."""
+    unknown = sorted(set(settings.bench_3ml_runs) - set(BENCH_3ML_RUNS))
+    if unknown:
+        raise SettingsError(f"BENCH_3ML_RUNS: unknown {' '.join(unknown)}; use some of "
+                            f"{' '.join(BENCH_3ML_RUNS)}")
+
+
 def stage_bench_3ml(run: StageRun) -> None:
     """scripts/bench_3ml.py on CUDA in bf16: base/512 (with the padded encoder too) and
     large/128 at 15/40/50% masking, JSON and text; then the bookkeeping profile at base/512.
     BENCH_3ML_RUNS picks among these three runs (base, large, profile)."""
+    check_bench_3ml_runs(run.settings)
     py, out, runs = use_env(run), run.outdir, run.settings.bench_3ml_runs
-    unknown = sorted(set(runs) - set(BENCH_3ML_RUNS))
-    if unknown:
-        raise SettingsError(f"BENCH_3ML_RUNS: unknown {' '.join(unknown)}; use some of "
-                            f"{' '.join(BENCH_3ML_RUNS)}")
     os.chdir(REPO)
     common = ["--device", "cuda", "--dtype", "bf16", "--mask-rates", "0.15,0.4,0.5", "--warmup", "5",
               "--iters", run.settings.bench_3ml_iters]
@@ -1015,7 +1020,10 @@ def fsdp_settings(settings: Settings) -> Settings:
         raise SettingsError(f"FSDP_LOSS_TOL={settings.fsdp_loss_tol}: use a number >= 0")
     fsdp = dataclasses.replace(settings, train_updates=settings.fsdp_updates,
                                train_precision=settings.fsdp_precision, train_log_interval="1")
-    train_command(fsdp.fsdp_arch, "DATA", fsdp, ".")  # an arch without a recipe YAML: refused
+    try:
+        train_command(fsdp.fsdp_arch, "DATA", fsdp, ".")
+    except SettingsError as error:  # an arch without a recipe YAML
+        raise SettingsError(str(error).replace("TRAIN_ARCHS:", "FSDP_ARCH:", 1)) from None
     return fsdp
 
 
@@ -1415,7 +1423,7 @@ def run_suite(options: Options, outdir: Path) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """scripts/gpu_suite.sh's command line (the module docstring): check the options and, when
     the train stage is chosen, the train settings (a one-line error and exit 2 before any
-    stage; the fsdp stage's likewise), run the stages, and pack --tar whatever happened.
+    stage; the fsdp stage's and BENCH_3ML_RUNS likewise), run the stages, and pack --tar whatever happened.
     `--run-stage NAME OUTDIR` runs one stage's body (the driver starts each stage that way)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # Logs and pipes show each line as it is printed; the stages' Pythons do likewise.
@@ -1437,6 +1445,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             check_train_settings(Settings.from_env(os.environ))
         if "fsdp" in options.stages:
             fsdp_settings(Settings.from_env(os.environ))
+        if "bench_3ml" in options.stages:
+            check_bench_3ml_runs(Settings.from_env(os.environ))
     except UsageError as error:
         print(error, file=sys.stderr)
         return 2

@@ -54,8 +54,8 @@ __device__ __forceinline__ double sigmoid(double v) { return 1.0 / (1.0 + exp(-v
 
 // Steps of one chain whose loads are issued together, ahead of the recurrence that uses them.
 // The loads do not depend on the recurrence, so a chunk waits about one memory latency instead
-// of one per step: the chain is latency-bound otherwise (the first H200 run: about 1 ms for
-// T = 512 whatever B and k, 5-36% of the copy bandwidth).
+// of one per step: the chain is latency-bound otherwise (on an H200, forward + backward took
+// about 1 ms at T = 512 whatever B and k; chunked, 0.16-0.56 ms in fp32: docs/benchmarks.md).
 constexpr int kChunk = 16;
 
 template <typename scalar_t>
