@@ -4,7 +4,6 @@ sizes on the CPU and print consistent tables; part (a) without CUDA or without t
 kernel exits 2 with a one-line message; the shared timing helpers."""
 import re
 import sys
-import time
 
 import pytest
 import torch
@@ -130,50 +129,64 @@ def test_part_a_exit_code_from_the_command_line():
 @pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,
                     reason="fairseq_ext._C is not built (make install)")
 def test_part_a_table_with_cuda_faked_on_the_cpu(monkeypatch, capsys):
-    """Part (a)'s bookkeeping (bytes, bound, ratios, verdicts), run on the CPU kernel."""
-    def wall_ms(function, warmup, repeats):
+    """Part (a)'s bookkeeping (bytes, bound, ratios, verdicts, the steady-state division by
+    REPEATS), run on the CPU kernel under a fake clock: a call of the op through autograd, or of
+    the bare kernels, takes 1 ms, one of the reference 50 ms."""
+    clock = {"ms": 0.0}
+    calls = {"op": 0, "reference": 0, "kernels": 0}
+    fwd_bwd, kernels_fwd_bwd = bench_swishrnn.fwd_bwd, bench_swishrnn.kernels_fwd_bwd
+
+    def counting_fwd_bwd(function, *args):
+        reference = function is swish_rnn.swish_recurrence_reference
+        calls["reference" if reference else "op"] += 1
+        clock["ms"] += 50.0 if reference else 1.0
+        return fwd_bwd(function, *args)
+
+    def counting_kernels_fwd_bwd(*args):
+        calls["kernels"] += 1
+        clock["ms"] += 1.0
+        return kernels_fwd_bwd(*args)
+
+    def fake_ms(function, warmup, repeats):
         for _ in range(warmup):
             function()
         samples = []
         for _ in range(repeats):
-            start = time.perf_counter()
+            clock["ms"] = 0.0
             function()
-            samples.append(1e3 * (time.perf_counter() - start))
+            samples.append(clock["ms"])
         return samples
 
     inputs = bench_swishrnn.recurrence_inputs
     monkeypatch.setattr(bench_swishrnn, "cuda_unavailable_reason", lambda: None)
     monkeypatch.setattr(bench_swishrnn, "copy_bandwidth", lambda mib: 1e6)  # 1 MB/s
-    monkeypatch.setattr(bench_swishrnn, "cuda_time_ms", wall_ms)
+    monkeypatch.setattr(bench_swishrnn, "cuda_time_ms", fake_ms)
     monkeypatch.setattr(bench_swishrnn, "recurrence_inputs",
                         lambda *args, device, **kw: inputs(*args, device="cpu", **kw))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "fake")
-    calls = {"op": 0, "reference": 0}
-    fwd_bwd = bench_swishrnn.fwd_bwd
-
-    def counting_fwd_bwd(function, *args):
-        calls["reference" if function is swish_rnn.swish_recurrence_reference else "op"] += 1
-        return fwd_bwd(function, *args)
-
     monkeypatch.setattr(bench_swishrnn, "fwd_bwd", counting_fwd_bwd)
+    monkeypatch.setattr(bench_swishrnn, "kernels_fwd_bwd", counting_kernels_fwd_bwd)
     monkeypatch.setattr(bench_swishrnn, "REPEATS", 3)
     assert bench_swishrnn.main(["--part", "a", "--seq-len", "16", "--batch-size", "2,3",
                                 "--hidden", "8", "--steps", "1,2", "--dtype", "fp32,bf16",
                                 "--warmup", "1", "--rounds", "2"]) == 0
     # per configuration (8): 1 warm-up + 2 rounds of the op's REPEATS calls and of its one call,
-    # and of the reference's one call
-    assert calls == {"op": 8 * 3 * (3 + 1), "reference": 8 * 3}
+    # of the reference's one call and of the kernels' REPEATS pairs
+    assert calls == {"op": 8 * 3 * (3 + 1), "reference": 8 * 3, "kernels": 8 * 3 * 3}
     rows = re.findall(r"^\| (fp32|bf16) \| (\d+) \| (\d) \| ([\d.]+) \| ([\d.]+) \| (\d+)x \| "
                       r"([\d.]+) \| (\d+)% \| (PASS|FAIL) \| (PASS|FAIL) \| ([\d.]+) \| ([\d.]+) \| "
                       r"(\d+)% \|$",
                       capsys.readouterr().out, re.M)
     assert [(r[0], int(r[1]), int(r[2])) for r in rows] == [
         (dtype, b, k) for dtype in ("fp32", "bf16") for b in (2, 3) for k in (1, 2)]
-    for dtype, b, _, _, _, _, bound_ms, _, _, _, once_ms, kernels_ms, kernels_fraction in rows:
-        assert float(kernels_ms) > 0 and float(once_ms) > 0
-        # ms printed to 3 decimals (a few hundredths here): the percentage agrees to their rounding
-        assert int(kernels_fraction) == pytest.approx(100 * float(bound_ms) / float(kernels_ms),
-                                                      rel=0.05)
+    for (dtype, b, _, op_ms, ref_ms, speedup, bound_ms, fraction, ok_bound, ok_speedup, once_ms,
+         kernels_ms, kernels_fraction) in rows:
+        # 3 ms per sample of REPEATS = 3 calls: 1 ms a call; one call 1 ms; reference 50 ms
+        assert (op_ms, once_ms, kernels_ms, ref_ms, speedup) == ("1.000", "1.000", "1.000",
+                                                                 "50.00", "50")
+        assert ok_speedup == "PASS"  # 50x, the target
+        assert int(fraction) == int(kernels_fraction) == round(100 * float(bound_ms))
+        assert ok_bound == ("PASS" if float(bound_ms) >= 0.6 else "FAIL")
         size = 4 if dtype == "fp32" else 2
         assert float(bound_ms) == pytest.approx(1e3 * 6 * 16 * int(b) * 8 * size / 1e6,
                                                 abs=5e-4)

@@ -363,6 +363,19 @@ class TrainCheck:
     problems: List[str]
 
 
+def json_record(line: str) -> Optional[dict]:
+    """The JSON object a fairseq log line ends with (common.log_format=json: `[time][name][INFO]
+    - {...}`), else None."""
+    brace = line.find("{")
+    if brace < 0:
+        return None
+    try:
+        record = json.loads(line[brace:])
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def check_train_log(text: str, arch: str, precision: str, updates: int, require_cuda: bool = True,
                     peak_tflops: float = 989.0) -> TrainCheck:
     """Check a fairseq-hydra-train log (common.log_format=json records on stdout) and make its
@@ -380,12 +393,8 @@ def check_train_log(text: str, arch: str, precision: str, updates: int, require_
     train, valid, other_overflow = [], [], []
     done = overflows = late_overflows = 0
     for line in lines:
-        brace = line.find("{")
-        try:
-            record = json.loads(line[brace:]) if brace >= 0 else None
-        except json.JSONDecodeError:
-            record = None
-        if isinstance(record, dict):
+        record = json_record(line)
+        if record is not None:
             if "loss" in record and "num_updates" in record:
                 train.append(record)
             elif "valid_loss" in record:
@@ -1051,14 +1060,8 @@ def train_losses(text: str) -> Dict[int, float]:
     """update -> training loss, from the json train_inner records of a fairseq log."""
     losses = {}
     for line in text.splitlines():
-        brace = line.find("{")
-        if brace < 0 or line.startswith("+ "):
-            continue
-        try:
-            record = json.loads(line[brace:])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and "loss" in record and "num_updates" in record:
+        record = None if line.startswith("+ ") else json_record(line)
+        if record is not None and "loss" in record and "num_updates" in record:
             losses[int(float(record["num_updates"]))] = float(record["loss"])
     return losses
 
