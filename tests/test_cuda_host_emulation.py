@@ -5,8 +5,9 @@ the CPU: the .cu as committed and its torch binding compiled as plain C++ agains
 fp32, fp16 and bf16 with the GPU tests' tolerances, for k = 1..4, T = 0, T < k and T not a multiple
 of k, column counts that leave the last block part empty, and non-contiguous inputs through the
 binding; every output element written exactly once and nothing around it, threads independent of
-one another, launches on the caller's stream with a grid that covers every item. With a GPU, the
-CUDA op is compared with what the emulation predicts."""
+one another, launches on the caller's stream with a grid that covers every item; fp16/bf16 with
+two columns per thread (even column counts, aligned arrays) bit for bit as with one. With a GPU,
+the CUDA op is compared with what the emulation predicts."""
 import json
 import os
 import re
@@ -30,6 +31,11 @@ TOLERANCES = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2,
               torch.bfloat16: 2e-2}
 DTYPES = list(TOLERANCES)
 BATCH, HIDDEN = 5, 61  # 305 columns: k * 305 items never fill the last block of 256 threads
+#: 244 columns, an even count: fp16/bf16 run two columns per thread (the packed kernels), and
+#: k * 122 threads never fill the last block either
+EVEN_BATCH = 4
+HALF_DTYPES = [torch.float16, torch.bfloat16]
+COLUMNS_ENV = swish_ops.COLUMNS_PER_THREAD_ENV  # "1": one column per thread for every dtype
 
 
 @pytest.fixture(scope="module")
@@ -101,23 +107,25 @@ def check_written(buffer, before, count, what):
     assert not (inside == fill).any(), f"{what}: elements never written"
 
 
+@pytest.mark.parametrize("batch", [BATCH, EVEN_BATCH])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_kernels_write_every_element_once_and_nothing_else(emulation, dtype):
+def test_kernels_write_every_element_once_and_nothing_else(emulation, dtype, batch):
     """The raw launchers on buffers with guard elements on both sides: the inputs' guards are
     NaN (a read outside an input makes NaNs), the outputs' guards and insides a fill value (a
     write outside an output, or an element left unwritten, shows). The insides equal what the
     binding returns; the per-item alpha/beta partial sums, all k * columns of them, sum to its
-    alpha/beta gradients. (The guarded launches come first: an out-of-bounds write through the
-    binding's unguarded buffers could corrupt the heap before any check.)"""
+    alpha/beta gradients. With an even column count, fp16/bf16 run the packed kernels. (The
+    guarded launches come first: an out-of-bounds write through the binding's unguarded buffers
+    could corrupt the heap before any check.)"""
     acc_dtype = torch.float64 if dtype is torch.float64 else torch.float32
     fill, nan = -1234.5, float("nan")
     for k, length in [(1, 67), (3, 67), (4, 2), (2, 0)]:
         what = f"k={k}, T={length}"
-        x1, alpha, beta, grad = recurrence_inputs(length, dtype, seed=k)
+        x1, alpha, beta, grad = recurrence_inputs(length, dtype, seed=k, batch=batch)
         x1_b, alpha_b, beta_b, grad_b = (guarded(t, nan) for t in (x1, alpha, beta, grad))
         c_b = guarded(torch.empty_like(x1), fill)
         c_before = c_b.clone()
-        error = emulation.launch_forward(x1_b, alpha_b, beta_b, c_b, GUARD, length, BATCH,
+        error = emulation.launch_forward(x1_b, alpha_b, beta_b, c_b, GUARD, length, batch,
                                          HIDDEN, k)
         assert error == 0
         check_written(c_b, c_before, x1.numel(), f"c, {what}")
@@ -125,11 +133,11 @@ def test_kernels_write_every_element_once_and_nothing_else(emulation, dtype):
 
         c_in = guarded(c, nan)
         gx_b = guarded(torch.empty_like(x1), fill)
-        items = torch.empty(k * BATCH * HIDDEN, dtype=acc_dtype)
+        items = torch.empty(k * batch * HIDDEN, dtype=acc_dtype)
         ga_b, gb_b = guarded(items, fill), guarded(items, fill)
         before = [b.clone() for b in (gx_b, ga_b, gb_b)]
         error = emulation.launch_backward(grad_b, x1_b, c_in, alpha_b, beta_b, gx_b, ga_b, gb_b,
-                                          GUARD, length, BATCH, HIDDEN, k)
+                                          GUARD, length, batch, HIDDEN, k)
         assert error == 0
         for name, buffer, old, count in [("grad_x1", gx_b, before[0], x1.numel()),
                                          ("grad_alpha_items", ga_b, before[1], items.numel()),
@@ -140,7 +148,7 @@ def test_kernels_write_every_element_once_and_nothing_else(emulation, dtype):
         assert torch.equal(c, c_ref)
         assert torch.equal(gx_b[GUARD:GUARD + x1.numel()], gx_ref.reshape(-1))
         for buffer, expected in [(ga_b, ga_ref), (gb_b, gb_ref)]:
-            sums = buffer[GUARD:GUARD + items.numel()].view(k, BATCH, HIDDEN).sum((0, 1))
+            sums = buffer[GUARD:GUARD + items.numel()].view(k, batch, HIDDEN).sum((0, 1))
             assert torch.equal(sums.to(dtype), expected)
 
 
@@ -219,9 +227,9 @@ def test_non_contiguous_inputs_through_the_binding(emulation, dtype):
 def test_threads_do_not_depend_on_one_another(emulation):
     """The grid run with blocks and threads in reverse order gives the same bits: no thread
     reads what another writes (on the GPU, they run in no set order)."""
-    for dtype in DTYPES:
+    for dtype, batch in [*((d, BATCH) for d in DTYPES), *((d, EVEN_BATCH) for d in HALF_DTYPES)]:
         for k in (1, 4):
-            inputs = recurrence_inputs(67, dtype, seed=k)
+            inputs = recurrence_inputs(67, dtype, seed=k, batch=batch)
             forward_order = emulated(emulation, *inputs, k)
             emulation.set_reverse_thread_order(True)
             try:
@@ -229,7 +237,7 @@ def test_threads_do_not_depend_on_one_another(emulation):
             finally:
                 emulation.set_reverse_thread_order(False)
             for name, a, b in zip(NAMES, forward_order, reverse_order):
-                assert torch.equal(a, b), (dtype, k, name)
+                assert torch.equal(a, b), (dtype, batch, k, name)
 
 
 def launch_records(emulation):
@@ -264,6 +272,77 @@ def test_launches_cover_every_item_on_the_callers_stream(emulation, batch, lengt
         assert record["shared"] == 0
         assert record["stream"] == emulation.current_stream() != 0
         assert record["threads"] == grid_x * block_x
+
+
+def covers(record, items: int) -> bool:
+    """The launch's 1-D grid is just large enough for ``items`` threads."""
+    threads_per_block, blocks = record["block"][0], record["grid"][0]
+    return blocks * threads_per_block >= items > (blocks - 1) * threads_per_block
+
+
+@pytest.mark.parametrize("dtype, batch, columns_per_thread", [
+    (torch.float16, EVEN_BATCH, 2), (torch.bfloat16, EVEN_BATCH, 2),
+    (torch.float16, BATCH, 1), (torch.bfloat16, BATCH, 1),  # an odd column count
+    (torch.float32, EVEN_BATCH, 1), (torch.float64, EVEN_BATCH, 1)], ids=str)
+def test_columns_per_thread(emulation, dtype, batch, columns_per_thread, monkeypatch):
+    """Two columns per thread exactly for fp16/bf16 with an even column count (the grid covers
+    half the items), one otherwise, and one for every dtype when the environment says 1."""
+    monkeypatch.delenv(COLUMNS_ENV, raising=False)
+    x1, alpha, beta, grad = recurrence_inputs(67, dtype, seed=1, batch=batch)
+    items = 2 * batch * HIDDEN  # k = 2
+    for setting, expected in [(None, columns_per_thread), ("1", 1), ("2", columns_per_thread)]:
+        if setting is not None:
+            monkeypatch.setenv(COLUMNS_ENV, setting)
+        emulation.clear_launches()
+        c = emulation.swish_recurrence(x1, alpha, beta, 2)
+        emulation.swish_recurrence_backward(grad, x1, c, alpha, beta, 2)
+        records = launch_records(emulation)
+        assert len(records) == 2
+        assert all(covers(record, items // expected) for record in records), (setting, records)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+def test_packed_kernels_give_the_one_column_bits(emulation, dtype, k, monkeypatch):
+    """fp16/bf16 with two columns per thread give bit for bit what one column per thread gives
+    (each column the same chain with the same arithmetic), for T = 0, T < k, T not a multiple of
+    k; the one-column kernels match the reference (test_emulated_kernels_match_the_reference)."""
+    for length in lengths_for(k):
+        inputs = recurrence_inputs(length, dtype, seed=k, batch=EVEN_BATCH)
+        monkeypatch.delenv(COLUMNS_ENV, raising=False)
+        packed = emulated(emulation, *inputs, k)
+        monkeypatch.setenv(COLUMNS_ENV, "1")
+        one_column = emulated(emulation, *inputs, k)
+        for name, a, b in zip(NAMES, packed, one_column):
+            assert torch.equal(a, b), (length, name)
+
+
+def unaligned_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``tensor`` that starts one element past an aligned address (as a
+    slice of a larger tensor may): ``contiguous()`` keeps it where it is."""
+    buffer = torch.empty(tensor.numel() + 1, dtype=tensor.dtype)
+    view = buffer[1:].view(tensor.shape)
+    view.copy_(tensor)
+    assert view.is_contiguous() and view.data_ptr() % 4 != 0
+    return view
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+def test_unaligned_16_bit_inputs_run_one_column_per_thread(emulation, dtype, monkeypatch):
+    """A 16-bit input that starts off a 4-byte boundary cannot be read in pairs: the launchers
+    fall back to one column per thread, with the same bits as from aligned inputs."""
+    monkeypatch.delenv(COLUMNS_ENV, raising=False)
+    k = 3
+    x1, alpha, beta, grad = recurrence_inputs(67, dtype, seed=k, batch=EVEN_BATCH)
+    aligned = emulated(emulation, x1, alpha, beta, grad, k)
+    emulation.clear_launches()
+    c = emulation.swish_recurrence(unaligned_copy(x1), alpha, beta, k)
+    grads = emulation.swish_recurrence_backward(unaligned_copy(grad), x1, c, alpha, beta, k)
+    records = launch_records(emulation)
+    assert len(records) == 2
+    assert all(covers(record, k * EVEN_BATCH * HIDDEN) for record in records), records
+    for name, a, b in zip(NAMES, (c, *grads), aligned):
+        assert torch.equal(a, b), name
 
 
 def finite_float32_samples() -> torch.Tensor:
@@ -315,8 +394,8 @@ def test_schemas_are_the_real_ops(emulation):
 
 def test_launch_rewrite():
     """Each ``kernel<<<config>>>(args)`` becomes a cuda_host::launch call, on its own line, and
-    anything else with ``<<<`` is refused; the committed .cu has its two launches (forward and
-    backward, one line each, in the launcher macro) and keeps its line count."""
+    anything else with ``<<<`` is refused; the committed .cu has its four launches (forward and
+    backward, each with two columns per thread and with one) and keeps its line count."""
     rewritten, count = cuda_host_emulation.rewrite_launches(
         "  forward_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);\n"
         "  init<<<1, 32>>>();\n")
@@ -329,10 +408,11 @@ def test_launch_rewrite():
         cuda_host_emulation.rewrite_launches("table[i]<<<1, 32>>>(x);")
     source = cuda_host_emulation.KERNELS.read_text()
     rewritten, count = cuda_host_emulation.rewrite_launches(source)
-    assert count == 2 == source.count("<<<")
+    assert count == 4 == source.count("<<<")
     assert rewritten.count("\n") == source.count("\n")
-    assert re.findall(r"cuda_host::launch\((\w+)<scalar_t>", rewritten) == [
-        "forward_kernel", "backward_kernel"]
+    assert re.findall(r"cuda_host::launch\((\w+)<scalar_t, (\d)>", rewritten) == [
+        ("forward_kernel", "2"), ("forward_kernel", "1"), ("backward_kernel", "2"),
+        ("backward_kernel", "1")]
 
 
 # --- with a GPU: the CUDA op against what the emulation predicts -------------------------------
@@ -342,30 +422,41 @@ REPORT_ENV = "CUDA_HOST_EMULATION_REPORT"
 
 
 @cuda_kernel
-def test_cuda_op_matches_the_host_emulation(emulation):
+def test_cuda_op_matches_the_host_emulation(emulation, monkeypatch):
     """The CUDA kernels on the GPU against their host emulation on the same inputs, with the GPU
-    tests' tolerances; the largest differences and the share of bit-identical elements go to
+    tests' tolerances: an odd column count (one column per thread) and an even one (fp16/bf16
+    two, the packed kernels; also their one-column kernels, with the environment's switch). The
+    largest differences and the share of bit-identical elements go to
     $CUDA_HOST_EMULATION_REPORT (JSON) when it is set. fp16/bf16 outputs are expected nearly
     all bit-identical; fp32 to differ by a few ulps (nvcc's FMA contraction, --use_fast_math's
     division and ex2.approx, which the emulation does not reproduce); fp64 by rounding only."""
     report = []
-    for dtype in DTYPES:
+    cases = [(dtype, batch, None) for dtype in DTYPES for batch in (5, 4)]
+    cases += [(dtype, 4, "1") for dtype in HALF_DTYPES]
+    for dtype, batch, columns_setting in cases:
+        if columns_setting is None:
+            monkeypatch.delenv(COLUMNS_ENV, raising=False)
+        else:
+            monkeypatch.setenv(COLUMNS_ENV, columns_setting)
+        packed = dtype in HALF_DTYPES and batch % 2 == 0 and columns_setting is None
         tol = TOLERANCES[dtype]
         atol = tol if dtype is torch.float64 else 5 * tol
         for k in (1, 2, 4):
-            inputs = recurrence_inputs(67, dtype, seed=k, batch=5, hidden=301)
+            inputs = recurrence_inputs(67, dtype, seed=k, batch=batch, hidden=301)
             predicted = emulated(emulation, *inputs, k)
             c = torch.ops.fairseq_ext.swish_recurrence(*(t.cuda() for t in inputs[:3]), k)
             grads = torch.ops.fairseq_ext.swish_recurrence_backward(
                 inputs[3].cuda(), inputs[0].cuda(), c, inputs[1].cuda(), inputs[2].cuda(), k)
             measured = [t.cpu() for t in (c, *grads)]
             for name, a, b in zip(NAMES, measured, predicted):
-                report.append({"dtype": str(dtype), "k": k, "output": name,
+                report.append({"dtype": str(dtype), "shape": [67, batch, 301], "k": k,
+                               "columns_per_thread": 2 if packed else 1, "output": name,
                                "max_abs_diff": (a.double() - b.double()).abs().max().item(),
                                "bit_identical": (a == b).double().mean().item()})
-            assert_all_close(measured, predicted, tol, atol, f"CUDA vs emulation, {dtype}, k={k}")
+            assert_all_close(measured, predicted, tol, atol,
+                             f"CUDA vs emulation, {dtype}, B={batch}, k={k}, "
+                             f"{2 if packed else 1} column(s) per thread")
     if os.environ.get(REPORT_ENV):
         with open(os.environ[REPORT_ENV], "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "cuda": torch.version.cuda, "shape": [67, 5, 301], "rows": report}, f,
-                      indent=1)
+                       "cuda": torch.version.cuda, "rows": report}, f, indent=1)

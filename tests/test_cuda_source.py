@@ -10,6 +10,7 @@ setup.py's ``CUDA_ARCH_LIST``. Running the kernels needs a GPU
 the CPU.
 """
 import ast
+import collections
 import importlib.metadata
 import os
 import re
@@ -21,6 +22,7 @@ import pytest
 from torch.utils import cpp_extension
 
 from conftest import REPO_ROOT
+from fairseq_ext.ops.swish_recurrence import COLUMNS_PER_THREAD_ENV
 
 KERNELS = REPO_ROOT / "fairseq_ext" / "csrc" / "swish_recurrence_kernels.cu"
 NVCC_WHEEL = "nvidia-cuda-nvcc"
@@ -192,6 +194,12 @@ def test_no_braced_dim_lists_in_the_native_sources():
     assert not offenders, offenders
 
 
+def test_the_kernels_read_the_python_name_of_their_switch():
+    """The environment variable the launchers read is the one the ops module and the benchmark
+    set (``COLUMNS_PER_THREAD_ENV``)."""
+    assert f'kColumnsPerThreadEnv = "{COLUMNS_PER_THREAD_ENV}"' in KERNELS.read_text()
+
+
 @pytest.mark.slow
 def test_cuda_kernels_compile_with_nvcc(kernels_object):
     """Every launcher the torch binding calls is defined, with the binding's signature."""
@@ -213,22 +221,56 @@ def ptx_entries(ptx: str) -> dict:
     return {part.split("(", 1)[0]: part for part in parts[1:]}
 
 
-@pytest.mark.slow
-def test_fp64_kernels_compute_in_double(nvcc, tmp_path):
-    """fp64 inputs are computed in fp64 (gradcheck needs it), not narrowed to fp32: the double
-    instantiations convert nothing to f32 and use exp, not the fp32 fast ex2.approx of __expf
-    (also under setup.py's --use_fast_math). Compiled as C++17 here, which the kernels also
-    keep to (an older torch's BuildExtension gives nvcc -std=c++17)."""
-    ptx = tmp_path / "kernels.ptx"
+@pytest.fixture(scope="module")
+def kernels_ptx(nvcc, tmp_path_factory) -> dict:
+    """{mangled kernel name: PTX body} of the .cu for sm_90 with setup.py's nvcc flags, compiled
+    as C++17 (which the kernels also keep to: an older torch's BuildExtension gives nvcc
+    -std=c++17)."""
+    ptx = tmp_path_factory.mktemp("ptx") / "kernels.ptx"
     run_nvcc(nvcc, ["-ptx", "-std=c++17", *cpp_extension.COMMON_NVCC_FLAGS,
                     *setup_constant("COMPILE_ARGS")["nvcc"], "-arch=sm_90", str(KERNELS),
                     "-o", str(ptx)])
-    entries = ptx_entries(ptx.read_text())
-    double = {name: body for name, body in entries.items() if "_kernelIdE" in name}
-    single = {name: body for name, body in entries.items() if "_kernelIfE" in name}
-    assert len(double) == 2 and len(single) == 2  # forward and backward of each
-    for name, body in double.items():
+    return ptx_entries(ptx.read_text())
+
+
+def instantiations(entries: dict, type_code: str, pack: int) -> dict:
+    """The kernels instantiated for one element type (Itanium code: d, f, 6__half,
+    13__nv_bfloat16) and columns per thread."""
+    found = {name: body for name, body in entries.items()
+             if re.search(rf"_kernelI{re.escape(type_code)}Li{pack}EE", name)}
+    assert len(found) == 2, (type_code, pack, list(entries))  # forward and backward
+    return found
+
+
+@pytest.mark.slow
+def test_fp64_kernels_compute_in_double(kernels_ptx):
+    """fp64 inputs are computed in fp64 (gradcheck needs it), not narrowed to fp32: the double
+    instantiations convert nothing to f32 and use exp, not the fp32 fast ex2.approx of __expf
+    (also under setup.py's --use_fast_math)."""
+    for name, body in instantiations(kernels_ptx, "d", 1).items():
         assert "cvt.rn.f32.f64" not in body, f"{name} narrows fp64 to fp32"
         assert "ex2.approx" not in body, f"{name} uses the fp32 fast exp"
-    for body in single.values():  # the fp32 kernels keep the fast exp
+    for body in instantiations(kernels_ptx, "f", 1).values():  # fp32 keeps the fast exp
         assert "ex2.approx" in body
+
+
+def global_accesses(body: str) -> collections.Counter:
+    return collections.Counter(re.findall(r"\b((?:ld|st)\.global(?:\.nc)?(?:\.v2)?\.\w+)", body))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("type_code", ["6__half", "13__nv_bfloat16"])
+def test_packed_16_bit_kernels_move_4_bytes_an_access(kernels_ptx, type_code):
+    """With two columns per thread, every access to x1, c, grad_c and grad_x1 is one 4-byte
+    vector access (v2.u16): the only 2-byte loads left are alpha and beta of the two columns,
+    and no 2-byte store is left; the one-column kernels make 2-byte accesses."""
+    for name, body in instantiations(kernels_ptx, type_code, 2).items():
+        accesses = global_accesses(body)
+        assert accesses["ld.global.nc.u16"] == 4, (name, accesses)  # alpha, beta: 2 columns
+        assert accesses["ld.global.nc.v2.u16"] >= 16 and accesses["st.global.v2.u16"] >= 16, (
+            name, accesses)
+        assert accesses["st.global.u16"] == 0, (name, accesses)
+    for name, body in instantiations(kernels_ptx, type_code, 1).items():
+        accesses = global_accesses(body)
+        assert accesses["ld.global.nc.v2.u16"] == 0 and accesses["st.global.u16"] >= 16, (
+            name, accesses)

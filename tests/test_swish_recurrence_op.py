@@ -146,9 +146,10 @@ def test_cuda_op_gradcheck_fp64(k):
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float16, 1e-2),
                                         (torch.bfloat16, 2e-2)])
 def test_cuda_op_matches_cpu_op_at_odd_sizes(dtype, tol):
-    """Sizes that are not multiples of a warp or a block, T not divisible by k."""
-    for k in (1, 2, 4):
-        x1, alpha, beta = _inputs(67, 5, 301, torch.float32, k)
+    """Sizes that are not multiples of a warp or a block, T not divisible by k; an odd and an
+    even column count (fp16/bf16 then run two columns per thread)."""
+    for k, batch in [(1, 5), (2, 5), (4, 5), (1, 4), (3, 4)]:
+        x1, alpha, beta = _inputs(67, batch, 301, torch.float32, k)
         grad = torch.randn_like(x1)
         results = []
         for device in ("cpu", "cuda"):

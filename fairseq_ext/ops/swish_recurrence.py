@@ -27,6 +27,11 @@ logger = logging.getLogger(__name__)
 
 OP_NAME = "fairseq_ext::swish_recurrence"
 BACKWARD_OP_NAME = "fairseq_ext::swish_recurrence_backward"
+#: Set to "1", the CUDA kernels run one column per thread for every dtype, read at each launch;
+#: otherwise fp16/bf16 run two neighbouring columns per thread, each access 4 bytes, where the
+#: column count is even and the arrays 4-byte aligned (``csrc/swish_recurrence_kernels.cu``).
+#: The results are the same bits either way; ``scripts/bench_swishrnn.py --part a`` times both.
+COLUMNS_PER_THREAD_ENV = "FAIRSEQ_EXT_SWISH_COLUMNS_PER_THREAD"
 
 
 def check_recurrence_inputs(x1: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
