@@ -2,6 +2,7 @@
 fair loop, with its roofline) and part (c) (training step swishrnn_bert vs bert_rab) run at tiny
 sizes on the CPU and print consistent tables; part (a) without CUDA or without the op's CUDA
 kernel exits 2 with a one-line message; the shared timing helpers."""
+import os
 import re
 import sys
 
@@ -131,9 +132,10 @@ def test_part_a_exit_code_from_the_command_line():
 def test_part_a_table_with_cuda_faked_on_the_cpu(monkeypatch, capsys):
     """Part (a)'s bookkeeping (bytes, bound, ratios, verdicts, the steady-state division by
     REPEATS), run on the CPU kernel under a fake clock: a call of the op through autograd, or of
-    the bare kernels, takes 1 ms, one of the reference 50 ms."""
+    the bare kernels, takes 1 ms, one of the reference 50 ms, one of the bare kernels with one
+    column per thread (bf16 only, the environment's switch set during the call) 2 ms."""
     clock = {"ms": 0.0}
-    calls = {"op": 0, "reference": 0, "kernels": 0}
+    calls = {"op": 0, "reference": 0, "kernels": 0, "1-column kernels": 0}
     fwd_bwd, kernels_fwd_bwd = bench_swishrnn.fwd_bwd, bench_swishrnn.kernels_fwd_bwd
 
     def counting_fwd_bwd(function, *args):
@@ -142,10 +144,12 @@ def test_part_a_table_with_cuda_faked_on_the_cpu(monkeypatch, capsys):
         clock["ms"] += 50.0 if reference else 1.0
         return fwd_bwd(function, *args)
 
-    def counting_kernels_fwd_bwd(*args):
-        calls["kernels"] += 1
-        clock["ms"] += 1.0
-        return kernels_fwd_bwd(*args)
+    def counting_kernels_fwd_bwd(inputs, step):
+        one_column = os.environ.get(swish_rnn.COLUMNS_PER_THREAD_ENV) == "1"
+        assert not one_column or inputs[0].dtype == torch.bfloat16
+        calls["1-column kernels" if one_column else "kernels"] += 1
+        clock["ms"] += 2.0 if one_column else 1.0
+        return kernels_fwd_bwd(inputs, step)
 
     def fake_ms(function, warmup, repeats):
         for _ in range(warmup):
@@ -171,21 +175,29 @@ def test_part_a_table_with_cuda_faked_on_the_cpu(monkeypatch, capsys):
                                 "--hidden", "8", "--steps", "1,2", "--dtype", "fp32,bf16",
                                 "--warmup", "1", "--rounds", "2"]) == 0
     # per configuration (8): 1 warm-up + 2 rounds of the op's REPEATS calls and of its one call,
-    # of the reference's one call and of the kernels' REPEATS pairs
-    assert calls == {"op": 8 * 3 * (3 + 1), "reference": 8 * 3, "kernels": 8 * 3 * 3}
+    # of the reference's one call and of the kernels' REPEATS pairs; for bf16 (4) also of the
+    # 1-column kernels' REPEATS pairs
+    assert calls == {"op": 8 * 3 * (3 + 1), "reference": 8 * 3, "kernels": 8 * 3 * 3,
+                     "1-column kernels": 4 * 3 * 3}
+    assert swish_rnn.COLUMNS_PER_THREAD_ENV not in os.environ  # restored
     rows = re.findall(r"^\| (fp32|bf16) \| (\d+) \| (\d) \| ([\d.]+) \| ([\d.]+) \| (\d+)x \| "
                       r"([\d.]+) \| (\d+)% \| (PASS|FAIL) \| (PASS|FAIL) \| ([\d.]+) \| ([\d.]+) \| "
-                      r"(\d+)% \|$",
+                      r"(\d+)% \| ([\d.]+|-) \| (\d+%|-) \|$",
                       capsys.readouterr().out, re.M)
     assert [(r[0], int(r[1]), int(r[2])) for r in rows] == [
         (dtype, b, k) for dtype in ("fp32", "bf16") for b in (2, 3) for k in (1, 2)]
     for (dtype, b, _, op_ms, ref_ms, speedup, bound_ms, fraction, ok_bound, ok_speedup, once_ms,
-         kernels_ms, kernels_fraction) in rows:
+         kernels_ms, kernels_fraction, one_column_ms, one_column_fraction) in rows:
         # 3 ms per sample of REPEATS = 3 calls: 1 ms a call; one call 1 ms; reference 50 ms
         assert (op_ms, once_ms, kernels_ms, ref_ms, speedup) == ("1.000", "1.000", "1.000",
                                                                  "50.00", "50")
         assert ok_speedup == "PASS"  # 50x, the target
         assert int(fraction) == int(kernels_fraction) == round(100 * float(bound_ms))
+        if dtype == "bf16":  # 6 ms per sample of REPEATS = 3 pairs: 2 ms a pair
+            assert one_column_ms == "2.000"
+            assert int(one_column_fraction[:-1]) == round(100 * float(bound_ms) / 2)
+        else:
+            assert one_column_ms == one_column_fraction == "-"
         assert ok_bound == ("PASS" if float(bound_ms) >= 0.6 else "FAIL")
         size = 4 if dtype == "fp32" else 2
         assert float(bound_ms) == pytest.approx(1e3 * 6 * 16 * int(b) * 8 * size / 1e6,

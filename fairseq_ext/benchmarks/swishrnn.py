@@ -32,8 +32,9 @@ BERT-rab (issue: SwishRNN, parts (a), (b), (c)).
   events (the host's per-call work overlaps the GPU's, as in training; the second H200 run
   timed one call between two events, 0.9-1.8 ms whatever the kernels took), and beside it are
   one call's time and the bare kernels' (``kernels_fwd_bwd``: the forward and backward ops
-  called directly, no autograd). Without CUDA or without the op's CUDA kernel it exits with
-  code 2.
+  called directly, no autograd). For fp16/bf16 the bare kernels are also timed with one column
+  per thread (``one_column_per_thread``), beside the two they run by default. Without CUDA or
+  without the op's CUDA kernel it exits with code 2.
 * ``--part c``: one training step (forward with ``masked_tokens``, cross-entropy on the masked
   positions, backward, ``torch.optim.AdamW`` step, fused on CUDA) of ``swishrnn_bert_{size}``
   against ``bert_rab_{size}`` on the same batch (15% of the positions corrupted, 80% of those
@@ -44,6 +45,7 @@ swishrnn, bert_rab, swishrnn, ...), so that drift on a shared machine hits both 
 median of the rounds after the warm-up is reported.
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -229,6 +231,21 @@ def kernels_fwd_bwd(inputs, step: int) -> None:
         ops.swish_recurrence_backward(grad, x1, c, alpha, beta, step)
 
 
+def one_column_per_thread(function) -> None:
+    """``function()`` with the CUDA launchers set to one column per thread for every dtype
+    (``COLUMNS_PER_THREAD_ENV``): for fp16/bf16, the kernels before they ran two columns per
+    thread, timed beside them."""
+    saved = os.environ.get(swish_rnn.COLUMNS_PER_THREAD_ENV)
+    os.environ[swish_rnn.COLUMNS_PER_THREAD_ENV] = "1"
+    try:
+        function()
+    finally:
+        if saved is None:
+            del os.environ[swish_rnn.COLUMNS_PER_THREAD_ENV]
+        else:
+            os.environ[swish_rnn.COLUMNS_PER_THREAD_ENV] = saved
+
+
 def copy_bandwidth(mib: int, warmup: int = 3, repeats: int = 20) -> float:
     """Device-to-device bandwidth in bytes/s: ``dst.copy_(src)`` of ``mib`` MiB reads and
     writes it (2 x bytes moved); median of ``repeats``."""
@@ -265,10 +282,13 @@ def part_a(args) -> int:
     print(f"op: forward + backward through autograd, {REPEATS} calls between two events (steady "
           "state: the host's work overlaps the GPU's); one call: a single call between two events "
           "(the GPU waits for the host, and allocations may miss the cache); kernels: the forward "
-          f"and backward ops called directly, no autograd, {REPEATS} pairs between two events")
+          f"and backward ops called directly, no autograd, {REPEATS} pairs between two events "
+          "(fp16/bf16: two columns per thread where they fit); 1-column kernels: the same with "
+          f"{swish_rnn.COLUMNS_PER_THREAD_ENV}=1 (fp16/bf16 only)")
     print("| dtype | B | k | op ms | reference ms | speedup | bound ms | bound / op "
-          "| >= 60% bound | >= 50x ref | one call ms | kernels ms | bound / kernels |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| >= 60% bound | >= 50x ref | one call ms | kernels ms | bound / kernels "
+          "| 1-column kernels ms | bound / 1-column kernels |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     failures = 0
     for dtype_name in args.dtype:
         dtype = DTYPES[dtype_name]
@@ -281,6 +301,10 @@ def part_a(args) -> int:
                              "reference": partial(fwd_bwd, swish_rnn.swish_recurrence_reference,
                                                   inputs, step),
                              "kernels": partial(repeated, partial(kernels_fwd_bwd, inputs, step))}
+                packed = dtype.itemsize == 2  # fp16/bf16: two columns per thread, or one
+                if packed:
+                    functions["1-column kernels"] = partial(one_column_per_thread,
+                                                            functions["kernels"])
                 times = {name: [] for name in functions}
                 for function in functions.values():  # warm-up
                     cuda_time_ms(function, args.warmup, 0)
@@ -292,6 +316,8 @@ def part_a(args) -> int:
                 once_ms = statistics.median(times["one call"])
                 ref_ms = statistics.median(times["reference"])
                 kernels_ms = statistics.median(times["kernels"]) / REPEATS
+                one_column_ms = (statistics.median(times["1-column kernels"]) / REPEATS
+                                 if packed else None)
                 bound_ms = 1e3 * recurrence_bytes(args.seq_len, batch_size, args.hidden,
                                                   dtype) / bandwidth
                 fraction, speedup = bound_ms / op_ms, ref_ms / op_ms
@@ -301,7 +327,9 @@ def part_a(args) -> int:
                 print(f"| {dtype_name} | {batch_size} | {step} | {op_ms:.3f} | {ref_ms:.2f} | "
                       f"{speedup:.0f}x | {bound_ms:.3f} | {fraction:.0%} | {verdict(ok_bound)} "
                       f"| {verdict(ok_speedup)} | {once_ms:.3f} | {kernels_ms:.3f} "
-                      f"| {bound_ms / kernels_ms:.0%} |")
+                      f"| {bound_ms / kernels_ms:.0%} | "
+                      + (f"{one_column_ms:.3f} | {bound_ms / one_column_ms:.0%} |" if packed
+                         else "- | - |"))
     print(f"{'all targets met' if not failures else f'{failures} configuration(s) FAIL'}")
     return 0
 
