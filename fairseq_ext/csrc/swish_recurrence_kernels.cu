@@ -73,6 +73,19 @@ struct alignas(sizeof(scalar_t) * kPack) Pack {
   scalar_t v[kPack];
 };
 
+// alpha and beta of the kPack columns of a pack, in the accumulation type.
+template <typename scalar_t, int kPack>
+__device__ __forceinline__ void load_parameters(const scalar_t* __restrict__ alpha,
+                                                const scalar_t* __restrict__ beta, int64_t pack,
+                                                int64_t dim, typename Acc<scalar_t>::type* a,
+                                                typename Acc<scalar_t>::type* b) {
+#pragma unroll
+  for (int j = 0; j < kPack; ++j) {
+    a[j] = to_acc(alpha[(pack * kPack + j) % dim]);
+    b[j] = to_acc(beta[(pack * kPack + j) % dim]);
+  }
+}
+
 template <typename scalar_t, int kPack>
 __global__ void forward_kernel(const scalar_t* __restrict__ x1, const scalar_t* __restrict__ alpha,
                                const scalar_t* __restrict__ beta, scalar_t* __restrict__ c,
@@ -85,13 +98,8 @@ __global__ void forward_kernel(const scalar_t* __restrict__ x1, const scalar_t* 
   const int64_t pack = item % packs, chain = item / packs;
   const pack_t* __restrict__ x1_packs = reinterpret_cast<const pack_t*>(x1);
   pack_t* __restrict__ c_packs = reinterpret_cast<pack_t*>(c);
-  acc_t a[kPack], b[kPack], previous[kPack];
-#pragma unroll
-  for (int j = 0; j < kPack; ++j) {
-    a[j] = to_acc(alpha[(pack * kPack + j) % dim]);
-    b[j] = to_acc(beta[(pack * kPack + j) % dim]);
-    previous[j] = 0;
-  }
+  acc_t a[kPack], b[kPack], previous[kPack] = {};
+  load_parameters<scalar_t, kPack>(alpha, beta, pack, dim, a, b);
   const int64_t stride = k * packs;  // packs between two steps of the chain
   for (int64_t t0 = chain; t0 < length; t0 += kChunk * k) {
     const int64_t steps = (length - 1 - t0) / k + 1 < kChunk ? (length - 1 - t0) / k + 1 : kChunk;
@@ -137,13 +145,8 @@ __global__ void backward_kernel(const scalar_t* __restrict__ grad_c,
   const pack_t* __restrict__ x1_packs = reinterpret_cast<const pack_t*>(x1);
   const pack_t* __restrict__ c_packs = reinterpret_cast<const pack_t*>(c);
   pack_t* __restrict__ grad_x1_packs = reinterpret_cast<pack_t*>(grad_x1);
-  acc_t a[kPack], b[kPack], carry[kPack], d_alpha[kPack], d_beta[kPack];
-#pragma unroll
-  for (int j = 0; j < kPack; ++j) {
-    a[j] = to_acc(alpha[(pack * kPack + j) % dim]);
-    b[j] = to_acc(beta[(pack * kPack + j) % dim]);
-    carry[j] = d_alpha[j] = d_beta[j] = 0;
-  }
+  acc_t a[kPack], b[kPack], carry[kPack] = {}, d_alpha[kPack] = {}, d_beta[kPack] = {};
+  load_parameters<scalar_t, kPack>(alpha, beta, pack, dim, a, b);
   const int64_t stride = k * packs;
   if (chain < length) {
     const int64_t last = chain + ((length - 1 - chain) / k) * k;
