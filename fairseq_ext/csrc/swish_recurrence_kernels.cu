@@ -11,8 +11,8 @@
 // recurrence (below). Arithmetic in the accumulation type acc_t: fp32 for fp32/fp16/bf16
 // (with the fast __expf), fp64 for fp64 (with exp, so gradcheck holds at double precision). The
 // backward mirrors the CPU one: reverse time, z and the sigmoid recomputed from the saved c,
-// per-(chain, column) alpha/beta partial sums written to a (k * columns) acc_t buffer that the binding
-// reduces (no atomics).
+// per-(chain, column) alpha/beta partial sums written to a (k * columns) acc_t buffer that the
+// binding reduces (no atomics).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
