@@ -1,6 +1,8 @@
 """The memory plan the pre-training recipes print (issue 15): parameters against built models
 of every family, bytes against a hand computation, sharding and precision, activation
 recomputation (--checkpoint-activations), the recipes."""
+import logging
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -184,6 +186,10 @@ def test_the_large_bidirectional_recipes_recompute_activations_to_fit_80_gb():
 
 
 def test_cli(capsys):
+    """The plan, and a clear error; the caller's logging is left as it was (main() silences
+    INFO while it plans: left so, a test run after it in the same process lost fairseq's INFO
+    records, which tests/test_prepare_glue.py reads)."""
+    logging_disabled_before = logging.root.manager.disable
     assert memory_plan.main(["--world-size", "8", "--", "fairseq-train", "--arch",
                              "bidir_lm_6_7b", "--task", "bidirectional_lm",
                              "--tokens-per-sample", "1024", "--max-tokens", "2048", "--fp16",
@@ -197,6 +203,7 @@ def test_cli(capsys):
     assert capsys.readouterr().err.strip() == (
         "memory plan: error: give --batch-size or --max-tokens: the micro-batch sets the "
         "activations")
+    assert logging.root.manager.disable == logging_disabled_before
 
 
 @pytest.mark.slow

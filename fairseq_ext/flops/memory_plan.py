@@ -223,12 +223,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command = [a for a in args.command if a != "--"]
     if args.world_size < 1:
         parser.error(f"--world-size must be at least 1; got {args.world_size}")
-    logging.disable(logging.INFO)  # the plugin's import-time log lines; the plan is the output
+    # the plugin's import-time log lines stay out (the plan is the output); the caller's logging
+    # is as it was afterwards (an in-process caller, e.g. a test, goes on logging at INFO)
+    disabled_before = logging.root.manager.disable
+    logging.disable(logging.INFO)
     try:
         result = plan(command, args.world_size)
     except (ValueError, NoFlopsFormula) as error:
         print(f"memory plan: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        logging.disable(disabled_before)
     print("\n".join(result.lines()))
     return 0
 
