@@ -124,7 +124,7 @@ stages.tsv row and --keep-going/--tar handling as the rest.
 """
 import dataclasses
 import hashlib
-import json
+import importlib.util
 import math
 import os
 import re
@@ -363,17 +363,19 @@ class TrainCheck:
     problems: List[str]
 
 
-def json_record(line: str) -> Optional[dict]:
-    """The JSON object a fairseq log line ends with (common.log_format=json: `[time][name][INFO]
-    - {...}`), else None."""
-    brace = line.find("{")
-    if brace < 0:
-        return None
-    try:
-        record = json.loads(line[brace:])
-    except json.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None
+def standard_library_module(relative_path: str):
+    """A module of the package that imports the standard library only, loaded from its file:
+    imported through ``fairseq_ext``, whose __init__ imports fairseq and torch, it would need
+    what this suite installs."""
+    path = REPO / relative_path
+    spec = importlib.util.spec_from_file_location(f"gpu_suite_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: The JSON object a fairseq log line ends with, else None: the package's own reader.
+json_record = standard_library_module("fairseq_ext/reporting/log_records.py").parse_json_record
 
 
 def check_train_log(text: str, arch: str, precision: str, updates: int, require_cuda: bool = True,
