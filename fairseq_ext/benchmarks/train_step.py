@@ -1,0 +1,330 @@
+"""Where one ``fairseq-train`` update goes, for every model family: time, ops, device reads.
+
+``scripts/bench_step.py`` (its thin CLI) runs, in one process, the update users run: fairseq's
+own :class:`fairseq.trainer.Trainer` built from a ``fairseq-train`` command line (task, model,
+criterion, optimizer, lr scheduler, gradient clipping, logging reduction: all of
+``Trainer.train_step``), on the batches fairseq's own data pipeline makes from a data-bin. For
+each family (:data:`FAMILIES`) it reports:
+
+* **ms per update**: the median (and quartiles) of ``--updates`` timed updates after
+  ``--warmup``, the families' rounds interleaved (A, B, C, A, B, C, ...) so that drift on a
+  shared machine hits all alike. At the default tiny width (12 layers of 64, 64 tokens, batch
+  2) this is mostly the **host's** time: Python, dispatch and one small op at a time, the part
+  of a GPU step that the device cannot hide when the host must wait for it;
+* **matmul share**: the share of the update spent in matmul and attention kernels (profiled,
+  ``--share-updates``): what is left is the host's (and the small elementwise kernels');
+* **ops per update**: the aten ops dispatched (forward, backward, optimizer, logging);
+* **device reads per update**, named by where they come from (our model, our criterion,
+  fairseq's model, criterion or trainer): each is a host wait on a GPU
+  (:mod:`fairseq_ext.benchmarks.device_reads`).
+
+The data-bin is ``--data``, or a synthetic one written once to ``--cache`` (documents of random
+words, blank-line separated, as ``scripts/prepare_corpus.sh`` lays them out).
+"""
+import argparse
+import dataclasses
+import json
+import logging
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from fairseq_ext.benchmarks.common import environment, interleaved_rounds
+from fairseq_ext.benchmarks.device_reads import Counts, count_step, format_sites
+from fairseq_ext.benchmarks.three_ml import MATMUL_OPS
+
+PROG = "bench_step.py"
+USER_DIR = Path(__file__).resolve().parents[1]
+
+#: The tiny width: 12 layers of 64 (FFN 256, one head), where compute is small next to the host.
+TINY = {"layers": 12, "dim": 64, "ffn": 256, "heads": 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One model family's ``fairseq-train`` flags (data-bin and shape flags added later)."""
+
+    name: str
+    task: str
+    arch: str
+    criterion: str
+    side: str = "encoder"  # which --{side}-* flags set the width
+    extra: Sequence[str] = ()
+    mask_prob: Optional[float] = 0.15  # masked_lm's --mask-prob
+
+    def argv(self, data: str, width: Dict[str, int], seq_len: int, batch_size: int,
+             optimizer: str, extra: Sequence[str] = ()) -> List[str]:
+        side = self.side
+        argv = [data, "--user-dir", str(USER_DIR), "--task", self.task, "--arch", self.arch,
+                "--criterion", self.criterion, "--optimizer", optimizer, "--lr", "1e-4",
+                "--batch-size", str(batch_size), "--tokens-per-sample", str(seq_len),
+                f"--{side}-layers", str(width["layers"]),
+                f"--{side}-embed-dim", str(width["dim"]),
+                f"--{side}-ffn-embed-dim", str(width["ffn"]),
+                f"--{side}-attention-heads", str(width["heads"]),
+                "--dropout", "0", "--attention-dropout", "0", "--seed", "1",
+                "--max-update", "1000000", "--log-format", "none", "--log-interval", "100",
+                "--disable-validation", "--num-workers", "0", "--clip-norm", "1.0"]
+        if self.task == "masked_lm":
+            argv += ["--sample-break-mode", "none", "--mask-prob", str(self.mask_prob)]
+        if not torch.cuda.is_available():
+            argv.append("--cpu")
+        return argv + list(self.extra) + list(extra)
+
+
+#: The families, each with the criterion its recipes train it with. ``roberta`` is fairseq's
+#: own model and criterion: the reference for the device reads.
+FAMILIES: Dict[str, Family] = {f.name: f for f in (
+    Family("roberta", "masked_lm", "roberta_base", "masked_lm"),
+    Family("roberta+flops", "masked_lm", "roberta_base", "masked_lm_flops"),
+    Family("3ml-self", "masked_lm", "3ml_self_base", "masked_lm_flops", mask_prob=0.5),
+    Family("3ml-cross", "masked_lm", "3ml_cross_base", "masked_lm_flops", mask_prob=0.5),
+    Family("3ml-self+categories", "masked_lm", "3ml_self_base", "masked_lm_categories",
+           mask_prob=0.5),
+    Family("bert-rab", "masked_lm", "bert_rab_base", "masked_lm_flops"),
+    Family("swishrnn-bert", "masked_lm", "swishrnn_bert_base", "masked_lm_flops"),
+    Family("bidir-sdpa", "bidirectional_lm", "bidir_lm_125m", "bidirectional_lm",
+           side="decoder", extra=("--attention-impl", "sdpa", "--document-format", "lines",
+                                  "--sample-break-mode", "complete"), mask_prob=None),
+    Family("bidir-flex", "bidirectional_lm", "bidir_lm_125m", "bidirectional_lm",
+           side="decoder", extra=("--attention-impl", "flex", "--document-format", "lines",
+                                  "--sample-break-mode", "complete"), mask_prob=None),
+    Family("transformer_lm", "language_modeling", "transformer_lm_gpt", "cross_entropy",
+           side="decoder", extra=("--sample-break-mode", "none"), mask_prob=None),
+)}
+
+
+# --------------------------------------------------------------------------- data
+
+
+def synthetic_data_bin(cache: Path, vocab: int = 1000, documents: int = 400,
+                       seed: int = 0) -> Path:
+    """A fairseq data-bin of random words (``vocab`` of them), blank-line separated documents of
+    3-8 lines, written once under ``cache`` by ``fairseq-preprocess``."""
+    dest = cache / f"data-bin-v{vocab}-d{documents}-s{seed}"
+    if (dest / "dict.txt").is_file():
+        return dest
+    cache.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(vocab - 5)]
+    for split, count in (("train", documents), ("valid", max(documents // 20, 5))):
+        with open(cache / f"{split}.txt", "w") as out:
+            for _ in range(count):
+                for _ in range(rng.randint(3, 8)):
+                    out.write(" ".join(rng.choices(words, k=rng.randint(8, 30))) + "\n")
+                out.write("\n")
+    preprocess = Path(sys.executable).parent / "fairseq-preprocess"
+    subprocess.run([str(preprocess), "--only-source", "--trainpref", str(cache / "train.txt"),
+                    "--validpref", str(cache / "valid.txt"), "--destdir", str(dest),
+                    "--workers", "1"], check=True, capture_output=True)
+    return dest
+
+
+# --------------------------------------------------------------------------- the trainer
+
+
+class TrainerStep:
+    """fairseq's ``Trainer`` built from ``fairseq-train`` flags, and the first ``batches``
+    batches of its training iterator; :meth:`update` is one ``Trainer.train_step``."""
+
+    def __init__(self, argv: Sequence[str], batches: int = 8):
+        from fairseq import options, tasks, utils
+        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+        from fairseq.trainer import Trainer
+
+        parser = options.get_training_parser()
+        args = options.parse_args_and_arch(parser, list(argv))
+        cfg = convert_namespace_to_omegaconf(args)
+        utils.import_user_module(cfg.common)
+        torch.manual_seed(cfg.common.seed)
+        self.cfg = cfg
+        self.task = tasks.setup_task(cfg.task)
+        self.task.load_dataset("train")
+        model = self.task.build_model(cfg.model)
+        criterion = self.task.build_criterion(cfg.criterion)
+        self.trainer = Trainer(cfg, self.task, model, criterion)
+        iterator = self.trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=False)
+        self.samples = [next(iterator) for _ in range(batches)]
+        self._step = 0
+
+    def update(self) -> None:
+        sample = self.samples[self._step % len(self.samples)]
+        self._step += 1
+        self.trainer.train_step([sample])
+
+    def timed_update(self) -> float:
+        start = time.perf_counter()
+        self.update()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+
+def matmul_share(step: TrainerStep, updates: int) -> float:
+    """Share of ``updates`` updates' wall time spent in matmul and attention kernels (host time
+    on the CPU, kernel time on CUDA): :data:`~fairseq_ext.benchmarks.three_ml.MATMUL_OPS`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    cuda = torch.cuda.is_available()
+    if cuda:
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(updates):
+            step.update()
+        if cuda:
+            torch.cuda.synchronize()
+        wall_us = (time.perf_counter() - start) * 1e6
+    matmul_us = sum((e.self_device_time_total if cuda else e.self_cpu_time_total)
+                    for e in prof.key_averages() if e.key in MATMUL_OPS)
+    return matmul_us / wall_us
+
+
+@dataclasses.dataclass
+class StepResult:
+    family: str
+    arch: str
+    criterion: str
+    ms: float
+    ms_p25: float
+    ms_p75: float
+    ops: float  # aten ops per update
+    reads: float  # device-to-host reads per update
+    reads_by_source: Dict[str, float]
+    read_sites: str
+    matmul_share: Optional[float] = None
+    error: Optional[str] = None
+
+    @property
+    def host_ms(self) -> Optional[float]:
+        """The update's time outside matmul and attention kernels."""
+        return None if self.matmul_share is None else self.ms * (1 - self.matmul_share)
+
+
+def summarize(family: Family, seconds: List[float], counts: Counts,
+              share: Optional[float]) -> StepResult:
+    ms = sorted(1000 * s for s in seconds)
+    p25, p50, p75 = (statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1
+                     else (ms[0],) * 3)
+    per_step = counts.per_step()
+    return StepResult(family.name, family.arch, family.criterion, p50, p25, p75,
+                      per_step["ops"], per_step["reads"], per_step["reads_by_source"],
+                      format_sites(counts), share)
+
+
+def format_table(results: Sequence[StepResult]) -> str:
+    lines = ["| family | arch | criterion | ms/update (p25-p75) | matmul share | ms outside "
+             "matmuls | ops/update | device reads/update | reads by source |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        if r.error:
+            lines.append(f"| {r.family} | {r.arch} | {r.criterion} | n/a: {r.error} | | | | | |")
+            continue
+        share = "-" if r.matmul_share is None else f"{r.matmul_share:.0%}"
+        host = "-" if r.host_ms is None else f"{r.host_ms:.1f}"
+        sources = ", ".join(f"{k} {v:g}" for k, v in r.reads_by_source.items()) or "none"
+        lines.append(f"| {r.family} | {r.arch} | {r.criterion} | {r.ms:.1f} ({r.ms_p25:.1f}-"
+                     f"{r.ms_p75:.1f}) | {share} | {host} | {r.ops:.0f} | {r.reads:g} | "
+                     f"{sources} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--families", default="roberta,roberta+flops,3ml-self,3ml-cross,"
+                   "3ml-self+categories,bert-rab,swishrnn-bert,bidir-sdpa,transformer_lm",
+                   help=f"comma-separated subset of {','.join(FAMILIES)}")
+    p.add_argument("--data", type=Path, default=None,
+                   help="a fairseq data-bin (default: a synthetic one under --cache)")
+    p.add_argument("--cache", type=Path, default=Path(".cache/bench_step"))
+    p.add_argument("--layers", type=int, default=TINY["layers"])
+    p.add_argument("--dim", type=int, default=TINY["dim"],
+                   help="model width (FFN 4x, heads of 64)")
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=2)
+    p.add_argument("--optimizer", default="adam", help="fairseq's --optimizer")
+    p.add_argument("--warmup", type=int, default=10, help="untimed updates first")
+    p.add_argument("--updates", type=int, default=40, help="timed updates (median reported)")
+    p.add_argument("--count-updates", type=int, default=3,
+                   help="updates over which ops and device reads are counted")
+    p.add_argument("--share-updates", type=int, default=5,
+                   help="profiled updates for the matmul share (0: skip)")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (CPU)")
+    p.add_argument("--fairseq-args", default="",
+                   help="more fairseq-train flags for every family, e.g. '--torch-compile'")
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    p.add_argument("--force", action="store_true", help="overwrite --json if it exists")
+    args = p.parse_args(argv)
+    args.families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = [f for f in args.families if f not in FAMILIES]
+    if unknown:
+        p.error(f"--families: unknown {unknown}; choose from {', '.join(FAMILIES)}")
+    if args.dim < 1 or args.layers < 1 or args.updates < 1 or args.warmup < 0:
+        p.error("--dim, --layers and --updates must be >= 1, --warmup >= 0")
+    return args
+
+
+def width_of(dim: int, layers: int) -> Dict[str, int]:
+    return {"layers": layers, "dim": dim, "ffn": 4 * dim, "heads": max(1, dim // 64)}
+
+
+def main(argv=None) -> int:
+    from fairseq_ext.training.output_files import refused, write_text
+
+    args = parse_args(argv)
+    if refused(PROG, [args.json], args.force):
+        return 2
+    torch.set_num_threads(args.threads)
+    logging.disable(logging.WARNING)  # fairseq's INFO lines for every trainer built
+    data = str(args.data or synthetic_data_bin(args.cache))
+    width = width_of(args.dim, args.layers)
+    extra = args.fairseq_args.split()
+    steps: Dict[str, TrainerStep] = {}
+    failed: Dict[str, str] = {}
+    for name in args.families:
+        family = FAMILIES[name]
+        try:
+            steps[name] = TrainerStep(family.argv(data, width, args.seq_len, args.batch_size,
+                                                  args.optimizer, extra))
+        except Exception as error:  # e.g. FlexAttention's training step on the CPU
+            failed[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+    times = interleaved_rounds({name: step.timed_update for name, step in steps.items()},
+                               args.warmup, args.updates)
+    results = []
+    for name in args.families:
+        family = FAMILIES[name]
+        if name in failed:
+            results.append(StepResult(name, family.arch, family.criterion, 0, 0, 0, 0, 0, {}, "",
+                                      error=failed[name]))
+            continue
+        step = steps[name]
+        counts = count_step(step.update, args.count_updates)
+        share = matmul_share(step, args.share_updates) if args.share_updates else None
+        results.append(summarize(family, times[name], counts, share))
+    env = environment(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    print(f"{width['layers']} layers x {width['dim']}, seq len {args.seq_len}, batch "
+          f"{args.batch_size}, --optimizer {args.optimizer} {args.fairseq_args}; "
+          f"{env['device']} ({env['threads']} threads), torch {env['torch']}; median of "
+          f"{args.updates} interleaved updates after {args.warmup}")
+    print(format_table(results))
+    for r in results:
+        if r.read_sites:
+            print(f"{r.family}: {r.read_sites}")
+    if args.json:
+        write_text(args.json, json.dumps({
+            "command": sys.argv, "args": {k: (str(v) if isinstance(v, Path) else v)
+                                          for k, v in vars(args).items()},
+            "environment": env, "results": [dataclasses.asdict(r) for r in results],
+        }, indent=2), args.force)
+    return 0
