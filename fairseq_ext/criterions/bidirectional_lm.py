@@ -45,6 +45,12 @@ from fairseq import metrics, utils
 from fairseq.criterions import register_criterion
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 
+from fairseq_ext.criterions.masked_lm_categories import summed
+from fairseq_ext.criterions.predicted_positions import (
+    at_predicted,
+    masked_sum,
+    positions_to_predict,
+)
 from fairseq_ext.flops.training_metrics import TRAIN_FLOPS_KEY, TrainingFlops, log_training_flops
 from fairseq_ext.models.validation import warn_if_validate_ignores_criterion
 from fairseq_ext.reporting.uncertainty import (
@@ -142,23 +148,16 @@ class BidirectionalLmLoss(MaskedLmLoss):
         """``(masked_tokens, sample_size)``: the positions to compute logits for and the number
         of predicted tokens. A batch without any asks for every position (padding's targets
         are ignored), as fairseq's ``masked_lm`` does, so every parameter still gets a
-        gradient; on GPU without a device-to-host sync."""
-        predicted = target.ne(self.padding_idx)
-        sample_size = predicted.int().sum()
-        if self.tpu:
-            return None, sample_size
-        if predicted.device == torch.device("cpu"):
-            return (predicted if predicted.any() else None), sample_size
-        return torch.where(predicted.any(), predicted, predicted.new([True])), sample_size
+        gradient; without a device-to-host read
+        (:func:`~fairseq_ext.criterions.predicted_positions.positions_to_predict`)."""
+        return positions_to_predict(target, self.padding_idx, self.tpu)
 
     def forward(self, model, sample, reduce=True):
         target = sample["target"]
         masked_tokens, sample_size = self.predicted_positions(target)
-        logits = model(**sample["net_input"], masked_tokens=masked_tokens)[0]
-        inputs = sample["net_input"]["src_tokens"]
-        if masked_tokens is not None:
-            target, inputs = target[masked_tokens], inputs[masked_tokens]
-        target, inputs = target.reshape(-1), inputs.reshape(-1)
+        logits, extra = model(**sample["net_input"], masked_tokens=masked_tokens)[:2]
+        target, inputs = at_predicted(masked_tokens, extra,
+                                      (target, sample["net_input"]["src_tokens"]))
         losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), target,
                                  reduction="none", ignore_index=self.padding_idx)
         loss = losses.sum()
@@ -172,7 +171,7 @@ class BidirectionalLmLoss(MaskedLmLoss):
         is_mask = (inputs.eq(self.mask_idx) if self.mask_idx is not None
                    else torch.zeros_like(predicted))
         for kind, selected in (("mask", predicted & is_mask), ("next", predicted & ~is_mask)):
-            logging_output[f"loss_{kind}"] = losses[selected].sum().data
+            logging_output[f"loss_{kind}"] = masked_sum(losses, selected).data
             logging_output[f"n_{kind}"] = selected.sum().data
         if "eval_group" in sample:
             logging_output.update(self.evaluation_logging(sample, masked_tokens, logits, target,
@@ -235,11 +234,13 @@ class BidirectionalLmLoss(MaskedLmLoss):
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         super().reduce_metrics(logging_outputs)
+        sums = summed(logging_outputs, [f"{stat}_{kind}" for kind in KINDS
+                                        for stat in ("n", "loss")])
         for kind in KINDS:
-            count = utils.item(sum(log.get(f"n_{kind}", 0) for log in logging_outputs))
+            count = sums[f"n_{kind}"]
             if count > 0:
-                total = utils.item(sum(log.get(f"loss_{kind}", 0) for log in logging_outputs))
-                metrics.log_scalar(f"loss_{kind}", total / count / math.log(2), count, round=3)
+                metrics.log_scalar(f"loss_{kind}", sums[f"loss_{kind}"] / count / math.log(2),
+                                   count, round=3)
                 metrics.log_derived(
                     f"ppl_{kind}",
                     lambda meters, key=f"loss_{kind}": utils.get_perplexity(meters[key].avg),

@@ -25,6 +25,12 @@ from fairseq.criterions import CRITERION_REGISTRY, register_criterion
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 
 from fairseq_ext.cli.errors import ConfigError
+from fairseq_ext.criterions.predicted_positions import (
+    at_predicted,
+    masked_sum,
+    positions_to_predict,
+)
+from fairseq_ext.data.masking_capacity import MaskingCapacity
 from fairseq_ext.models.validation import warn_if_validate_ignores_criterion
 
 CATEGORIES = ("mask", "replaced", "unchanged")
@@ -36,6 +42,17 @@ def corruption_categories(inputs: torch.Tensor, targets: torch.Tensor, mask_idx:
     is_mask = inputs.eq(mask_idx)
     is_unchanged = inputs.eq(targets) & ~is_mask
     return {"mask": is_mask, "replaced": ~is_mask & ~is_unchanged, "unchanged": is_unchanged}
+
+
+def summed(logging_outputs, keys) -> dict:
+    """``key -> sum over logging_outputs`` as Python numbers, read from the device at once
+    (one device-to-host read for all the keys, not one per key)."""
+    values = [sum(log.get(key, 0) for log in logging_outputs) for key in keys]
+    tensors = [v for v in values if torch.is_tensor(v)]
+    if tensors:
+        read = iter(torch.stack([t.detach().double().reshape(()) for t in tensors]).tolist())
+        values = [next(read) if torch.is_tensor(v) else v for v in values]
+    return dict(zip(keys, values))
 
 
 def registered_name(criterion_class) -> str:
@@ -55,6 +72,8 @@ class MaskedLmCategoriesLoss(MaskedLmLoss):
                               "dictionary; use --task masked_lm (which adds it)")
         # fairseq-validate builds the checkpoint's criterion (this one) whatever --criterion says
         warn_if_validate_ignores_criterion(registered_name(type(self)))
+        #: the task's masking, for models that size their tensors statically (3ML)
+        self.masking_capacity = MaskingCapacity.from_task(getattr(task, "cfg", None))
 
     def forward(self, model, sample, reduce=True):
         losses, logging_output, sample_size, extra = self.token_losses(model, sample)
@@ -69,23 +88,18 @@ class MaskedLmCategoriesLoss(MaskedLmLoss):
     def token_losses(self, model, sample):
         """Per-token losses (nats) of the corrupted tokens, the logging output with the
         per-category sums, the sample size and the model's extra outputs: fairseq's
-        ``masked_lm`` recipe for choosing the positions (including its fallbacks for a batch
-        without corrupted tokens)."""
-        target = sample["target"]
-        masked_tokens = target.ne(self.padding_idx)
-        sample_size = masked_tokens.int().sum()
-        if self.tpu:
-            masked_tokens = None
-        elif masked_tokens.device == torch.device("cpu"):
-            if not masked_tokens.any():
-                masked_tokens = None
-        else:
-            masked_tokens = torch.where(masked_tokens.any(), masked_tokens, masked_tokens.new([True]))
-        logits, extra = model(**sample["net_input"], masked_tokens=masked_tokens)[:2]
-        inputs = sample["net_input"]["src_tokens"]
-        if masked_tokens is not None:
-            target, inputs = target[masked_tokens], inputs[masked_tokens]
-        target, inputs = target.reshape(-1), inputs.reshape(-1)
+        ``masked_lm`` recipe for choosing the positions (including its fallback for a batch
+        without corrupted tokens), with no device-to-host read beyond the one gather of the
+        targets fairseq's criterion makes, and none with a model that sizes its predictions
+        statically (:mod:`~fairseq_ext.criterions.predicted_positions`)."""
+        masked_tokens, sample_size = positions_to_predict(sample["target"], self.padding_idx,
+                                                          self.tpu)
+        kwargs = {"masked_tokens": masked_tokens}
+        if getattr(model, "accepts_masking_capacity", False):
+            kwargs["masking_capacity"] = self.masking_capacity
+        logits, extra = model(**sample["net_input"], **kwargs)[:2]
+        target, inputs = at_predicted(masked_tokens, extra,
+                                      (sample["target"], sample["net_input"]["src_tokens"]))
         losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), target,
                                  reduction="none", ignore_index=self.padding_idx)
         logging_output = {
@@ -96,22 +110,29 @@ class MaskedLmCategoriesLoss(MaskedLmLoss):
         predicted = target.ne(self.padding_idx)
         for name, selected in corruption_categories(inputs, target, self.mask_idx).items():
             selected = selected & predicted
-            logging_output[f"loss_{name}"] = losses[selected].sum().data
+            logging_output[f"loss_{name}"] = masked_sum(losses, selected).data
             logging_output[f"n_{name}"] = selected.sum().data
+        if extra.get("kept_tokens_dropped") is not None:
+            logging_output["kept_dropped"] = extra["kept_tokens_dropped"].data
         return losses, logging_output, sample_size, extra
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         super().reduce_metrics(logging_outputs)
+        keys = [f"{kind}_{name}" for name in CATEGORIES for kind in ("n", "loss")]
+        sums = summed(logging_outputs, keys)
         for name in CATEGORIES:
-            count = utils.item(sum(log.get(f"n_{name}", 0) for log in logging_outputs))
+            count = sums[f"n_{name}"]
             if count > 0:
-                total = utils.item(sum(log.get(f"loss_{name}", 0) for log in logging_outputs))
-                metrics.log_scalar(f"loss_{name}", total / count / math.log(2), count, round=3)
+                metrics.log_scalar(f"loss_{name}", sums[f"loss_{name}"] / count / math.log(2),
+                                   count, round=3)
                 metrics.log_derived(
                     f"ppl_{name}",
                     lambda meters, key=f"loss_{name}": utils.get_perplexity(meters[key].avg),
                 )
+        dropped = summed(logging_outputs, ["kept_dropped"])["kept_dropped"]
+        if dropped > 0:  # 3ML's static sizes were exceeded (module docs of masking_capacity)
+            metrics.log_scalar_sum("kept_dropped", dropped, round=0)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

@@ -20,11 +20,17 @@ that convention, while speedups and equal-budget update counts are the same eith
 An architecture without a FLOPs formula stops at the first training step with an error that
 names it, never a silent 0.
 """
+import torch
 from fairseq.criterions import register_criterion
 from fairseq.criterions.masked_lm import MaskedLmConfig
 
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss
 from fairseq_ext.flops.training_metrics import TRAIN_FLOPS_KEY, TrainingFlops, log_training_flops
+
+
+def as_float64(count):
+    """A count as float64: a tensor stays on its device (no read), a number becomes a float."""
+    return count.double() if torch.is_tensor(count) else float(count)
 
 
 @register_criterion("masked_lm_flops", dataclass=MaskedLmConfig)
@@ -40,17 +46,18 @@ class MaskedLmFlopsLoss(MaskedLmCategoriesLoss):
             logging_output[TRAIN_FLOPS_KEY] = self.batch_training_flops(model, sample, extra,
                                                                         logging_output)
 
-    def batch_training_flops(self, model, sample, extra, logging_output) -> float:
+    def batch_training_flops(self, model, sample, extra, logging_output):
         """Training FLOPs of this batch from its actual shapes (3 x forward): the lengths 3ML
         reports it ran on (``encoder_length``, ``decoder_padded_length``), else the padded
-        input length."""
+        input length. A 0-dim float64 tensor on the batch's device: the token counts are
+        not read back (summed and read when the logs are)."""
         sequences, length = sample["net_input"]["src_tokens"].shape
         run_lengths = None
         if "encoder_length" in extra:
             run_lengths = (extra["encoder_length"], extra["decoder_padded_length"])
         return self.training_flops.of_batch(
-            model, sequences, length, float(logging_output["n_mask"]),
-            float(logging_output["n_replaced"] + logging_output["n_unchanged"]), run_lengths)
+            model, sequences, length, as_float64(logging_output["n_mask"]),
+            as_float64(logging_output["n_replaced"] + logging_output["n_unchanged"]), run_lengths)
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:

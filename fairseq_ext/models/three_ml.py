@@ -65,6 +65,7 @@ from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
 from fairseq_ext.cli.errors import ConfigError
+from fairseq_ext.data.masking_capacity import MaskingCapacity
 from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
 from fairseq_ext.models.sizes import (
     ENCODER_SIZES,
@@ -82,11 +83,17 @@ from fairseq_ext.modules.token_selection import (
     ensure_attendable,
     pack_selected,
     pack_tokens,
+    pack_tokens_bounded,
+    selected_first,
 )
 
 logger = logging.getLogger(__name__)
 
 NORMALIZATIONS = ("pre-ln", "post-ln")
+#: ``--static-sizes``: when the kept tokens, the [MASK] queries and the predicted tokens are
+#: sized statically (:class:`~fairseq_ext.data.masking_capacity.MaskingCapacity`: no
+#: device-to-host read, fixed shapes) rather than by their counts (exact, one read each).
+STATIC_SIZES = ("auto", "always", "never")
 
 
 def validate_three_ml_config(args, task) -> int:
@@ -154,14 +161,20 @@ class ThreeMLEncoder(RobertaEncoder):
         their :class:`PackedTokens` layout.
         """
         packed = pack_tokens(keep)
+        return self.encode_packed(src_tokens, positions, packed), packed
+
+    def encode_packed(self, src_tokens: torch.Tensor, positions: torch.Tensor,
+                      packed: PackedTokens) -> torch.Tensor:
+        """The encoder's outputs ``(N, C)`` of the tokens ``packed`` selects (exact or static
+        sizes), each at its original position."""
         tokens, kept_positions = packed.gather(src_tokens), packed.gather(positions)
         if self.runs_packed:
-            return self.sentence_encoder.forward_packed(tokens, kept_positions, packed), packed
+            return self.sentence_encoder.forward_packed(tokens, kept_positions, packed)
         pad = self.sentence_encoder.padding_idx
         out = self.sentence_encoder.forward_positioned(
             packed.to_grid(tokens, pad), packed.to_grid(kept_positions, pad),
             ensure_attendable(~packed.valid))
-        return packed.from_grid(out.transpose(0, 1)), packed
+        return packed.from_grid(out.transpose(0, 1))
 
 
 class ThreeMLDecoderBase(nn.Module):
@@ -231,6 +244,10 @@ class ThreeMLSelfDecoder(ThreeMLDecoderBase):
     def forward(self, encoder_out, packed: PackedTokens, is_mask, src_tokens, predict):
         """Encoder outputs of the kept tokens ``(N, C_e)`` -> logits of the ``predict``
         positions (row-major)."""
+        return self.lm_head(self.features(encoder_out, packed, is_mask, src_tokens), predict)
+
+    def features(self, encoder_out, packed: PackedTokens, is_mask, src_tokens) -> torch.Tensor:
+        """The decoder's output ``(B, T, C_d)`` at every position, before the head."""
         hidden = self.project(encoder_out)  # (N, C_d)
         # back to the original positions (zeros elsewhere)
         x = packed.to_source(hidden)
@@ -240,7 +257,7 @@ class ThreeMLSelfDecoder(ThreeMLDecoderBase):
         x = self.prepare_input(x, padding_mask)
         for layer in self.layers:
             x = layer(x, encoder_padding_mask=padding_mask)
-        return self.lm_head(self.finish(x), predict)
+        return self.finish(x)
 
 
 class ThreeMLCrossDecoder(ThreeMLDecoderBase):
@@ -260,10 +277,19 @@ class ThreeMLCrossDecoder(ThreeMLDecoderBase):
         """Decoder features ``(n, C_d)`` of the predicted [MASK] positions (row-major), given
         the projected encoder output ``memory`` ``(L_e, B, C_d)``, and the padded number of
         queries the decoder ran on."""
+        x, query_index, query_valid = self.features(memory, encoder_padding_mask, is_mask,
+                                                    positions, memory_positions)
+        return x[query_valid & predict.gather(1, query_index)], query_index.size(1)
+
+    def features(self, memory, encoder_padding_mask, is_mask, positions, memory_positions=None,
+                 width: Optional[int] = None):
+        """``(x, query_index, query_valid)``: the decoder's output ``(B, W, C_d)`` at each
+        row's [MASK] slots, packed to the left (``width`` static slots, or the most [MASK]s
+        of a row), the columns of those slots and which hold a [MASK] (``(B, W)`` each)."""
         if self.memory_positions == "decoder":
             memory = memory + embed_learned_positions(self.embed_positions,
                                                       memory_positions).transpose(0, 1)
-        query_index, query_valid = pack_selected(is_mask)
+        query_index, query_valid = pack_selected(is_mask, width)
         query_positions = positions.gather(1, query_index).masked_fill(~query_valid, self.padding_idx)
         x = self.mask_embedding + embed_learned_positions(self.embed_positions, query_positions)
         query_padding = ensure_attendable(~query_valid)
@@ -271,19 +297,22 @@ class ThreeMLCrossDecoder(ThreeMLDecoderBase):
         for layer in self.layers:
             x, _, _ = layer(x, encoder_out=memory, encoder_padding_mask=encoder_padding_mask,
                             self_attn_padding_mask=query_padding)
-        return self.finish(x)[query_valid & predict.gather(1, query_index)], query_index.size(1)
+        return self.finish(x), query_index, query_valid
 
 
 class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
     """Shared by 3ML-self and 3ML-cross; subclasses set :attr:`variant`."""
 
     variant: str = ""
+    #: ``forward`` takes ``masking_capacity`` (our criteria pass it to models that say so)
+    accepts_masking_capacity = True
 
     def __init__(self, args, encoder: ThreeMLEncoder, mask_decoder: ThreeMLDecoderBase,
                  mask_idx: int):
         super().__init__(args, encoder)
         self.mask_decoder = mask_decoder
         self.mask_idx = mask_idx
+        self.static_sizes = safe_getattr(args, "static_sizes", "auto")
 
     @staticmethod
     def add_args(parser):
@@ -299,6 +328,13 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         parser.add_argument("--cross-memory-positions", choices=("decoder", "none"),
                             help="3ML-cross: add the decoder's position embedding of each kept "
                                  "token to the encoder output its cross-attention reads")
+        parser.add_argument("--static-sizes", choices=STATIC_SIZES,
+                            help="size the kept tokens, [MASK] queries and predicted tokens "
+                                 "statically from the batch shape and the masking settings "
+                                 "(no device-to-host read, fixed shapes for torch.compile) when "
+                                 "the criterion passes them (ours do): 'auto' on CUDA and "
+                                 "under torch.compile, where a read is a host sync; exact "
+                                 "counts (one read each) elsewhere")
         parser.add_argument("--normalization", choices=NORMALIZATIONS,
                             help="pre-LN or post-LN for encoder and decoder (Table 4: pre-ln "
                                  "for large and 3ML-cross, post-ln for 3ML-self base); sets "
@@ -318,13 +354,91 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         return cls(args, encoder, decoder, mask_idx)
 
     def forward(self, src_tokens, features_only=False, return_all_hiddens=False,
-                classification_head_name=None, masked_tokens=None, **kwargs):
+                classification_head_name=None, masked_tokens=None,
+                masking_capacity: Optional[MaskingCapacity] = None, **kwargs):
         """Masked-LM logits of the corrupted positions, or (``features_only`` /
-        ``classification_head_name``) RoBERTa's encoder on the whole, unmasked input."""
+        ``classification_head_name``) RoBERTa's encoder on the whole, unmasked input.
+
+        ``masking_capacity`` (passed by our criteria; fairseq's models ignore it) says the
+        batch was masked by the task's ``MaskTokensDataset``: with static sizes in use
+        (:meth:`uses_static_sizes`), the logits are those of ``extra["prediction_index"]``
+        (see :meth:`static_masked_lm_logits`)."""
         if features_only or classification_head_name is not None:
             return super().forward(src_tokens, features_only, return_all_hiddens,
                                    classification_head_name, **kwargs)
+        if masked_tokens is not None and self.uses_static_sizes(src_tokens, masking_capacity):
+            return self.static_masked_lm_logits(src_tokens, masked_tokens, masking_capacity)
         return self.masked_lm_logits(src_tokens, masked_tokens)
+
+    def uses_static_sizes(self, src_tokens, capacity: Optional[MaskingCapacity]) -> bool:
+        """Whether this batch is sized statically (``--static-sizes``): never without a
+        capacity; with ``auto``, on CUDA and under ``torch.compile``."""
+        if capacity is None or self.static_sizes == "never":
+            return False
+        return (self.static_sizes == "always" or src_tokens.is_cuda
+                or torch.compiler.is_compiling())
+
+    def static_masked_lm_logits(self, src_tokens, masked_tokens, capacity: MaskingCapacity):
+        """:meth:`masked_lm_logits` with static sizes: nothing is read from the device, and
+        every shape follows from ``src_tokens.shape`` and ``capacity``.
+
+        The logits ``(P, V)`` are those of the flat positions ``extra["prediction_index"]``
+        (``P`` = :meth:`~MaskingCapacity.predicted_total`): the asked positions
+        (``masked_tokens`` minus padding) in row-major order, then unasked ones, whose targets
+        are padding (ignored by the loss). The encoder runs on a static number of kept tokens
+        (:func:`~fairseq_ext.modules.token_selection.pack_tokens_bounded`); a kept token beyond
+        it (probability below 1e-9 a batch) is left out of the encoder, as if masked, and
+        counted in ``extra["kept_tokens_dropped"]``. Otherwise the logits equal the exact
+        path's, row for row."""
+        batch, length = src_tokens.shape
+        pad = self.encoder.sentence_encoder.padding_idx
+        real = src_tokens.ne(pad)
+        asked = masked_tokens.expand_as(src_tokens) & real
+        prediction_index = selected_first(asked.flatten())[:capacity.predicted_total(batch, length)]
+        is_mask = src_tokens.eq(self.mask_idx)
+        positions = utils.make_positions(src_tokens, pad)
+        packed = pack_tokens_bounded(real & ~is_mask, capacity.kept_per_row(batch, length),
+                                     capacity.kept_total(batch, length))
+        encoder_out = self.encoder.encode_packed(src_tokens, positions, packed)
+        if self.variant == "self":
+            features = self.mask_decoder.features(encoder_out, packed, is_mask, src_tokens)
+            features = features.flatten(0, 1)
+            decoder_length = length
+        else:
+            features = self._static_cross_features(encoder_out, packed, is_mask, positions,
+                                                   capacity.masks_per_row(length))
+            decoder_length = is_mask.sum(dim=1).max().clamp(min=1)
+        logits = self.mask_decoder.lm_head(features.index_select(0, prediction_index))
+        extra = {
+            "inner_states": None,
+            "encoder_lengths": packed.counts,
+            "encoder_padded_length": packed.width,
+            # the FLOP criteria count the kept tokens, as on the exact path (a 0-dim tensor)
+            "encoder_length": packed.counts.sum() / batch,
+            "decoder_padded_length": decoder_length,
+            "prediction_index": prediction_index,
+            "kept_tokens_dropped": packed.dropped,
+        }
+        return logits, extra
+
+    def _static_cross_features(self, encoder_out, packed: PackedTokens, is_mask, positions,
+                               mask_width: int) -> torch.Tensor:
+        """3ML-cross features ``(B T, C_d)`` of every position, static sizes: the decoder's at
+        the [MASK]s, the projected encoder output's at kept tokens (§2.2), zeros elsewhere."""
+        batch, length = is_mask.shape
+        projected = self.mask_decoder.project(encoder_out)  # (N, C_d)
+        memory = packed.to_grid(projected, exact_padding=False).transpose(0, 1)
+        kept_positions = packed.to_grid(packed.gather(positions), self.mask_decoder.padding_idx)
+        mask_features, query_index, _ = self.mask_decoder.features(
+            memory, ensure_attendable(~packed.valid), is_mask, positions, kept_positions,
+            width=mask_width)
+        # each row's [MASK] slots back at their columns; the padding slots land on the row's
+        # other columns (distinct), which the where() below does not take
+        columns = query_index + torch.arange(batch, device=is_mask.device).unsqueeze(1) * length
+        at_masks = mask_features.new_zeros(batch * length, mask_features.size(-1)).index_copy(
+            0, columns.flatten(), mask_features.flatten(0, 1))
+        at_kept = packed.to_source(projected).flatten(0, 1).to(at_masks.dtype)
+        return torch.where(is_mask.flatten().unsqueeze(1), at_masks, at_kept)
 
     def masked_lm_logits(self, src_tokens, masked_tokens=None):
         """Logits for the positions ``masked_tokens``, shaped as fairseq's ``roberta`` returns
@@ -439,6 +553,7 @@ def three_ml_architecture(args, size: EncoderSize = ENCODER_SIZES["base"],
     args.decoder_attention_heads = safe_getattr(
         args, "decoder_attention_heads", max(1, args.decoder_embed_dim // 64))
     args.cross_memory_positions = safe_getattr(args, "cross_memory_positions", "none")
+    args.static_sizes = safe_getattr(args, "static_sizes", "auto")
     args.normalization = safe_getattr(args, "normalization", normalization)
     args.encoder_normalize_before = args.normalization == "pre-ln"
     args.layernorm_embedding = args.normalization == "post-ln"

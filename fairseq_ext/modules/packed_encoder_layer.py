@@ -66,7 +66,9 @@ def packed_self_attention(attn: MultiheadAttention, x: torch.Tensor, packed: Pac
     heads, head_dim = attn.num_heads, attn.head_dim
 
     def to_heads(projection):
-        grid = packed.to_grid(projection(x))  # (B, W, C), zeros at padding
+        # (B, W, C); padding slots hold zeros, or with static sizes the padding entries'
+        # values: keys there are masked, and queries there are read by padding entries only
+        grid = packed.to_grid(projection(x), exact_padding=False)
         return grid.view(packed.batch, packed.width, heads, head_dim).transpose(1, 2)
 
     dropout = attn.dropout_module

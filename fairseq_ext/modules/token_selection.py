@@ -6,30 +6,50 @@ their original order, packed to the left and padded to the longest row of the ba
 layers really run on the shorter length (:func:`pack_selected`). The encoder goes one step
 further (:class:`PackedTokens`): its linear layers run on the selected tokens alone, with no
 padding at all, and only attention sees the padded grid.
+
+Both come in two kinds of size. **Exact** (:func:`pack_selected`, :func:`pack_tokens`): the
+widest row and the total are read from the device, one device-to-host read, a host sync on a
+GPU. **Static** (``width=`` / :func:`pack_tokens_bounded`): the caller gives sizes that the
+counts do not exceed (:class:`~fairseq_ext.data.masking_capacity.MaskingCapacity`), so nothing
+is read back and every shape depends on the batch's shape alone (``torch.compile`` then
+compiles once); entries past a row's count, or past the batch's, are padding slots, which point
+at *distinct* unselected positions, so every scatter and gather stays one-to-one, and a
+selected token beyond the capacity is left out (``PackedTokens.dropped`` counts them).
 """
 import dataclasses
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
 
-def pack_selected(selected: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def selected_first(selected: torch.Tensor) -> torch.Tensor:
+    """The positions along the last dimension, the selected ones first, each group in its
+    original order (a stable sort on "not selected"): a permutation, so its first ``k``
+    entries are distinct whatever ``k``."""
+    return torch.sort((~selected).to(torch.uint8), dim=-1, stable=True).indices
+
+
+def pack_selected(selected: torch.Tensor,
+                  width: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Column indices of the selected entries of each row, left-packed in original order.
 
     Args:
         selected: ``(B, T)`` bool.
+        width: a static width that no row's count exceeds (nothing read back); ``None``: the
+            widest row's count, read from the device.
 
     Returns:
-        ``(index, valid)``, both ``(B, W)`` with ``W = max(1, max selected per row)``:
-        ``index[b, j]`` is the column of row ``b``'s ``j``-th selected entry, and ``valid[b, j]``
-        says whether that slot holds one (slots past the row's count point at arbitrary
-        columns and must be masked). ``W`` is at least 1 so that downstream layers never see
-        an empty sequence.
+        ``(index, valid)``, both ``(B, W)`` with ``W = width`` or ``max(1, max selected per
+        row)``: ``index[b, j]`` is the column of row ``b``'s ``j``-th selected entry, and
+        ``valid[b, j]`` says whether that slot holds one (slots past the row's count point at
+        the row's other columns, distinct, and must be masked). ``W`` is at least 1 so that
+        downstream layers never see an empty sequence.
     """
     counts = selected.sum(dim=1)
-    width = max(int(counts.max()) if selected.numel() else 0, 1)
-    # A stable sort on "not selected" moves the selected columns to the front, in order.
-    order = torch.sort((~selected).to(torch.uint8), dim=1, stable=True).indices[:, :width]
+    if width is None:
+        width = int(counts.max()) if selected.numel() else 0
+    width = max(min(width, selected.size(1)), 1)
+    order = selected_first(selected)[:, :width]
     valid = torch.arange(order.size(1), device=selected.device).unsqueeze(0) < counts.unsqueeze(1)
     return order, valid
 
@@ -106,15 +126,28 @@ class PackedTokens:
 
     source_index: torch.Tensor  # (N,) into the flattened (B, T) input
     grid_index: torch.Tensor  # (N,) into the flattened (B, W) grid
-    counts: torch.Tensor  # (B,) selected tokens per row
+    counts: torch.Tensor  # (B,) selected tokens per row (those packed)
     valid: torch.Tensor  # (B, W) bool: which grid slots hold a token (as pack_selected's)
     batch: int
     length: int  # T
-    width: int  # W = max(1, max(counts))
+    width: int  # W = max(1, max(counts)), or the static width
+    # Static sizes only: (N,) bool, which packed entries hold a token (the first counts.sum());
+    # and the selected tokens left out for want of room (a 0-dim tensor).
+    token_valid: Optional[torch.Tensor] = None
+    dropped: Optional[torch.Tensor] = None
 
     @property
     def tokens(self) -> int:
+        """Packed entries: the selected tokens, or (static sizes) the capacity."""
         return self.source_index.numel()
+
+    def _valid_only(self, packed: torch.Tensor, fill) -> torch.Tensor:
+        """``packed`` with its padding entries (static sizes) set to ``fill``."""
+        if self.token_valid is None:
+            return packed
+        keep = self.token_valid.view(-1, *([1] * (packed.dim() - 1)))
+        return torch.where(keep, packed, torch.as_tensor(fill, dtype=packed.dtype,
+                                                         device=packed.device))
 
     def gather(self, source: torch.Tensor) -> torch.Tensor:
         """``(B, T, ...)`` -> the selected entries ``(N, ...)``, in row-major order."""
@@ -122,17 +155,49 @@ class PackedTokens:
 
     def to_source(self, packed: torch.Tensor, fill=0) -> torch.Tensor:
         """``(N, ...)`` -> ``(B, T, ...)``: each token back at its place, ``fill`` elsewhere."""
-        out = _Place.apply(packed, self.source_index, self.batch * self.length, fill)
+        out = _Place.apply(self._valid_only(packed, fill), self.source_index,
+                           self.batch * self.length, fill)
         return out.view(self.batch, self.length, *packed.shape[1:])
 
-    def to_grid(self, packed: torch.Tensor, fill=0) -> torch.Tensor:
-        """``(N, ...)`` -> the padded grid ``(B, W, ...)``, ``fill`` at padding."""
+    def to_grid(self, packed: torch.Tensor, fill=0, exact_padding: bool = True) -> torch.Tensor:
+        """``(N, ...)`` -> the padded grid ``(B, W, ...)``, ``fill`` at padding.
+
+        With static sizes, ``exact_padding=False`` leaves the padding entries' values (finite,
+        never read as tokens) in their grid slots instead of ``fill``: one op fewer, for
+        attention, which masks those slots as keys."""
+        if exact_padding:
+            packed = self._valid_only(packed, fill)
         out = _Place.apply(packed, self.grid_index, self.batch * self.width, fill)
         return out.view(self.batch, self.width, *packed.shape[1:])
 
     def from_grid(self, grid: torch.Tensor) -> torch.Tensor:
         """The padded grid ``(B, W, ...)`` -> the tokens it holds ``(N, ...)``."""
         return _Take.apply(grid.reshape(self.batch * self.width, *grid.shape[2:]), self.grid_index)
+
+
+def pack_tokens_bounded(selected: torch.Tensor, width: int, capacity: int) -> PackedTokens:
+    """:class:`PackedTokens` of the True entries of ``selected`` ``(B, T)`` with static sizes:
+    at most ``width`` per row and ``capacity`` in all, nothing read from the device.
+
+    The first ``width`` selected entries of each row, then the first ``capacity`` of those in
+    row-major order, are packed; any other selected entry is left out and counted in
+    ``dropped`` (a 0-dim tensor; zero when the sizes bound the counts). The ``capacity``
+    entries past the packed tokens are padding: ``source_index`` points them at distinct
+    unselected positions and ``grid_index`` at distinct padding slots of the grid."""
+    batch, length = selected.shape
+    width = max(min(width, length), 1)
+    capacity = max(min(capacity, batch * width), 1)
+    fits = selected & (selected.cumsum(dim=1) <= width)
+    flat = fits.flatten()
+    flat = flat & (flat.cumsum(dim=0) <= capacity)
+    counts = flat.view(batch, length).sum(dim=1)
+    grid_valid = torch.arange(width, device=selected.device).unsqueeze(0) < counts.unsqueeze(1)
+    source_index = selected_first(flat)[:capacity]
+    grid_index = selected_first(grid_valid.flatten())[:capacity]
+    token_valid = torch.arange(capacity, device=selected.device) < counts.sum()
+    dropped = selected.sum() - counts.sum()
+    return PackedTokens(source_index, grid_index, counts, grid_valid, batch, length, width,
+                        token_valid, dropped)
 
 
 def pack_tokens(selected: torch.Tensor) -> PackedTokens:
