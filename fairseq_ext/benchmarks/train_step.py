@@ -22,16 +22,18 @@ The data-bin is ``--data``, or a synthetic one written once to ``--cache`` (docu
 words, blank-line separated, as ``scripts/prepare_corpus.sh`` lays them out).
 """
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
+import math
 import random
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -158,6 +160,20 @@ class TrainerStep:
         self._step += 1
         self.trainer.train_step([sample])
 
+    @contextlib.contextmanager
+    def as_on_cuda(self):
+        """Run the models' size choices as on CUDA: ``--static-sizes auto`` (3ML) becomes
+        static, as it is there, so that the device reads counted on the CPU are the GPU's."""
+        switched = [m for m in self.trainer.model.modules()
+                    if getattr(m, "static_sizes", None) == "auto"]
+        for module in switched:
+            module.static_sizes = "always"
+        try:
+            yield
+        finally:
+            for module in switched:
+                module.static_sizes = "auto"
+
     def timed_update(self) -> float:
         start = time.perf_counter()
         self.update()
@@ -166,9 +182,14 @@ class TrainerStep:
         return time.perf_counter() - start
 
 
-def matmul_share(step: TrainerStep, updates: int) -> float:
-    """Share of ``updates`` updates' wall time spent in matmul and attention kernels (host time
-    on the CPU, kernel time on CUDA): :data:`~fairseq_ext.benchmarks.three_ml.MATMUL_OPS`."""
+def profile_updates(step: TrainerStep, updates: int) -> Tuple[float, float]:
+    """``(matmul share, aten ops per update)`` of ``updates`` profiled updates: the share of
+    their wall time spent in matmul and attention kernels (host time on the CPU, kernel time
+    on CUDA; :data:`~fairseq_ext.benchmarks.three_ml.MATMUL_OPS`), and the aten ops the
+    profiler saw called from Python or the compiled code (nested ones, such as
+    ``aten::linear``'s ``aten::addmm``, not counted twice). The kernels a compiled graph fuses
+    are no ops, so this counts a compiled update's ops too, where the dispatch count of
+    :mod:`~fairseq_ext.benchmarks.device_reads` sees the eager path."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -184,7 +205,19 @@ def matmul_share(step: TrainerStep, updates: int) -> float:
         wall_us = (time.perf_counter() - start) * 1e6
     matmul_us = sum((e.self_device_time_total if cuda else e.self_cpu_time_total)
                     for e in prof.key_averages() if e.key in MATMUL_OPS)
-    return matmul_us / wall_us
+    ops = sum(1 for e in prof.events() if e.name.startswith("aten::") and not (
+        e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::")))
+    return matmul_us / wall_us, ops / updates
+
+
+def paired_ratio(baseline: List[float], other: List[float]) -> Tuple[float, float]:
+    """``baseline / other`` time per update as ``(geometric mean, its standard error)`` over
+    the rounds, each round's two updates paired (they ran side by side); the SE is the
+    delta method's on the mean log-ratio."""
+    logs = [math.log(b / o) for b, o in zip(baseline, other)]
+    mean = statistics.fmean(logs)
+    se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("nan")
+    return math.exp(mean), math.exp(mean) * se
 
 
 @dataclasses.dataclass
@@ -195,12 +228,17 @@ class StepResult:
     ms: float
     ms_p25: float
     ms_p75: float
-    ops: float  # aten ops per update
+    ops: float  # aten ops per update, dispatched on the eager path
     reads: float  # device-to-host reads per update
     reads_by_source: Dict[str, float]
     read_sites: str
     matmul_share: Optional[float] = None
     error: Optional[str] = None
+    # the first family's time over this one's, paired by round: (ratio, standard error)
+    speedup: Optional[Tuple[float, float]] = None
+    # compiled: the same family's eager time over this one's, paired by round
+    compile_speedup: Optional[Tuple[float, float]] = None
+    profiled_ops: Optional[float] = None  # aten ops per update the profiler saw
 
     @property
     def host_ms(self) -> Optional[float]:
@@ -220,18 +258,29 @@ def summarize(family: Family, seconds: List[float], counts: Counts,
 
 
 def format_table(results: Sequence[StepResult]) -> str:
-    lines = ["| family | arch | criterion | ms/update (p25-p75) | matmul share | ms outside "
-             "matmuls | ops/update | device reads/update | reads by source |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| family | arch | criterion | ms/update (p25-p75) | speedup vs first ± SE | "
+             "compiled vs eager ± SE | matmul share | ms outside matmuls | ops/update "
+             "(profiled) | ops/update (eager dispatch) | device reads/update | "
+             "reads by source |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+
+    def ratio(value):
+        return "-" if value is None else f"{value[0]:.3f} ± {value[1]:.3f}"
+
     for r in results:
         if r.error:
-            lines.append(f"| {r.family} | {r.arch} | {r.criterion} | n/a: {r.error} | | | | | |")
+            lines.append(f"| {r.family} | {r.arch} | {r.criterion} | n/a: {r.error} "
+                         "| | | | | | | | |")
             continue
+        speedup = f"{ratio(r.speedup)} | {ratio(r.compile_speedup)}"
         share = "-" if r.matmul_share is None else f"{r.matmul_share:.0%}"
         host = "-" if r.host_ms is None else f"{r.host_ms:.1f}"
+        profiled = "-" if r.profiled_ops is None else f"{r.profiled_ops:.0f}"
         sources = ", ".join(f"{k} {v:g}" for k, v in r.reads_by_source.items()) or "none"
         lines.append(f"| {r.family} | {r.arch} | {r.criterion} | {r.ms:.1f} ({r.ms_p25:.1f}-"
-                     f"{r.ms_p75:.1f}) | {share} | {host} | {r.ops:.0f} | {r.reads:g} | "
+                     f"{r.ms_p75:.1f}) | {speedup} | {share} | {host} | {profiled} | "
+                     f"{r.ops:.0f} | "
+                     f"{r.reads:g} | "
                      f"{sources} |")
     return "\n".join(lines)
 
@@ -248,6 +297,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data", type=Path, default=None,
                    help="a fairseq data-bin (default: a synthetic one under --cache)")
     p.add_argument("--cache", type=Path, default=Path(".cache/bench_step"))
+    p.add_argument("--vocab", type=int, default=1000,
+                   help="words of the synthetic data-bin (without --data)")
     p.add_argument("--layers", type=int, default=TINY["layers"])
     p.add_argument("--dim", type=int, default=TINY["dim"],
                    help="model width (FFN 4x, heads of 64)")
@@ -261,12 +312,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--share-updates", type=int, default=5,
                    help="profiled updates for the matmul share (0: skip)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (CPU)")
+    p.add_argument("--compile", default="eager",
+                   help="comma-separated: eager, compile (fairseq-train --torch-compile), or "
+                        "both, each family timed in each, side by side")
     p.add_argument("--fairseq-args", default="",
                    help="more fairseq-train flags for every family, e.g. '--torch-compile'")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--force", action="store_true", help="overwrite --json if it exists")
     args = p.parse_args(argv)
     args.families = [f.strip() for f in args.families.split(",") if f.strip()]
+    modes = [m.strip() for m in args.compile.split(",") if m.strip()]
+    if not modes or set(modes) - {"eager", "compile"}:
+        p.error(f"--compile: eager and/or compile; got {args.compile!r}")
+    args.compile = [m == "compile" for m in modes]
     unknown = [f for f in args.families if f not in FAMILIES]
     if unknown:
         p.error(f"--families: unknown {unknown}; choose from {', '.join(FAMILIES)}")
@@ -287,31 +345,46 @@ def main(argv=None) -> int:
         return 2
     torch.set_num_threads(args.threads)
     logging.disable(logging.WARNING)  # fairseq's INFO lines for every trainer built
-    data = str(args.data or synthetic_data_bin(args.cache))
+    data = str(args.data or synthetic_data_bin(args.cache, args.vocab))
     width = width_of(args.dim, args.layers)
     extra = args.fairseq_args.split()
-    steps: Dict[str, TrainerStep] = {}
-    failed: Dict[str, str] = {}
-    for name in args.families:
-        family = FAMILIES[name]
+    cases = [(name, compiled) for name in args.families for compiled in args.compile]
+    label = {case: case[0] + (" +compile" if case[1] else "") for case in cases}
+    steps: Dict[tuple, TrainerStep] = {}
+    failed: Dict[tuple, str] = {}
+    for case in cases:
+        family = FAMILIES[case[0]]
         try:
-            steps[name] = TrainerStep(family.argv(data, width, args.seq_len, args.batch_size,
-                                                  args.optimizer, extra))
+            steps[case] = TrainerStep(family.argv(
+                data, width, args.seq_len, args.batch_size, args.optimizer,
+                extra + (["--torch-compile"] if case[1] else [])))
         except Exception as error:  # e.g. FlexAttention's training step on the CPU
-            failed[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
-    times = interleaved_rounds({name: step.timed_update for name, step in steps.items()},
+            failed[case] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+    times = interleaved_rounds({case: step.timed_update for case, step in steps.items()},
                                args.warmup, args.updates)
     results = []
-    for name in args.families:
-        family = FAMILIES[name]
-        if name in failed:
-            results.append(StepResult(name, family.arch, family.criterion, 0, 0, 0, 0, 0, {}, "",
-                                      error=failed[name]))
+    first = next(iter(steps), None)
+    for case in cases:
+        family = FAMILIES[case[0]]
+        if case in failed:
+            results.append(StepResult(label[case], family.arch, family.criterion, 0, 0, 0, 0, 0,
+                                      {}, "", error=failed[case]))
             continue
-        step = steps[name]
-        counts = count_step(step.update, args.count_updates)
-        share = matmul_share(step, args.share_updates) if args.share_updates else None
-        results.append(summarize(family, times[name], counts, share))
+        step = steps[case]
+        share = profiled_ops = None
+        if args.share_updates:  # before the count, whose model settings may recompile
+            share, profiled_ops = profile_updates(step, args.share_updates)
+        with step.as_on_cuda():
+            counts = count_step(step.update, max(args.count_updates, 1))
+        result = summarize(family, times[case], counts, share)
+        result.profiled_ops = profiled_ops
+        result.family = label[case]
+        if case != first:
+            result.speedup = paired_ratio(times[first], times[case])
+        eager = (case[0], False)
+        if case[1] and eager in times:
+            result.compile_speedup = paired_ratio(times[eager], times[case])
+        results.append(result)
     env = environment(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"{width['layers']} layers x {width['dim']}, seq len {args.seq_len}, batch "
           f"{args.batch_size}, --optimizer {args.optimizer} {args.fairseq_args}; "

@@ -120,7 +120,7 @@ class MaskedLmCategoriesLoss(MaskedLmLoss):
     def reduce_metrics(cls, logging_outputs) -> None:
         super().reduce_metrics(logging_outputs)
         keys = [f"{kind}_{name}" for name in CATEGORIES for kind in ("n", "loss")]
-        sums = summed(logging_outputs, keys)
+        sums = summed(logging_outputs, keys + ["kept_dropped"])
         for name in CATEGORIES:
             count = sums[f"n_{name}"]
             if count > 0:
@@ -130,7 +130,7 @@ class MaskedLmCategoriesLoss(MaskedLmLoss):
                     f"ppl_{name}",
                     lambda meters, key=f"loss_{name}": utils.get_perplexity(meters[key].avg),
                 )
-        dropped = summed(logging_outputs, ["kept_dropped"])["kept_dropped"]
+        dropped = sums["kept_dropped"]
         if dropped > 0:  # 3ML's static sizes were exceeded (module docs of masking_capacity)
             metrics.log_scalar_sum("kept_dropped", dropped, round=0)
 

@@ -74,6 +74,7 @@ from fairseq_ext.models.sizes import (
     set_encoder_size,
 )
 from fairseq_ext.models.validation import check_attention_heads, check_masking
+from fairseq_ext.modules.packed_encoder_layer import grid_encoder_layer, packed_layer_unsupported
 from fairseq_ext.modules.positioned_encoder import (
     PositionedTransformerEncoder,
     embed_learned_positions,
@@ -240,6 +241,8 @@ class ThreeMLSelfDecoder(ThreeMLDecoderBase):
             [TransformerEncoderLayer(layer_args) for _ in range(args.decoder_layers)]
         )
         self.apply(init_bert_params)
+        # fairseq's layers, run through grid_encoder_layer (fewer ops) where it mirrors them
+        self.runs_lean = all(packed_layer_unsupported(layer) is None for layer in self.layers)
 
     def forward(self, encoder_out, packed: PackedTokens, is_mask, src_tokens, predict):
         """Encoder outputs of the kept tokens ``(N, C_e)`` -> logits of the ``predict``
@@ -255,6 +258,12 @@ class ThreeMLSelfDecoder(ThreeMLDecoderBase):
         x = x + self.embed_positions(src_tokens)
         padding_mask = src_tokens.eq(self.padding_idx)
         x = self.prepare_input(x, padding_mask)
+        if self.runs_lean:  # batch first, fairseq's layer computation with one QKV product
+            x = x.transpose(0, 1)
+            attend = ~ensure_attendable(padding_mask)[:, None, None, :]
+            for layer in self.layers:
+                x = grid_encoder_layer(layer, x, attend)
+            return self.finish(x.transpose(0, 1))
         for layer in self.layers:
             x = layer(x, encoder_padding_mask=padding_mask)
         return self.finish(x)

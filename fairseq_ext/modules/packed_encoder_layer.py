@@ -19,7 +19,7 @@ dropout on the probabilities, padded keys excluded), through
 padded batch. :func:`packed_layer_unsupported` names the layer features this does not mirror;
 a model checks it once, when it is built.
 """
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -55,37 +55,62 @@ def attention_mask(packed: PackedTokens) -> torch.Tensor:
     return ~ensure_attendable(~packed.valid)[:, None, None, :]
 
 
+def project_qkv(attn: MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
+    """``x`` ``(..., C)`` through fairseq's ``q_proj``, ``k_proj`` and ``v_proj`` at once:
+    ``(..., 3 C)`` (one matrix product on the concatenated weights instead of three: fewer ops
+    and a wider GEMM; the same values, the gradients split back to each weight)."""
+    weights = (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
+    biases = (attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias)
+    bias = None if any(b is None for b in biases) else torch.cat(biases)
+    return F.linear(x, torch.cat(weights), bias)
+
+
+def attention_dropout(attn: MultiheadAttention) -> float:
+    """The attention-probability dropout ``attn`` applies now."""
+    dropout = attn.dropout_module
+    return dropout.p if attn.training or dropout.apply_during_inference else 0.0
+
+
+def grid_self_attention(attn: MultiheadAttention, x: torch.Tensor,
+                        attend: torch.Tensor) -> torch.Tensor:
+    """fairseq's self-attention of ``x`` ``(B, L, C)``, each row attending to the keys
+    ``attend`` ``(B, 1, 1, L)`` allows; returns ``(B, L, C)``."""
+    batch, length, _ = x.shape
+    heads, head_dim = attn.num_heads, attn.head_dim
+    qkv = project_qkv(attn, x).view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+    out = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=attend,
+                                         dropout_p=attention_dropout(attn))
+    return attn.out_proj(out.transpose(1, 2).reshape(batch, length, heads * head_dim))
+
+
 def packed_self_attention(attn: MultiheadAttention, x: torch.Tensor, packed: PackedTokens,
                           attend: torch.Tensor) -> torch.Tensor:
     """fairseq's self-attention of ``x`` ``(N, C)`` (packed tokens), each token attending to
     its own row's tokens (``attend`` from :func:`attention_mask`); returns ``(N, C)``.
 
-    Q, K and V go to the grid in the ``(B, W, heads, head_dim)`` layout that SDPA reads
-    through a transpose, and its output comes back the same way: one scatter per input and
-    one gather for the output."""
+    Q, K and V, projected at once, go to the grid in one scatter, in the
+    ``(B, W, 3, heads, head_dim)`` layout that SDPA reads through a permute, and the output
+    comes back in one gather. The grid's padding slots hold zeros, or with static sizes the
+    padding entries' values: as keys they are masked, and their queries' outputs are read by
+    padding entries only."""
     heads, head_dim = attn.num_heads, attn.head_dim
-
-    def to_heads(projection):
-        # (B, W, C); padding slots hold zeros, or with static sizes the padding entries'
-        # values: keys there are masked, and queries there are read by padding entries only
-        grid = packed.to_grid(projection(x), exact_padding=False)
-        return grid.view(packed.batch, packed.width, heads, head_dim).transpose(1, 2)
-
-    dropout = attn.dropout_module
-    p = dropout.p if attn.training or dropout.apply_during_inference else 0.0
-    out = F.scaled_dot_product_attention(to_heads(attn.q_proj), to_heads(attn.k_proj),
-                                         to_heads(attn.v_proj), attn_mask=attend, dropout_p=p)
+    grid = packed.to_grid(project_qkv(attn, x), exact_padding=False)  # (B, W, 3 C)
+    qkv = grid.view(packed.batch, packed.width, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+    out = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=attend,
+                                         dropout_p=attention_dropout(attn))
     out = packed.from_grid(out.transpose(1, 2))  # (N, heads, head_dim)
     return attn.out_proj(out.reshape(-1, heads * head_dim))
 
 
-def packed_encoder_layer(layer: TransformerEncoderLayerBase, x: torch.Tensor,
-                         packed: PackedTokens, attend: torch.Tensor) -> torch.Tensor:
-    """``TransformerEncoderLayerBase.forward`` on packed tokens ``x`` ``(N, C)``."""
+def encoder_layer_forward(layer: TransformerEncoderLayerBase, x: torch.Tensor,
+                          self_attention: Callable[[MultiheadAttention, torch.Tensor],
+                                                   torch.Tensor]) -> torch.Tensor:
+    """``TransformerEncoderLayerBase.forward``'s computation on ``x`` (tokens along any
+    leading dims), with ``self_attention(layer.self_attn, x)`` as its attention."""
     residual = x
     if layer.normalize_before:
         x = layer.self_attn_layer_norm(x)
-    x = packed_self_attention(layer.self_attn, x, packed, attend)
+    x = self_attention(layer.self_attn, x)
     x = layer.dropout_module(x)
     x = layer.residual_connection(x, residual)
     if not layer.normalize_before:
@@ -102,3 +127,19 @@ def packed_encoder_layer(layer: TransformerEncoderLayerBase, x: torch.Tensor,
     if not layer.normalize_before:
         x = layer.final_layer_norm(x)
     return x
+
+
+def packed_encoder_layer(layer: TransformerEncoderLayerBase, x: torch.Tensor,
+                         packed: PackedTokens, attend: torch.Tensor) -> torch.Tensor:
+    """``TransformerEncoderLayerBase.forward`` on packed tokens ``x`` ``(N, C)``."""
+    return encoder_layer_forward(
+        layer, x, lambda attn, h: packed_self_attention(attn, h, packed, attend))
+
+
+def grid_encoder_layer(layer: TransformerEncoderLayerBase, x: torch.Tensor,
+                       attend: torch.Tensor) -> torch.Tensor:
+    """``TransformerEncoderLayerBase.forward`` on ``x`` ``(B, L, C)`` (batch first), keys
+    ``attend`` ``(B, 1, 1, L)`` (True where a key takes part): fairseq's layer with a
+    ``encoder_padding_mask``, in fewer ops (one Q/K/V product, SDPA)."""
+    return encoder_layer_forward(layer, x,
+                                 lambda attn, h: grid_self_attention(attn, h, attend))
