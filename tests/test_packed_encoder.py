@@ -1,7 +1,9 @@
 """3ML's encoder on packed tokens: the layout moves against hand-made indices and their
 gradients against autograd's, fairseq's own layer on the padded grid against the packed layer
 (outputs and gradients, pre-LN and post-LN, an empty row), and the whole 3ML model on either
-path."""
+path; with static sizes (issue 43), the bounded packing by hand (padding entries, what does
+not fit), fairseq's layer against the lean grid layer the 3ML-self decoder runs, and the
+model's static path against its exact one (logits and gradients)."""
 import argparse
 
 import pytest
@@ -10,12 +12,14 @@ from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerEncoderLayer
 
 import fairseq_ext  # noqa: F401  (registers the archs)
+from fairseq_ext.data.masking_capacity import MaskingCapacity
 from fairseq_ext.modules.packed_encoder_layer import (
     attention_mask,
+    grid_encoder_layer,
     packed_encoder_layer,
     packed_layer_unsupported,
 )
-from fairseq_ext.modules.token_selection import pack_selected, pack_tokens
+from fairseq_ext.modules.token_selection import pack_selected, pack_tokens, pack_tokens_bounded
 from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 SELECTED = torch.tensor([[True, False, True, True, False],
@@ -149,3 +153,123 @@ def test_model_on_packed_tokens_equals_model_on_padded_grid(arch):
     # what the FLOP criterion counts: the kept tokens per row packed, the padded grid otherwise
     assert packed_extra["encoder_length"] == pytest.approx(float(kept.sum()) / 4)
     assert padded_extra["encoder_length"] == int(kept.max())
+
+
+# --- static sizes (issue 43): nothing read from the device ------------------------------------
+
+def test_bounded_packing_by_hand():
+    packed = pack_tokens_bounded(SELECTED, width=3, capacity=7)
+    # the 5 selected entries first, row-major; then 2 padding entries at distinct unselected
+    # positions (the first unselected ones, in order)
+    assert packed.source_index.tolist() == [0, 2, 3, 11, 14, 1, 4]
+    assert packed.grid_index.tolist()[:5] == [0, 1, 2, 6, 7]
+    assert set(packed.grid_index.tolist()[5:]) <= {3, 4, 5, 8} and len(
+        set(packed.grid_index.tolist())) == 7  # padding slots, distinct
+    assert packed.token_valid.tolist() == [True] * 5 + [False] * 2
+    assert packed.counts.tolist() == [3, 0, 2] and packed.width == 3 and int(packed.dropped) == 0
+    values = torch.arange(15).view(3, 5) * 10
+    # the padding entries read unselected tokens; placed back, they leave `fill`
+    back = packed.to_source(packed.gather(values), fill=-1)
+    assert torch.equal(back, torch.where(SELECTED, values, torch.tensor(-1)))
+    grid = packed.to_grid(packed.gather(values), fill=-1)
+    assert grid.tolist() == [[0, 20, 30], [-1, -1, -1], [110, 140, -1]]
+    assert packed.from_grid(grid).tolist()[:5] == [0, 20, 30, 110, 140]
+
+
+def test_bounded_packing_leaves_out_and_counts_what_does_not_fit():
+    # rows of 3, 0 and 2 selected; room for 2 a row and 3 in all: row 0 keeps its first 2,
+    # row 2 its first 1 (the batch is full), and 2 are dropped
+    packed = pack_tokens_bounded(SELECTED, width=2, capacity=3)
+    assert packed.source_index.tolist() == [0, 2, 11]
+    assert packed.counts.tolist() == [2, 0, 1] and int(packed.dropped) == 2
+    assert packed.token_valid.tolist() == [True, True, True]
+
+
+def test_bounded_moves_have_autograd_gradients():
+    packed = pack_tokens_bounded(SELECTED, width=3, capacity=8)
+    values = torch.randn(8, 4, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda v: packed.to_grid(v), (values,))
+    torch.autograd.gradcheck(lambda v: packed.to_source(v), (values,))
+    # padding entries get no gradient through to_source: their places are not theirs
+    (packed.to_source(values) * torch.randn(3, 5, 4, dtype=torch.float64)).sum().backward()
+    assert torch.count_nonzero(values.grad[5:]) == 0
+
+
+@pytest.mark.parametrize("normalize_before", [False, True])
+def test_grid_layer_equals_fairseqs_layer(normalize_before):
+    layer = encoder_layer(normalize_before).train()
+    padding = torch.zeros(3, 6, dtype=torch.bool)
+    padding[1, 4:] = True
+    x = torch.randn(3, 6, 32, dtype=torch.float64)
+    ours_in, stock_in = x.clone().requires_grad_(), x.clone().requires_grad_()
+    weight = torch.arange(3 * 6 * 32).view(3, 6, 32).cos().double()
+
+    ours = grid_encoder_layer(layer, ours_in, ~padding[:, None, None, :])
+    (ours * weight).sum().backward()
+    ours_grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
+    layer.zero_grad()
+    stock = layer(stock_in.transpose(0, 1), encoder_padding_mask=padding).transpose(0, 1)
+    (stock * weight).sum().backward()
+    torch.testing.assert_close(ours, stock, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ours_in.grad, stock_in.grad, rtol=1e-10, atol=1e-10)
+    for name, p in layer.named_parameters():
+        torch.testing.assert_close(ours_grads[name], p.grad, rtol=1e-10, atol=1e-10, msg=name)
+
+
+def fairseq_masked_batch(task, rows, length, seed):
+    """A batch corrupted by fairseq's MaskTokensDataset at the task's settings."""
+    import numpy as np
+    from fairseq.data import ListDataset, MaskTokensDataset, data_utils
+
+    d = task.source_dictionary
+    g = torch.Generator().manual_seed(seed)
+    blocks = [torch.randint(d.nspecial, task.mask_idx, (length - 3 * (i % 2),), generator=g)
+              for i in range(rows)]
+    src, tgt = MaskTokensDataset.apply_mask(
+        ListDataset(blocks, sizes=np.array([len(b) for b in blocks])), d, pad_idx=d.pad(),
+        mask_idx=task.mask_idx, seed=seed, mask_prob=task.cfg.mask_prob,
+        leave_unmasked_prob=task.cfg.leave_unmasked_prob,
+        random_token_prob=task.cfg.random_token_prob)
+    return (data_utils.collate_tokens([src[i] for i in range(rows)], d.pad()),
+            data_utils.collate_tokens([tgt[i] for i in range(rows)], d.pad()))
+
+
+@pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
+def test_static_sizes_give_the_exact_paths_logits_and_gradients(arch):
+    task = MaskedLmTaskStub(60, mask_prob=0.5, leave_unmasked_prob=0.1, random_token_prob=0.1)
+    pad = task.source_dictionary.pad()
+    capacity = MaskingCapacity.from_task(task.cfg)
+    src, target = fairseq_masked_batch(task, 4, 24, seed=3)
+    masked = target.ne(pad)
+    torch.manual_seed(0)
+    model = build_arch(arch, task, 24, dropout=0.0, attention_dropout=0.0).double().train()
+    runs = []
+    for static in ("never", "always"):
+        model.static_sizes = static
+        model.zero_grad()
+        logits, extra = model(src, masked_tokens=masked, masking_capacity=capacity)
+        targets = (target.flatten()[extra["prediction_index"]] if "prediction_index" in extra
+                   else target[masked])
+        torch.nn.functional.cross_entropy(logits, targets, ignore_index=pad,
+                                          reduction="sum").backward()
+        runs.append((logits, extra, targets,
+                     {n: p.grad.clone() for n, p in model.named_parameters()
+                      if p.grad is not None}))
+    (exact, _, exact_targets, exact_grads), (static, extra, static_targets, static_grads) = runs
+    n = exact.size(0)
+    assert static.size(0) == capacity.predicted_total(4, 24) > n
+    # the asked positions first, row-major; the rest have padding targets
+    assert torch.equal(extra["prediction_index"][:n], masked.flatten().nonzero().squeeze(1))
+    assert torch.equal(static_targets[:n], exact_targets)
+    assert (static_targets[n:] == pad).all()
+    # fairseq's decoder layer (3ML-cross) takes its softmax in float32 whatever the dtype,
+    # over the static number of [MASK] slots here and the widest row's count there
+    tolerance = 1e-9 if arch.startswith("3ml_self") else 1e-5
+    torch.testing.assert_close(static[:n], exact, rtol=tolerance, atol=tolerance)
+    assert int(extra["kept_tokens_dropped"]) == 0
+    kept = (src.ne(pad) & src.ne(task.mask_idx)).sum()
+    assert float(extra["encoder_length"]) == pytest.approx(float(kept) / 4)
+    assert exact_grads.keys() == static_grads.keys()
+    for name, grad in exact_grads.items():
+        torch.testing.assert_close(static_grads[name], grad, rtol=tolerance * 10,
+                                   atol=tolerance * 10, msg=name)

@@ -133,9 +133,10 @@ def synthetic_data_bin(cache: Path, vocab: int = 1000, documents: int = 400,
 
 class TrainerStep:
     """fairseq's ``Trainer`` built from ``fairseq-train`` flags, and the first ``batches``
-    batches of its training iterator; :meth:`update` is one ``Trainer.train_step``."""
+    batches of its training iterator (in fairseq's order of sizes, or shuffled as
+    fairseq-train's first epoch); :meth:`update` is one ``Trainer.train_step``."""
 
-    def __init__(self, argv: Sequence[str], batches: int = 8):
+    def __init__(self, argv: Sequence[str], batches: int = 8, shuffle: bool = False):
         from fairseq import options, tasks, utils
         from fairseq.dataclass.utils import convert_namespace_to_omegaconf
         from fairseq.trainer import Trainer
@@ -151,7 +152,7 @@ class TrainerStep:
         model = self.task.build_model(cfg.model)
         criterion = self.task.build_criterion(cfg.criterion)
         self.trainer = Trainer(cfg, self.task, model, criterion)
-        iterator = self.trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=False)
+        iterator = self.trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=shuffle)
         self.samples = [next(iterator) for _ in range(batches)]
         self._step = 0
 
