@@ -165,7 +165,7 @@ def test_reduced_at_the_log_interval_fairseq_train_logs_the_same(tiny_data_bin, 
 
 
 def test_between_log_intervals_the_trainer_reads_only_its_nan_check(tiny_data_bin):
-    from fairseq_ext.benchmarks.device_reads import count_step
+    from fairseq_ext.benchmarks.device_reads import count_step, sized_as_on_cuda
     from fairseq_ext.benchmarks.train_step import FAMILIES, TrainerStep
 
     width = {"layers": 2, "dim": 16, "ffn": 64, "heads": 1}
@@ -174,7 +174,7 @@ def test_between_log_intervals_the_trainer_reads_only_its_nan_check(tiny_data_bi
         argv = FAMILIES["3ml-self"].argv(str(tiny_data_bin), width, 32, 2, "adam", flag)
         step = TrainerStep(argv, batches=4)  # --log-interval 100: these updates log nothing
         step.update()
-        with step.as_on_cuda():
+        with sized_as_on_cuda(step.trainer.model):
             counts = count_step(step.update, 2)
         reads[bool(flag)] = counts
     # stock: the logging reduction of every update (meters, the grad norm's finiteness) and

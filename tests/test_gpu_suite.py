@@ -31,7 +31,8 @@ from conftest import REPO_ROOT
 SUITE = REPO_ROOT / "scripts" / "gpu_suite.sh"
 DRIVER = REPO_ROOT / "fairseq_ext" / "benchmarks" / "gpu_suite.py"
 WHEELS = REPO_ROOT / "scripts" / "gpu_wheels.sh"
-STAGES = ["setup", "build", "tests", "bench_swishrnn", "bench_3ml", "bench_bidir", "train", "fsdp"]
+STAGES = ["setup", "build", "step", "tests", "bench_swishrnn", "bench_3ml", "bench_bidir", "train",
+          "fsdp"]
 
 
 def load_driver():
@@ -187,7 +188,7 @@ def test_stage_lists_aliases_and_usage_errors(tmp_path):
     proc = run_suite(tmp_path, out, env={**every_stage("true"), "STAGES": "setup,bench"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [name for name, _ in stage_rows(out)] == [
-        "setup", "bench_swishrnn", "bench_3ml", "bench_bidir"]
+        "setup", "step", "bench_swishrnn", "bench_3ml", "bench_bidir"]
     assert run_suite(tmp_path, "--stages", "setup,fly", tmp_path / "o2").returncode == 2
     assert run_suite(tmp_path).returncode == 2  # no OUTDIR
     assert run_suite(tmp_path, "--bogus", tmp_path / "o3").returncode == 2
@@ -213,6 +214,12 @@ def test_dry_run_prints_every_stages_commands_and_runs_none(tmp_path):
     assert "bench_swishrnn.py --part a" in logs["bench_swishrnn"]
     assert ("bench_swishrnn.py --part c --device cuda --dtype bf16 --arch-size base --seq-len 512"
             in logs["bench_swishrnn"])
+    # step: the train step at base/512 in bf16, eager and compiled, each micro-batch
+    for batch in ("32", "64", "128"):
+        assert (f"bench_step.py --families roberta,3ml-self,3ml-cross --dim 768 --layers 12 "
+                f"--seq-len 512 --batch-size {batch} --dtype bf16") in logs["step"]
+    assert logs["step"].count("--compile eager,compile") == 3
+    assert logs["step"].count("--trace") == 1  # the first micro-batch keeps its profiles
     assert "--size base --seq-len 512 --batch-size 32 --device cuda --dtype bf16" in logs["bench_3ml"]
     assert "--size large --seq-len 128 --batch-size 128 --device cuda --dtype bf16" in logs["bench_3ml"]
     assert "--arch-size 125m --seq-len 1024 --batch-size 8 --device cuda --dtype bf16" in logs["bench_bidir"]
@@ -456,16 +463,17 @@ def test_train_stage_trains_for_real_on_the_cpu(tmp_path, tiny_data_bin):
 def test_the_bench_stages_arguments_parse(tmp_path, monkeypatch):
     """Each benchmark command of the bench stages, as the dry run prints it, is accepted by the
     script's own argument parser (CUDA faked as available: the parsers check --device cuda)."""
-    from fairseq_ext.benchmarks import bidirectional, swishrnn, three_ml
+    from fairseq_ext.benchmarks import bidirectional, swishrnn, three_ml, train_step
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     out = tmp_path / "out"
     proc = run_suite(tmp_path, "--dry-run", "--stages", "bench", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     parsers = {"bench_swishrnn.py": swishrnn.parse_args, "bench_3ml.py": three_ml.parse_args,
-               "bench_bidirectional.py": bidirectional.parse_args}
+               "bench_bidirectional.py": bidirectional.parse_args,
+               "bench_step.py": train_step.parse_args}
     seen = set()
-    for name in ("bench_swishrnn", "bench_3ml", "bench_bidir"):
+    for name in ("step", "bench_swishrnn", "bench_3ml", "bench_bidir"):
         for line in (out / f"{name}.log").read_text().splitlines():
             if not line.startswith("+ "):
                 continue
@@ -473,7 +481,9 @@ def test_the_bench_stages_arguments_parse(tmp_path, monkeypatch):
             script = Path(argv[1]).name
             args = parsers[script](argv[2:])  # exits (SystemExit) on an unknown or bad option
             seen.add(script)
-            if script != "bench_swishrnn.py":
+            if script == "bench_step.py":  # on the machine's device: CUDA there
+                assert args.dtype == "bf16" and args.compile == [False, True]
+            elif script != "bench_swishrnn.py":
                 assert args.device == "cuda" and args.dtype == "bf16"
     assert seen == set(parsers)
 
@@ -533,7 +543,7 @@ def test_the_stage_table_and_the_stage_lists():
     assert list(gs.STAGES) == STAGES and all(stage.body.__doc__ for stage in gs.STAGES.values())
     assert gs.parse_stages("") == STAGES
     assert gs.parse_stages("setup,bench train") == [
-        "setup", "bench_swishrnn", "bench_3ml", "bench_bidir", "train"]
+        "setup", "step", "bench_swishrnn", "bench_3ml", "bench_bidir", "train"]
     assert gs.parse_stages("setup all")[:2] == ["setup", "setup"]  # repeats kept, in order
     with pytest.raises(gs.UsageError, match="unknown stage: fly"):
         gs.parse_stages("setup,fly")

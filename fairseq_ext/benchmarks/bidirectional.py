@@ -44,6 +44,10 @@ Example::
     .venv/bin/python scripts/bench_bidirectional.py --arch-size small --seq-len 512 \\
         --batch-size 4 --threads 1 --rounds 5
 
+``--part calls``: what one attention call costs the host (issue 43), FlexAttention with a
+batch's BlockMask against SDPA with the dense mask, at each ``--seq-lens`` T, one row and one
+head of 16 (no gradient), where the compute vanishes; and the BlockMask's build, once per batch.
+
 ``--part flex``: FlexAttention against SDPA's dense mask (issue 24;
 :mod:`fairseq_ext.modules.block_sparse_attention`), the same model and batches on both paths, at
 each ``--seq-lens`` T (default 512, 1024, 2048), each figure a ratio (SDPA time / FlexAttention
@@ -122,8 +126,9 @@ PROG = "bench_bidirectional.py"
 MODELS = ("bidirectional_lm", "transformer_lm", "bidirectional_lm_all_logits")
 ALL_LOGITS = "bidirectional_lm_all_logits"
 ARCH_SIZES = ("125m", "small", "mini", "tiny")
-#: --part: training throughput against transformer_lm; FlexAttention against SDPA.
-PARTS = ("throughput", "flex")
+#: --part: training throughput against transformer_lm; FlexAttention against SDPA; the
+#: per-call host cost of each path.
+PARTS = ("throughput", "flex", "calls")
 #: The two attention paths of --part flex, as --attention-impl names them.
 PATHS = ("sdpa", "flex")
 #: What makes fairseq's transformer_lm the same network as bidir_lm_* but for mask and positions.
@@ -491,6 +496,69 @@ def train_steps(runner: UpdateRunner, batches, path: str) -> None:
 # --------------------------------------------------------------------------- main
 
 
+# --------------------------------------------------------------------------- --part calls
+
+#: --part calls: one head of 16 and one row, so that what a call costs is the host's.
+CALL_HEAD_DIM = 16
+
+
+def call_costs(length: int, device: torch.device, dtype: torch.dtype, calls: int,
+               warmup: int) -> Dict[str, float]:
+    """Median ms per call at ``length`` tokens, one row, one head of :data:`CALL_HEAD_DIM`
+    (no gradient; where the compute vanishes, the time is the host's): FlexAttention with a
+    batch's BlockMask (built once, as the model does), SDPA with the dense mask, and building
+    the BlockMask itself (once per batch, shared by the layers)."""
+    generator = torch.Generator().manual_seed(0)
+    doc_ids = torch.zeros(1, length, dtype=torch.long)
+    doc_ids[0, length // 2:] = 1  # two documents
+    bidir_lens = torch.full((1, length), 4, dtype=torch.long)
+    doc_ids, bidir_lens = doc_ids.to(device), bidir_lens.to(device)
+    q, k, v = (torch.randn(length, 1, CALL_HEAD_DIM, generator=generator).to(device, dtype)
+               for _ in range(3))
+    scale = CALL_HEAD_DIM ** -0.5
+    with torch.no_grad():
+        blocks = document_block_mask(doc_ids, bidir_lens)
+        dense = additive_attention_mask(may_attend(doc_ids, bidir_lens, True), dtype)
+
+        def flex():
+            blocks.attend(q, k, v, 1, scale)
+
+        def sdpa():
+            sdpa_attention(q, k, v, dense, 1, scale)
+
+        def build():
+            document_block_mask(doc_ids, bidir_lens)
+
+        costs = {}
+        for name, call in (("flex", flex), ("sdpa", sdpa), ("block mask", build)):
+            for _ in range(warmup):
+                call()
+            costs[name] = 1000 * statistics.median(timed(call, device) for _ in range(calls))
+    return costs
+
+
+def main_calls(args: argparse.Namespace) -> int:
+    """``--part calls``: per-call host cost of FlexAttention and SDPA (module doc)."""
+    device = torch.device(args.device)
+    dtype = DTYPES[args.dtype]
+    rows = []
+    for length in args.seq_lens:
+        costs = call_costs(length, device, dtype, max(args.rounds, 20), max(args.warmup, 3))
+        rows.append({"T": length, **costs})
+    env = environment(device)
+    print(f"--part calls: one row, one head of {CALL_HEAD_DIM}, no gradient, {args.dtype} on "
+          f"{env['device']} ({env['threads']} threads), torch {env['torch']}; median ms per call")
+    print("| T | FlexAttention ms | SDPA (dense mask) ms | flex / SDPA | BlockMask build ms |")
+    print("|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['T']} | {row['flex']:.3f} | {row['sdpa']:.3f} | "
+              f"{row['flex'] / row['sdpa']:.2f} | {row['block mask']:.3f} |")
+    if args.json:
+        write_text(args.json, json.dumps({"command": sys.argv, "environment": env,
+                                          "calls": rows}, indent=2), args.force)
+    return 0
+
+
 def comma_ints(text: str) -> List[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -500,7 +568,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--part", choices=PARTS, default="throughput",
                    help="throughput: training tokens/s against transformer_lm; flex: "
-                        "FlexAttention against SDPA's dense mask (module doc)")
+                        "FlexAttention against SDPA's dense mask; calls: each path's "
+                        "per-call host cost (module doc)")
     p.add_argument("--arch-size", choices=ARCH_SIZES, default="small",
                    help="bidir_lm_<size> against transformer_lm(_gpt) of the same size")
     p.add_argument("--seq-len", type=int, default=512, help="tokens per packed row (T)")
@@ -582,6 +651,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     if args.part == "flex":
         return main_flex(args)
+    if args.part == "calls":
+        return main_calls(args)
     return main_throughput(args)
 
 

@@ -27,6 +27,7 @@ has such a branch: on the CPU it calls ``masked_tokens.any()`` (one read), on CU
 ``torch.where`` (none); both are reported as what they are on the CPU.
 """
 import collections
+import contextlib
 import dataclasses
 import os
 import re
@@ -275,6 +276,21 @@ class DeviceReadCounter:
     def __exit__(self, *exc) -> None:
         self._dispatch_mode.__exit__(*exc)
         self._function_mode.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def sized_as_on_cuda(module: torch.nn.Module):
+    """Run ``module``'s size choices as on CUDA: ``--static-sizes auto`` (3ML) becomes static,
+    as it is there (and under torch.compile), so that the reads counted on the CPU are the
+    GPU's."""
+    switched = [m for m in module.modules() if getattr(m, "static_sizes", None) == "auto"]
+    for m in switched:
+        m.static_sizes = "always"
+    try:
+        yield
+    finally:
+        for m in switched:
+            m.static_sizes = "auto"
 
 
 def count_step(step: Callable[[], object], steps: int = 1) -> Counts:

@@ -5,8 +5,8 @@ calls that run it.
   scripts/gpu_suite.sh [--stages "LIST"] [--tar FILE] [--budget SECONDS] [--keep-going]
                        [--dry-run] OUTDIR
 
-Stages, in this order (LIST: names separated by spaces or commas; `bench` = the three bench_*
-stages, `all` = every stage; default: all of them; also the STAGES variable):
+Stages, in this order (LIST: names separated by spaces or commas; `bench` = step and the three
+bench_* stages, `all` = every stage; default: all of them; also the STAGES variable):
   setup           install the carried cp312 wheels (.whl/, made here by scripts/gpu_wheels.sh)
                   into an environment beside the machine's torch, check `import fairseq, torch`,
                   print the versions and nvidia-smi. Seconds, and a no-op when done already:
@@ -18,6 +18,13 @@ stages, `all` = every stage; default: all of them; also the STAGES variable):
                   module to OUTDIR/prebuilt/, which a later call can carry as .gpu-build/ to
                   skip the compile (it is reused only if setup.py, fairseq_ext/csrc/*, torch
                   and the GPU's compute capability are the same).
+  step            scripts/bench_step.py on CUDA in bf16 at base/512 (issue 43): fairseq's own
+                  Trainer.train_step for RoBERTa, 3ML-self and 3ML-cross, eager and
+                  --torch-compile side by side, at micro-batch 32, 64 and 128 (STEP_BATCHES),
+                  with --reduce-stats-at-log-interval and fused_adamw: ms per update, MFU over
+                  GPU_SUITE_PEAK_TFLOPS, kernels, device busy and idle ms, device-to-host
+                  copies and the device reads by source; the first micro-batch also writes
+                  each case's profiled updates as Chrome traces (OUTDIR/step-traces/).
   tests           pytest (junit xml: OUTDIR/junit-tests.xml) on the tests that exercise CUDA:
                   the SwishRNN op/layer/model tests, tests/test_cuda_source.py, the benchmark
                   script's tests, the fairseq install check, FlexAttention's (its backward
@@ -92,6 +99,7 @@ Environment (defaults in brackets):
   GPU_SUITE_REQUIRE_CUDA [1]      0: let setup/build/tests pass without a GPU (CPU trials)
   BENCH_3ML_ITERS [30]  BENCH_BIDIR_ROUNDS [20]
   BENCH_3ML_RUNS [base large profile]  which of bench_3ml's three runs to make
+  STEP_BATCHES [32 64 128]  STEP_UPDATES [20]  the step stage's micro-batches and timed updates
   TRAIN_UPDATES [300]  TRAIN_ARCHS [the four above; also bert_rab_*, bert_orig_*, roberta_*,
                   any size]  TRAIN_SEQ_LEN [512]  TRAIN_BATCH [32]  TRAIN_LR [0.0003]
                   TRAIN_LOG_INTERVAL [25]  (warmup: a tenth of TRAIN_UPDATES, linear decay)
@@ -213,6 +221,8 @@ class Settings:
     pytest_args: Tuple[str, ...]
     require_cuda: bool
     bench_3ml_iters: str
+    step_batches: Tuple[str, ...]
+    step_updates: str
     bench_3ml_runs: Tuple[str, ...]
     bench_bidir_rounds: str
     train_updates: str
@@ -248,6 +258,8 @@ class Settings:
             pytest_args=tuple(shlex.split(environ.get("GPU_SUITE_PYTEST_ARGS", ""))),
             require_cuda=get("GPU_SUITE_REQUIRE_CUDA", "1") == "1",
             bench_3ml_iters=get("BENCH_3ML_ITERS", "30"),
+            step_batches=tuple(get("STEP_BATCHES", "32 64 128").split()),
+            step_updates=get("STEP_UPDATES", "20"),
             bench_3ml_runs=tuple(get("BENCH_3ML_RUNS", " ".join(BENCH_3ML_RUNS)).split()),
             bench_bidir_rounds=get("BENCH_BIDIR_ROUNDS", "20"),
             train_updates=get("TRAIN_UPDATES", "300"),
@@ -859,6 +871,26 @@ def check_bench_3ml_runs(settings: Settings) -> None:
                             f"{' '.join(BENCH_3ML_RUNS)}")
 
 
+def stage_step(run: StageRun) -> None:
+    """scripts/bench_step.py on CUDA in bf16 at base/512: RoBERTa, 3ML-self and 3ML-cross
+    through fairseq's Trainer.train_step, eager and compiled, at each of STEP_BATCHES; the
+    first micro-batch also keeps the profiles as Chrome traces."""
+    s, py, out = run.settings, use_env(run), run.outdir
+    os.chdir(REPO)
+    data = ["--data", s.data] if (s.data / "dict.txt").is_file() else [
+        "--cache", s.work / "bench-step", "--vocab", "8000"]
+    for index, batch in enumerate(s.step_batches):
+        trace = ["--trace", out / "step-traces"] if index == 0 else []
+        run.run([py, "scripts/bench_step.py", "--families", "roberta,3ml-self,3ml-cross",
+                 "--dim", "768", "--layers", "12", "--seq-len", "512", "--batch-size", batch,
+                 "--dtype", "bf16", "--optimizer", "fused_adamw", "--compile", "eager,compile",
+                 "--peak-tflops", s.peak_tflops, "--warmup", "5", "--updates", s.step_updates,
+                 "--share-updates", "3", "--count-updates", "1", *data, *trace,
+                 "--fairseq-args=--reduce-stats-at-log-interval --required-seq-len-multiple 64",
+                 "--json", out / f"bench-step-base-512-b{batch}.json", "--force"],
+                tee=out / f"bench-step-base-512-b{batch}.txt")
+
+
 def stage_bench_3ml(run: StageRun) -> None:
     """scripts/bench_3ml.py on CUDA in bf16: base/512 (with the padded encoder too) and
     large/128 at 15/40/50% masking, JSON and text; then the bookkeeping profile at base/512.
@@ -1150,6 +1182,8 @@ class Stage:
 STAGES: Dict[str, Stage] = {stage.name: stage for stage in (
     Stage("setup", stage_setup, "install the carried wheels beside the machine's torch"),
     Stage("build", stage_build, "compile fairseq_ext._C with its CUDA kernels, check the op"),
+    Stage("step", stage_step, "scripts/bench_step.py: the train step at base/512, eager and "
+          "compiled, micro-batch 32/64/128, MFU, device timeline"),
     Stage("tests", stage_tests, "pytest on the tests that exercise CUDA; CUDA skips fail"),
     Stage("bench_swishrnn", stage_bench_swishrnn, "scripts/bench_swishrnn.py parts a and c"),
     Stage("bench_3ml", stage_bench_3ml, "scripts/bench_3ml.py at base/512 and large/128, profile"),
@@ -1159,7 +1193,7 @@ STAGES: Dict[str, Stage] = {stage.name: stage for stage in (
 )}
 ALL_STAGES = tuple(STAGES)
 #: Names --stages takes besides the stages' own.
-ALIASES = {"all": ALL_STAGES, "bench": ("bench_swishrnn", "bench_3ml", "bench_bidir")}
+ALIASES = {"all": ALL_STAGES, "bench": ("step", "bench_swishrnn", "bench_3ml", "bench_bidir")}
 
 
 def run_stage(name: str, outdir: Path) -> int:

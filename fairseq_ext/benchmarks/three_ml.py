@@ -62,7 +62,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -79,6 +79,7 @@ from fairseq_ext.benchmarks.common import (
     synchronize,
     timed,
 )
+from fairseq_ext.benchmarks.device_reads import count_step, sized_as_on_cuda
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss
 from fairseq_ext.training.model_building import build_arch
 from fairseq_ext.training.output_files import refused, write_text
@@ -266,6 +267,8 @@ class Result:
     batch_size: int = 1
     padded: bool = False
     outside_matmuls: Optional[float] = None  # share of the update outside matmul kernels
+    ops: Optional[float] = None  # aten ops dispatched per update
+    reads: Optional[float] = None  # device-to-host reads per update, sized as on CUDA
 
     @property
     def label(self) -> str:
@@ -336,6 +339,8 @@ COLUMNS: List[Column] = [
     Column("analytic", lambda row, base: f"{analytic_speedup(row, base):.2f}"),
     Column("measured/analytic", lambda row, base: f"{measured_over_analytic(row, base):.3f}"),
     Column("outside matmuls", lambda row, base: _optional(row.outside_matmuls, ".1%")),
+    Column("ops/update", lambda row, base: _optional(row.ops, ".0f")),
+    Column("reads/update", lambda row, base: _optional(row.reads, "g")),
     Column("GFLOP/s", lambda row, base: f"{achieved_flops(row) / 1e9:.0f}"),
     Column("enc len", lambda row, base: f"{row.lengths.encoder:.1f}"),
     Column("enc padded", lambda row, base: f"{row.lengths.encoder_padded:.1f}"),
@@ -595,6 +600,15 @@ def profile_outside_matmuls(runner: UpdateRunner, batches: List[dict], updates: 
     return outside_matmul_share(events, step_ms, updates, runner.device.type)
 
 
+def count_ops_and_reads(runner: UpdateRunner, sample: dict) -> Tuple[float, float]:
+    """Aten ops dispatched and device-to-host reads of one update (model, loss, backward,
+    optimizer), the model sized as on CUDA
+    (:mod:`~fairseq_ext.benchmarks.device_reads`)."""
+    with sized_as_on_cuda(runner.model):
+        counts = count_step(lambda: runner.update(sample))
+    return float(counts.ops), float(counts.total_reads)
+
+
 def gemm_rate(rows: int, dim: int, device: torch.device, dtype: torch.dtype,
               reps: int = 10) -> float:
     """FLOP/s of this machine's ``(rows x dim) @ (dim x 4 dim)`` matmul (the FFN's first GEMM
@@ -771,6 +785,9 @@ def main(argv=None) -> int:
         for case, result in zip(cases, results):
             result.outside_matmuls = profile_outside_matmuls(
                 runners[case.runner_key], batches[case.mask_rate], args.share_updates)
+    for case, result in zip(cases, results):
+        result.ops, result.reads = count_ops_and_reads(runners[case.runner_key],
+                                                       batches[case.mask_rate][0])
     results.sort(key=lambda r: (MODELS.index(r.model), r.padded, r.mask_rate))
     baseline = next(r for r in results if r.model == "roberta" and r.mask_rate == BASELINE_RATE)
     encoder_dim = runners["roberta", False].model.args.encoder_embed_dim

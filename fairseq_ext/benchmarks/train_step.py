@@ -18,11 +18,27 @@ each family (:data:`FAMILIES`) it reports:
   fairseq's model, criterion or trainer): each is a host wait on a GPU
   (:mod:`fairseq_ext.benchmarks.device_reads`).
 
+On CUDA the profiled updates also give the device's side: kernels per update, the time a
+kernel or copy runs (busy) against the gaps the host leaves (idle), and the device-to-host
+copies; ``--trace`` keeps them as Chrome traces; ``--peak-tflops`` adds the MFU of the
+masked-LM families (App. D training FLOPs over time and peak). ``--compile eager,compile``
+times each family eager and with ``fairseq-train --torch-compile`` side by side.
+
 The data-bin is ``--data``, or a synthetic one written once to ``--cache`` (documents of random
 words, blank-line separated, as ``scripts/prepare_corpus.sh`` lays them out).
+
+Examples::
+
+    # the host's time where compute vanishes (width 16), eager against compiled
+    .venv/bin/python scripts/bench_step.py --dim 16 --compile eager,compile \
+        --fairseq-args=--reduce-stats-at-log-interval
+    # on a GPU: base/512 in bf16, MFU against the H200's dense bf16 peak
+    python scripts/bench_step.py --families roberta,3ml-self,3ml-cross --dim 768 \
+        --seq-len 512 --batch-size 32 --dtype bf16 --optimizer fused_adamw \
+        --compile eager,compile --peak-tflops 989 --trace traces/ \
+        --fairseq-args=--reduce-stats-at-log-interval
 """
 import argparse
-import contextlib
 import dataclasses
 import json
 import logging
@@ -38,7 +54,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from fairseq_ext.benchmarks.common import environment, interleaved_rounds
-from fairseq_ext.benchmarks.device_reads import Counts, count_step, format_sites
+from fairseq_ext.benchmarks.device_reads import (
+    Counts,
+    count_step,
+    format_sites,
+    sized_as_on_cuda,
+)
 from fairseq_ext.benchmarks.three_ml import MATMUL_OPS
 
 PROG = "bench_step.py"
@@ -134,9 +155,11 @@ def synthetic_data_bin(cache: Path, vocab: int = 1000, documents: int = 400,
 class TrainerStep:
     """fairseq's ``Trainer`` built from ``fairseq-train`` flags, and the first ``batches``
     batches of its training iterator (in fairseq's order of sizes, or shuffled as
-    fairseq-train's first epoch); :meth:`update` is one ``Trainer.train_step``."""
+    fairseq-train's first epoch); :meth:`update` is one ``Trainer.train_step``. ``bf16``
+    trains in bfloat16 as ``fairseq-hydra-train ... common.bf16=true`` does."""
 
-    def __init__(self, argv: Sequence[str], batches: int = 8, shuffle: bool = False):
+    def __init__(self, argv: Sequence[str], batches: int = 8, shuffle: bool = False,
+                 bf16: bool = False):
         from fairseq import options, tasks, utils
         from fairseq.dataclass.utils import convert_namespace_to_omegaconf
         from fairseq.trainer import Trainer
@@ -144,6 +167,8 @@ class TrainerStep:
         parser = options.get_training_parser()
         args = options.parse_args_and_arch(parser, list(argv))
         cfg = convert_namespace_to_omegaconf(args)
+        if bf16:  # as fairseq-hydra-train's common.bf16=true (fairseq-train's --bf16 is TPU's)
+            cfg.common.bf16 = True
         utils.import_user_module(cfg.common)
         torch.manual_seed(cfg.common.seed)
         self.cfg = cfg
@@ -161,20 +186,6 @@ class TrainerStep:
         self._step += 1
         self.trainer.train_step([sample])
 
-    @contextlib.contextmanager
-    def as_on_cuda(self):
-        """Run the models' size choices as on CUDA: ``--static-sizes auto`` (3ML) becomes
-        static, as it is there, so that the device reads counted on the CPU are the GPU's."""
-        switched = [m for m in self.trainer.model.modules()
-                    if getattr(m, "static_sizes", None) == "auto"]
-        for module in switched:
-            module.static_sizes = "always"
-        try:
-            yield
-        finally:
-            for module in switched:
-                module.static_sizes = "auto"
-
     def timed_update(self) -> float:
         start = time.perf_counter()
         self.update()
@@ -183,7 +194,32 @@ class TrainerStep:
         return time.perf_counter() - start
 
 
-def profile_updates(step: TrainerStep, updates: int) -> Tuple[float, float]:
+@dataclasses.dataclass
+class DeviceTimeline:
+    """What the profiler saw of ``updates`` updates on CUDA, per update."""
+
+    kernels: float  # kernels launched
+    busy_ms: float  # time with a kernel or copy running (their union)
+    idle_ms: float  # the rest of the update's wall time: the gaps the host left
+    host_to_device_waits: float  # device-to-host copies (each one a wait for the device)
+
+
+def device_timeline(intervals: Sequence[Tuple[float, float]], copies_to_host: int,
+                    wall_us: float, updates: int) -> DeviceTimeline:
+    """:class:`DeviceTimeline` from the device events' ``(start, end)`` intervals (µs)."""
+    busy, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        busy += stop - max(start, end)
+        end = stop
+    return DeviceTimeline(len(intervals) / updates, busy / 1000 / updates,
+                          max(wall_us - busy, 0.0) / 1000 / updates, copies_to_host / updates)
+
+
+def profile_updates(step: TrainerStep, updates: int,
+                    trace: Optional[Path] = None) -> Tuple[float, float,
+                                                             Optional[DeviceTimeline]]:
     """``(matmul share, aten ops per update)`` of ``updates`` profiled updates: the share of
     their wall time spent in matmul and attention kernels (host time on the CPU, kernel time
     on CUDA; :data:`~fairseq_ext.benchmarks.three_ml.MATMUL_OPS`), and the aten ops the
@@ -206,9 +242,39 @@ def profile_updates(step: TrainerStep, updates: int) -> Tuple[float, float]:
         wall_us = (time.perf_counter() - start) * 1e6
     matmul_us = sum((e.self_device_time_total if cuda else e.self_cpu_time_total)
                     for e in prof.key_averages() if e.key in MATMUL_OPS)
-    ops = sum(1 for e in prof.events() if e.name.startswith("aten::") and not (
+    events = prof.events()
+    ops = sum(1 for e in events if e.name.startswith("aten::") and not (
         e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::")))
-    return matmul_us / wall_us, ops / updates
+    timeline = None
+    if cuda:
+        from torch.autograd import DeviceType
+
+        on_device = [e for e in events if e.device_type == DeviceType.CUDA]
+        timeline = device_timeline(
+            [(e.time_range.start, e.time_range.end) for e in on_device],
+            sum(1 for e in on_device if "DtoH" in e.name), wall_us, updates)
+    if trace is not None:
+        prof.export_chrome_trace(str(trace))
+    return matmul_us / wall_us, ops / updates, timeline
+
+
+def update_flops(step: TrainerStep, family: Family) -> Optional[float]:
+    """Analytic training FLOPs of one update of a masked-LM family (App. D formulas,
+    :mod:`fairseq_ext.flops`, at the batch's shape and the task's masking rate, the MFU's
+    numerator); ``None`` for the other families."""
+    from fairseq_ext import flops
+    from fairseq_ext.flops.families import NoFlopsFormula
+
+    if family.mask_prob is None:
+        return None
+    sample = step.samples[0]["net_input"]["src_tokens"]
+    rows, length = sample.shape
+    try:
+        spec = flops.spec_from_args(step.trainer.get_model().args)
+    except (NoFlopsFormula, AttributeError):
+        return None
+    vocab = len(step.task.source_dictionary)
+    return rows * flops.training_flops_per_sequence(spec, length, family.mask_prob, vocab)
 
 
 def paired_ratio(baseline: List[float], other: List[float]) -> Tuple[float, float]:
@@ -240,6 +306,8 @@ class StepResult:
     # compiled: the same family's eager time over this one's, paired by round
     compile_speedup: Optional[Tuple[float, float]] = None
     profiled_ops: Optional[float] = None  # aten ops per update the profiler saw
+    timeline: Optional[DeviceTimeline] = None  # CUDA only
+    mfu: Optional[float] = None  # analytic training FLOPs / time / --peak-tflops
 
     @property
     def host_ms(self) -> Optional[float]:
@@ -262,8 +330,8 @@ def format_table(results: Sequence[StepResult]) -> str:
     lines = ["| family | arch | criterion | ms/update (p25-p75) | speedup vs first ± SE | "
              "compiled vs eager ± SE | matmul share | ms outside matmuls | ops/update "
              "(profiled) | ops/update (eager dispatch) | device reads/update | "
-             "reads by source |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "reads by source | MFU | CUDA: kernels, busy ms, idle ms, DtoH copies |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
 
     def ratio(value):
         return "-" if value is None else f"{value[0]:.3f} ± {value[1]:.3f}"
@@ -271,18 +339,22 @@ def format_table(results: Sequence[StepResult]) -> str:
     for r in results:
         if r.error:
             lines.append(f"| {r.family} | {r.arch} | {r.criterion} | n/a: {r.error} "
-                         "| | | | | | | | |")
+                         "| | | | | | | | | | |")
             continue
         speedup = f"{ratio(r.speedup)} | {ratio(r.compile_speedup)}"
         share = "-" if r.matmul_share is None else f"{r.matmul_share:.0%}"
         host = "-" if r.host_ms is None else f"{r.host_ms:.1f}"
         profiled = "-" if r.profiled_ops is None else f"{r.profiled_ops:.0f}"
         sources = ", ".join(f"{k} {v:g}" for k, v in r.reads_by_source.items()) or "none"
+        mfu = "-" if r.mfu is None else f"{r.mfu:.1%}"
+        t = r.timeline
+        cuda = "-" if t is None else (f"{t.kernels:.0f}, {t.busy_ms:.1f}, {t.idle_ms:.1f}, "
+                                      f"{t.host_to_device_waits:g}")
         lines.append(f"| {r.family} | {r.arch} | {r.criterion} | {r.ms:.1f} ({r.ms_p25:.1f}-"
                      f"{r.ms_p75:.1f}) | {speedup} | {share} | {host} | {profiled} | "
                      f"{r.ops:.0f} | "
                      f"{r.reads:g} | "
-                     f"{sources} |")
+                     f"{sources} | {mfu} | {cuda} |")
     return "\n".join(lines)
 
 
@@ -313,6 +385,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--share-updates", type=int, default=5,
                    help="profiled updates for the matmul share (0: skip)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (CPU)")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: the model and its gradients in bfloat16, as fairseq-hydra-train "
+                        "common.bf16=true (fairseq-train's --bf16 means a TPU)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="the device's peak (dense, in --dtype) for an MFU column: analytic "
+                        "training FLOPs of the masked-LM families over time and peak")
+    p.add_argument("--trace", type=Path, default=None,
+                   help="write each case's profiled updates as a Chrome trace in this folder")
     p.add_argument("--compile", default="eager",
                    help="comma-separated: eager, compile (fairseq-train --torch-compile), or "
                         "both, each family timed in each, side by side")
@@ -358,7 +438,7 @@ def main(argv=None) -> int:
         try:
             steps[case] = TrainerStep(family.argv(
                 data, width, args.seq_len, args.batch_size, args.optimizer,
-                extra + (["--torch-compile"] if case[1] else [])))
+                extra + (["--torch-compile"] if case[1] else [])), bf16=args.dtype == "bf16")
         except Exception as error:  # e.g. FlexAttention's training step on the CPU
             failed[case] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
     times = interleaved_rounds({case: step.timed_update for case, step in steps.items()},
@@ -372,13 +452,22 @@ def main(argv=None) -> int:
                                       {}, "", error=failed[case]))
             continue
         step = steps[case]
-        share = profiled_ops = None
+        share = profiled_ops = timeline = None
         if args.share_updates:  # before the count, whose model settings may recompile
-            share, profiled_ops = profile_updates(step, args.share_updates)
-        with step.as_on_cuda():
+            trace = None
+            if args.trace:
+                args.trace.mkdir(parents=True, exist_ok=True)
+                trace = args.trace / (label[case].replace(" +", "-") + ".json")
+            share, profiled_ops, timeline = profile_updates(step, args.share_updates, trace)
+        with sized_as_on_cuda(step.trainer.model):
             counts = count_step(step.update, max(args.count_updates, 1))
         result = summarize(family, times[case], counts, share)
         result.profiled_ops = profiled_ops
+        result.timeline = timeline
+        if args.peak_tflops:
+            flops = update_flops(step, family)
+            if flops is not None:
+                result.mfu = flops / (result.ms / 1000) / (args.peak_tflops * 1e12)
         result.family = label[case]
         if case != first:
             result.speedup = paired_ratio(times[first], times[case])
@@ -388,7 +477,7 @@ def main(argv=None) -> int:
         results.append(result)
     env = environment(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"{width['layers']} layers x {width['dim']}, seq len {args.seq_len}, batch "
-          f"{args.batch_size}, --optimizer {args.optimizer} {args.fairseq_args}; "
+          f"{args.batch_size}, {args.dtype}, --optimizer {args.optimizer} {args.fairseq_args}; "
           f"{env['device']} ({env['threads']} threads), torch {env['torch']}; median of "
           f"{args.updates} interleaved updates after {args.warmup}")
     print(format_table(results))

@@ -32,10 +32,11 @@ shapes: each packed length ``L`` compiles once, and the rounding above keeps the
 ``B x T_pad``). A new dtype, head layout or ``--no-cross-document-attention`` setting, or
 switching between calls that need gradients and calls that do not, compiles again. A compile
 takes about 3-12 s on 2 CPU cores (torch 2.13; inductor's on-disk cache shortens the next
-process's). The recompile limit is raised for these calls only (:data:`RECOMPILE_LIMIT`), so that
-a run with many lengths keeps the compiled kernel rather than falling back to the dense
-reference. Not symbolic shapes: in torch 2.13 the CPU kernel compiled with a symbolic length or
-batch size fails to build (a C++ compile error in inductor's FlexAttention template).
+process's). The recompile limit is raised (to at least :data:`RECOMPILE_LIMIT`, once, when the
+compiled function is made), so that a run with many lengths keeps the compiled kernel rather
+than falling back to the dense reference. Not symbolic shapes: in torch 2.13 the CPU kernel
+compiled with a symbolic length or batch size fails to build (a C++ compile error in
+inductor's FlexAttention template).
 
 **Where it runs** (:func:`flex_unsupported_reason`). FlexAttention computes no attention dropout
 and, in the torch this project pins, has no CPU backward (``NotImplementedError``). So it runs on
@@ -103,21 +104,22 @@ def flex_attention_available() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def compiled_flex_attention() -> Callable:
-    """``torch.compile(flex_attention)``, made on first use and kept for the process (module
-    doc, "Compilation")."""
+    """``torch.compile(flex_attention)``, made on first use and kept for the process, with
+    dynamo's recompile limit raised to at least :data:`RECOMPILE_LIMIT` once, here (module
+    doc, "Compilation"; patching the config around every call cost each call a config
+    snapshot and guard check, issue 43)."""
+    import torch._dynamo
     from torch.nn.attention.flex_attention import flex_attention
 
+    config = torch._dynamo.config  # recompile_limit, called cache_size_limit before torch 2.6
+    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, limit, max(getattr(config, limit), RECOMPILE_LIMIT))
     return torch.compile(flex_attention, dynamic=False)
 
 
 def run_flex_attention(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float) -> Tensor:
-    """The compiled ``flex_attention`` under the raised recompile limit (module doc)."""
-    import torch._dynamo
-
-    config = torch._dynamo.config  # recompile_limit, called cache_size_limit before torch 2.6
-    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-    with config.patch(**{limit: RECOMPILE_LIMIT}):
-        return compiled_flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
+    """The compiled ``flex_attention`` (module doc)."""
+    return compiled_flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
 
 
 def flex_unsupported_reason(device: torch.device, needs_grad: bool,
