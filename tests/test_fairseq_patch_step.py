@@ -182,3 +182,16 @@ def test_between_log_intervals_the_trainer_reads_only_its_nan_check(tiny_data_bi
     assert reads[False].reads_from("fairseq's trainer") >= 2 * 8
     assert reads[True].reads == {"fairseq's trainer": 2}, reads[True].read_sites
     assert all("trainer.py" in site for _, site in reads[True].read_sites)
+
+
+def test_masked_lm_pads_to_the_required_multiple_and_to_1_outside_fairseqs_config():
+    from fairseq.data import Dictionary
+    from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
+
+    dictionary = Dictionary()
+    # built directly, as fairseq's own tests/tasks/test_masked_lm.py does: the field is an
+    # unresolved reference to dataset.required_seq_len_multiple
+    task = MaskedLMTask(MaskedLMConfig(data="", tokens_per_sample=8), dictionary)
+    assert task._seq_len_multiple() == 1
+    task.cfg.required_seq_len_multiple = 8
+    assert task._seq_len_multiple() == 8

@@ -509,7 +509,7 @@ def plugin_model_keys(arch):
 def test_plugin_model_keys_are_the_flags_our_models_add():
     assert plugin_model_keys("3ml_cross_base") == {
         "decoder_layers", "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_attention_heads",
-        "cross_memory_positions", "normalization"}
+        "cross_memory_positions", "normalization", "static_sizes"}
     assert plugin_model_keys("roberta_base") == set()
 
 
