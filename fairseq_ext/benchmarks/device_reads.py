@@ -295,8 +295,16 @@ def sized_as_on_cuda(module: torch.nn.Module):
 
 def count_step(step: Callable[[], object], steps: int = 1) -> Counts:
     """Counts of ``steps`` calls of ``step`` (each call one step), in anomaly mode, so that a
-    read in the backward pass is attributed to the forward code that made its op."""
-    with torch.autograd.set_detect_anomaly(True, check_nan=False), \
+    read in the backward pass is attributed to the forward code that made its op.
+
+    A compiled model runs its eager code while counting (``torch.compiler.set_stance
+    ("force_eager")``): nothing is compiled under the counter's modes, and the compiled
+    graphs of the timed updates are left as they were. Its fused kernels are no ops, and
+    what it reads is what its eager code reads (a compiled graph keeps the reads that set
+    a size: ``nonzero``, boolean indexing)."""
+    stance = (torch.compiler.set_stance("force_eager")
+              if hasattr(torch.compiler, "set_stance") else contextlib.nullcontext())
+    with stance, torch.autograd.set_detect_anomaly(True, check_nan=False), \
             DeviceReadCounter() as counter:
         for _ in range(steps):
             step()

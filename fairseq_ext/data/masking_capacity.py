@@ -36,6 +36,8 @@ import functools
 import math
 from typing import Optional
 
+import torch
+
 #: The probability that a batch holds more kept tokens than :meth:`MaskingCapacity.kept_per_row`
 #: or :meth:`MaskingCapacity.kept_total` allow.
 OVERFLOW_PROBABILITY = 1e-9
@@ -59,11 +61,16 @@ def _kl(a: float, p: float) -> float:
     return total
 
 
-@functools.lru_cache(maxsize=4096)
 def binomial_lower_bound(trials: int, p: float, probability: float) -> int:
     """The largest ``k`` such that ``P(X <= k) <= probability`` for ``X ~ Binomial(trials, p)``
     by Chernoff's bound ``P(X <= k) <= exp(-trials KL(k/trials || p))`` (``k < trials p``);
-    -1 when even ``k = 0`` cannot be bounded so (``X`` may be 0)."""
+    -1 when even ``k = 0`` cannot be bounded so (``X`` may be 0). Computed once per
+    arguments; under ``torch.compile`` a constant of the (static) batch shape, not traced."""
+    return _constant_binomial_lower_bound(trials, p, probability)
+
+
+@functools.lru_cache(maxsize=4096)
+def _binomial_lower_bound(trials: int, p: float, probability: float) -> int:
     if trials <= 0 or p <= 0.0:
         return -1
     if p >= 1.0:
@@ -77,6 +84,15 @@ def binomial_lower_bound(trials: int, p: float, probability: float) -> int:
         else:
             high = middle - 1
     return low
+
+
+def _constant_result(function):
+    """``function`` as torch.compile's constant (``torch.compiler.assume_constant_result``)."""
+    assume = getattr(torch.compiler, "assume_constant_result", None)
+    return function if assume is None else assume(function)
+
+
+_constant_binomial_lower_bound = _constant_result(_binomial_lower_bound)
 
 
 @dataclasses.dataclass(frozen=True)
