@@ -35,55 +35,70 @@ def losses(step, updates):
     return out
 
 
-@pytest.mark.parametrize("family", ["roberta", "3ml-self"])
-def test_compiled_training_has_eagers_losses(tiny_data_bin, family, one_thread):
-    eager_step = trainer_step(tiny_data_bin, family)
-    initial = {n: p.detach().clone() for n, p in eager_step.trainer.model.named_parameters()}
-    eager = losses(eager_step, 20)
-    compiled_step = trainer_step(tiny_data_bin, family, "--torch-compile")
-    compiled = losses(compiled_step, 20)
-    # the model really is compiled (in place: parameter names unchanged)
+def losses_and_compiles(step, updates):
+    """Per-update losses, and the (update, batch shape) of each update at which
+    torch.compile compiled a frame."""
+    from torch._dynamo.utils import counters
+
+    out, compiled_at = [], []
+    for index in range(updates):
+        sample = step.samples[step._step % len(step.samples)]
+        step._step += 1
+        before = counters["frames"]["ok"]
+        out.append(float(step.trainer.train_step([sample])["loss"]))
+        if counters["frames"]["ok"] != before:
+            compiled_at.append((index, tuple(sample["net_input"]["src_tokens"].shape)))
+    return out, compiled_at
+
+
+def assert_same_training(eager_step, compiled_step, eager, compiled, initial):
+    """Losses and weights after the same updates, rounding apart (float32 kernels fused
+    differently; for 3ML, static sizes against exact ones)."""
     model = compiled_step.trainer.model
-    assert model._compiled_call_impl is not None
+    assert model._compiled_call_impl is not None  # compiled in place: names unchanged
     assert not any("_orig_mod" in name for name, _ in model.named_parameters())
-    # float32 kernels fused differently (and, for 3ML, static sizes against exact ones):
-    # rounding apart, the same 20 updates
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=2e-4,
                                atol=2e-4)
-    # and the same weights after them: the compiled backward's gradients are eager's
     eager_params = dict(eager_step.trainer.model.named_parameters())
-    for name, param in model.named_parameters():
+    for name, param in model.named_parameters():  # the compiled backward's gradients too
         torch.testing.assert_close(param, eager_params[name], rtol=1e-4, atol=1e-5, msg=name)
     moved = max(float((p - initial[n]).abs().max()) for n, p in eager_params.items())
     assert moved > 1e-4  # the updates moved the weights: the comparison is not vacuous
 
 
-def test_no_recompile_after_warm_up_over_bucketed_lengths(tiny_data_bin, one_thread):
-    from torch._dynamo.utils import counters
+def test_compiled_roberta_has_eagers_losses(tiny_data_bin, one_thread):
+    eager_step = trainer_step(tiny_data_bin, "roberta")
+    initial = {n: p.detach().clone() for n, p in eager_step.trainer.model.named_parameters()}
+    eager = losses(eager_step, 20)
+    compiled_step = trainer_step(tiny_data_bin, "roberta", "--torch-compile")
+    assert_same_training(eager_step, compiled_step, eager, losses(compiled_step, 20), initial)
 
-    step = trainer_step(tiny_data_bin, "3ml-self", "--torch-compile", "--sample-break-mode",
-                        "complete", "--required-seq-len-multiple", "8", seq_len=24, batches=24,
-                        shuffle=True)
-    shapes = [tuple(s["net_input"]["src_tokens"].shape) for s in step.samples]
+
+def test_compiled_3ml_has_eagers_losses_and_compiles_each_bucket_once(tiny_data_bin,
+                                                                       one_thread):
+    """3ML-self over batches of several lengths (complete documents, bucketed to multiples
+    of 8 by the patch's masked_lm padding): under torch.compile its kept tokens, [MASK]
+    queries and predictions are sized statically, so each batch shape compiles once, at its
+    first batch, and never again; the losses and weights are eager's (exact sizes)."""
+    flags = ("--sample-break-mode", "complete", "--required-seq-len-multiple", "8")
+    eager_step = trainer_step(tiny_data_bin, "3ml-self", *flags, seq_len=24, batches=24,
+                              shuffle=True)
+    shapes = [tuple(s["net_input"]["src_tokens"].shape) for s in eager_step.samples]
     assert len(set(shapes)) >= 2, shapes  # the test needs batches of several lengths
-    assert all(t % 8 == 0 for _, t in shapes)  # bucketed by the patch's masked_lm padding
-    seen, compiled_at = set(), []
-    for shape in shapes:
-        before = counters["frames"]["ok"]
-        step.update()
-        if counters["frames"]["ok"] != before:
-            compiled_at.append(shape)
-        seen.add(shape)
-    # each distinct shape compiles at most once, at its first batch; nothing after
-    assert len(compiled_at) == len(set(compiled_at)) <= len(set(shapes))
+    assert all(t % 8 == 0 for _, t in shapes)
+    initial = {n: p.detach().clone() for n, p in eager_step.trainer.model.named_parameters()}
+    eager = losses(eager_step, 24)
+    compiled_step = trainer_step(tiny_data_bin, "3ml-self", "--torch-compile", *flags,
+                                 seq_len=24, batches=24, shuffle=True)
+    assert [tuple(s["net_input"]["src_tokens"].shape) for s in compiled_step.samples] == shapes
+    compiled, compiled_at = losses_and_compiles(compiled_step, 24)
+    assert_same_training(eager_step, compiled_step, eager, compiled, initial)
+    # compiles happen at the first batch of a shape only: never again after warm-up
     first_seen = {}
     for index, shape in enumerate(shapes):
         first_seen.setdefault(shape, index)
-    for shape in compiled_at:
-        assert shapes.index(shape) == first_seen[shape]
-    # 3ML ran with static sizes: its kept-token count is bucketed, not read
-    model = step.trainer.model
-    assert model.static_sizes == "auto"
+    assert compiled_at and all(index == first_seen[shape] for index, shape in compiled_at)
+    assert compiled_step.trainer.model.static_sizes == "auto"  # static under compile
 
 
 def compile_config(**common):

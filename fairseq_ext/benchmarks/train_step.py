@@ -217,9 +217,17 @@ def device_timeline(intervals: Sequence[Tuple[float, float]], copies_to_host: in
                           max(wall_us - busy, 0.0) / 1000 / updates, copies_to_host / updates)
 
 
+#: fairseq's own profiler ranges in an update (FairseqTask.train_step, Trainer.train_step):
+#: the breakdown column; the rest of the update is "other" (the trainer's own Python: seeding,
+#: train mode, zeroing gradients, set_num_updates, logging).
+STEP_RANGES = {"forward": ("forward",), "backward": ("backward",),
+               "optimizer": ("optimizer", "clip-grads", "multiply-grads", "reduce-grads")}
+
+
 def profile_updates(step: TrainerStep, updates: int,
                     trace: Optional[Path] = None) -> Tuple[float, float,
-                                                             Optional[DeviceTimeline]]:
+                                                             Optional[DeviceTimeline],
+                                                             Dict[str, float]]:
     """``(matmul share, aten ops per update)`` of ``updates`` profiled updates: the share of
     their wall time spent in matmul and attention kernels (host time on the CPU, kernel time
     on CUDA; :data:`~fairseq_ext.benchmarks.three_ml.MATMUL_OPS`), and the aten ops the
@@ -255,7 +263,11 @@ def profile_updates(step: TrainerStep, updates: int,
             sum(1 for e in on_device if "DtoH" in e.name), wall_us, updates)
     if trace is not None:
         prof.export_chrome_trace(str(trace))
-    return matmul_us / wall_us, ops / updates, timeline
+    totals = {e.key: e.cpu_time_total for e in prof.key_averages()}
+    breakdown = {part: sum(totals.get(name, 0.0) for name in names) / 1000 / updates
+                 for part, names in STEP_RANGES.items()}
+    breakdown["other"] = max(wall_us / 1000 / updates - sum(breakdown.values()), 0.0)
+    return matmul_us / wall_us, ops / updates, timeline, breakdown
 
 
 def update_flops(step: TrainerStep, family: Family) -> Optional[float]:
@@ -308,6 +320,8 @@ class StepResult:
     profiled_ops: Optional[float] = None  # aten ops per update the profiler saw
     timeline: Optional[DeviceTimeline] = None  # CUDA only
     mfu: Optional[float] = None  # analytic training FLOPs / time / --peak-tflops
+    # profiled ms per update in fairseq's forward, backward, optimizer ranges, and the rest
+    breakdown: Optional[Dict[str, float]] = None
 
     @property
     def host_ms(self) -> Optional[float]:
@@ -330,8 +344,9 @@ def format_table(results: Sequence[StepResult]) -> str:
     lines = ["| family | arch | criterion | ms/update (p25-p75) | speedup vs first ± SE | "
              "compiled vs eager ± SE | matmul share | ms outside matmuls | ops/update "
              "(profiled) | ops/update (eager dispatch) | device reads/update | "
-             "reads by source | MFU | CUDA: kernels, busy ms, idle ms, DtoH copies |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+             "reads by source | MFU | CUDA: kernels, busy ms, idle ms, DtoH copies | "
+             "profiled ms: forward, backward, optimizer, other |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|"]
 
     def ratio(value):
         return "-" if value is None else f"{value[0]:.3f} ± {value[1]:.3f}"
@@ -339,7 +354,7 @@ def format_table(results: Sequence[StepResult]) -> str:
     for r in results:
         if r.error:
             lines.append(f"| {r.family} | {r.arch} | {r.criterion} | n/a: {r.error} "
-                         "| | | | | | | | | | |")
+                         "| | | | | | | | | | | |")
             continue
         speedup = f"{ratio(r.speedup)} | {ratio(r.compile_speedup)}"
         share = "-" if r.matmul_share is None else f"{r.matmul_share:.0%}"
@@ -347,6 +362,7 @@ def format_table(results: Sequence[StepResult]) -> str:
         profiled = "-" if r.profiled_ops is None else f"{r.profiled_ops:.0f}"
         sources = ", ".join(f"{k} {v:g}" for k, v in r.reads_by_source.items()) or "none"
         mfu = "-" if r.mfu is None else f"{r.mfu:.1%}"
+        parts = "-" if not r.breakdown else ", ".join(f"{v:.1f}" for v in r.breakdown.values())
         t = r.timeline
         cuda = "-" if t is None else (f"{t.kernels:.0f}, {t.busy_ms:.1f}, {t.idle_ms:.1f}, "
                                       f"{t.host_to_device_waits:g}")
@@ -354,7 +370,7 @@ def format_table(results: Sequence[StepResult]) -> str:
                      f"{r.ms_p75:.1f}) | {speedup} | {share} | {host} | {profiled} | "
                      f"{r.ops:.0f} | "
                      f"{r.reads:g} | "
-                     f"{sources} | {mfu} | {cuda} |")
+                     f"{sources} | {mfu} | {cuda} | {parts} |")
     return "\n".join(lines)
 
 
@@ -452,18 +468,20 @@ def main(argv=None) -> int:
                                       {}, "", error=failed[case]))
             continue
         step = steps[case]
-        share = profiled_ops = timeline = None
+        share = profiled_ops = timeline = breakdown = None
         if args.share_updates:  # before the count, whose model settings may recompile
             trace = None
             if args.trace:
                 args.trace.mkdir(parents=True, exist_ok=True)
                 trace = args.trace / (label[case].replace(" +", "-") + ".json")
-            share, profiled_ops, timeline = profile_updates(step, args.share_updates, trace)
+            share, profiled_ops, timeline, breakdown = profile_updates(
+                step, args.share_updates, trace)
         with sized_as_on_cuda(step.trainer.model):
             counts = count_step(step.update, max(args.count_updates, 1))
         result = summarize(family, times[case], counts, share)
         result.profiled_ops = profiled_ops
         result.timeline = timeline
+        result.breakdown = breakdown
         if args.peak_tflops:
             flops = update_flops(step, family)
             if flops is not None:
