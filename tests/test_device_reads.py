@@ -9,6 +9,7 @@ where fairseq's RoBERTa with fairseq's criterion makes several.
 import pytest
 import torch
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
+from masked_batches import as_sample, fairseq_masked_batch
 
 import fairseq_ext  # noqa: F401  (registers the archs and criteria)
 from fairseq_ext.benchmarks.device_reads import (
@@ -85,22 +86,9 @@ def test_a_backward_read_is_attributed_to_its_forward_code():
 # --- 3ML and our criteria ------------------------------------------------------------------
 
 def masked_batch(task, rows=3, length=24, seed=0):
-    """Rows corrupted as fairseq's MaskTokensDataset does (half masked, 80/10/10)."""
-    import numpy as np
-    from fairseq.data import ListDataset, MaskTokensDataset, data_utils
-
-    d = task.source_dictionary
-    g = torch.Generator().manual_seed(seed)
-    blocks = [torch.randint(d.nspecial, task.mask_idx, (length - 2 * (i % 2),), generator=g)
-              for i in range(rows)]
-    src, tgt = MaskTokensDataset.apply_mask(
-        ListDataset(blocks, sizes=np.array([len(b) for b in blocks])), d, pad_idx=d.pad(),
-        mask_idx=task.mask_idx, seed=seed, mask_prob=task.cfg.mask_prob,
-        leave_unmasked_prob=0.1, random_token_prob=0.1)
-    src = data_utils.collate_tokens([src[i] for i in range(rows)], d.pad())
-    tgt = data_utils.collate_tokens([tgt[i] for i in range(rows)], d.pad())
-    return {"net_input": {"src_tokens": src, "src_lengths": src.ne(d.pad()).sum(1)},
-            "target": tgt, "ntokens": int(src.ne(d.pad()).sum()), "nsentences": rows}
+    """A masked_lm sample corrupted as fairseq's MaskTokensDataset does."""
+    src, target = fairseq_masked_batch(task, rows, length, seed)
+    return as_sample(src, target, task.source_dictionary.pad())
 
 
 def build(arch, task, static_sizes="always"):
@@ -143,7 +131,7 @@ def test_3ml_with_static_sizes_makes_no_read_and_a_planted_item_is_caught(arch, 
 
 
 def test_3ml_exact_sizes_read_what_they_size():
-    task = MaskedLmTaskStub(60, mask_prob=0.5)
+    task = MaskedLmTaskStub(60, mask_prob=0.5, leave_unmasked_prob=0.1, random_token_prob=0.1)
     criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
     model, sample = build("3ml_self_tiny", task, "never"), masked_batch(task)
     counts = forward_backward_counts(model, criterion, sample)
@@ -153,7 +141,7 @@ def test_3ml_exact_sizes_read_what_they_size():
 
 
 def test_our_criterion_reads_less_than_fairseqs_with_fairseqs_roberta():
-    task = MaskedLmTaskStub(60, mask_prob=0.15)
+    task = MaskedLmTaskStub(60, mask_prob=0.15, leave_unmasked_prob=0.1, random_token_prob=0.1)
     sample = masked_batch(task)
     model = build("roberta_tiny", task, "never")
     ours = forward_backward_counts(model, MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task),

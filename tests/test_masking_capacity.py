@@ -4,16 +4,15 @@ rows, and which masking settings have no bound."""
 import argparse
 import math
 
-import numpy as np
 import pytest
-import torch
-from fairseq.data import Dictionary, ListDataset, MaskTokensDataset, data_utils
+from masked_batches import fairseq_masked_batch
 
 from fairseq_ext.data.masking_capacity import (
     MaskingCapacity,
     binomial_lower_bound,
     round_up,
 )
+from fairseq_ext.training.model_building import MaskedLmTaskStub
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
@@ -57,19 +56,11 @@ def test_sizes_by_hand():
 
 
 def masked_rows(rows: int, length: int, mask_prob: float, seed: int):
-    d = Dictionary()
-    for i in range(50):
-        d.add_symbol(f"w{i}")
-    mask_idx = d.add_symbol("<mask>")
-    g = torch.Generator().manual_seed(seed)
-    lengths = [length - (i % 3) for i in range(rows)]  # some rows shorter, as with padding
-    blocks = [torch.randint(d.nspecial, mask_idx, (n,), generator=g) for n in lengths]
-    src, tgt = MaskTokensDataset.apply_mask(
-        ListDataset(blocks, sizes=np.array(lengths)), d, pad_idx=d.pad(), mask_idx=mask_idx,
-        seed=seed, mask_prob=mask_prob, leave_unmasked_prob=0.1, random_token_prob=0.1)
-    src = data_utils.collate_tokens([src[i] for i in range(rows)], d.pad())
-    tgt = data_utils.collate_tokens([tgt[i] for i in range(rows)], d.pad())
-    return src, tgt, d.pad(), mask_idx
+    """fairseq-masked rows, some shorter (as with padding): ``(src, target, pad, mask)``."""
+    task = MaskedLmTaskStub(55, mask_prob=mask_prob, leave_unmasked_prob=0.1,
+                            random_token_prob=0.1)
+    src, tgt = fairseq_masked_batch(task, rows, length, seed, shorter_every=3, shorter_by=1)
+    return src, tgt, task.source_dictionary.pad(), task.mask_idx
 
 
 @pytest.mark.parametrize("mask_prob", [0.15, 0.5])

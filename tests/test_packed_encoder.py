@@ -10,6 +10,7 @@ import pytest
 import torch
 from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerEncoderLayer
+from masked_batches import fairseq_masked_batch
 
 import fairseq_ext  # noqa: F401  (registers the archs)
 from fairseq_ext.data.masking_capacity import MaskingCapacity
@@ -216,30 +217,12 @@ def test_grid_layer_equals_fairseqs_layer(normalize_before):
         torch.testing.assert_close(ours_grads[name], p.grad, rtol=1e-10, atol=1e-10, msg=name)
 
 
-def fairseq_masked_batch(task, rows, length, seed):
-    """A batch corrupted by fairseq's MaskTokensDataset at the task's settings."""
-    import numpy as np
-    from fairseq.data import ListDataset, MaskTokensDataset, data_utils
-
-    d = task.source_dictionary
-    g = torch.Generator().manual_seed(seed)
-    blocks = [torch.randint(d.nspecial, task.mask_idx, (length - 3 * (i % 2),), generator=g)
-              for i in range(rows)]
-    src, tgt = MaskTokensDataset.apply_mask(
-        ListDataset(blocks, sizes=np.array([len(b) for b in blocks])), d, pad_idx=d.pad(),
-        mask_idx=task.mask_idx, seed=seed, mask_prob=task.cfg.mask_prob,
-        leave_unmasked_prob=task.cfg.leave_unmasked_prob,
-        random_token_prob=task.cfg.random_token_prob)
-    return (data_utils.collate_tokens([src[i] for i in range(rows)], d.pad()),
-            data_utils.collate_tokens([tgt[i] for i in range(rows)], d.pad()))
-
-
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
 def test_static_sizes_give_the_exact_paths_logits_and_gradients(arch):
     task = MaskedLmTaskStub(60, mask_prob=0.5, leave_unmasked_prob=0.1, random_token_prob=0.1)
     pad = task.source_dictionary.pad()
     capacity = MaskingCapacity.from_task(task.cfg)
-    src, target = fairseq_masked_batch(task, 4, 24, seed=3)
+    src, target = fairseq_masked_batch(task, 4, 24, seed=3, shorter_by=3)
     masked = target.ne(pad)
     torch.manual_seed(0)
     model = build_arch(arch, task, 24, dropout=0.0, attention_dropout=0.0).double().train()
