@@ -182,9 +182,29 @@ def test_criterion_logs_the_same_with_static_and_exact_sizes(arch):
     tolerance = 1e-6 if arch.startswith("3ml_self") else 1e-5
     torch.testing.assert_close(static_loss, exact_loss, rtol=tolerance, atol=tolerance)
     assert int(static_size) == int(exact_size)
-    assert set(static) == set(exact) | {"kept_dropped"} and int(static["kept_dropped"]) == 0
+    assert set(static) == set(exact) | {"kept_dropped", "predicted_dropped"}
+    assert int(static["kept_dropped"]) == int(static["predicted_dropped"]) == 0
     for key, value in exact.items():
         if key.startswith("loss"):
             torch.testing.assert_close(static[key], value, rtol=tolerance, atol=tolerance)
         else:  # counts and the FLOPs (counted on the kept tokens, as the exact path)
             assert float(static[key]) == pytest.approx(float(value), rel=1e-12), key
+
+
+def test_tokens_beyond_the_static_sizes_are_counted_and_logged(monkeypatch):
+    from fairseq import metrics
+
+    task = MaskedLmTaskStub(60, mask_prob=0.5, leave_unmasked_prob=0.1, random_token_prob=0.1)
+    criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
+    sample = masked_batch(task, rows=3, length=24, seed=2)
+    src, pad = sample["net_input"]["src_tokens"], task.source_dictionary.pad()
+    kept = int((src.ne(pad) & src.ne(task.mask_idx)).sum())
+    asked = int(sample["target"].ne(pad).sum())
+    # a capacity far below the batch's counts (the bounds are never this tight)
+    monkeypatch.setattr(MaskingCapacity, "kept_total", lambda self, rows, length: kept - 5)
+    monkeypatch.setattr(MaskingCapacity, "predicted_total", lambda self, rows, length: asked - 2)
+    _, _, log = criterion(build("3ml_self_tiny", task), sample)
+    assert int(log["kept_dropped"]) == 5 and int(log["predicted_dropped"]) == 2
+    with metrics.aggregate(new_root=True) as agg:
+        type(criterion).reduce_metrics([log])
+        assert agg["kept_dropped"].sum == 5 and agg["predicted_dropped"].sum == 2

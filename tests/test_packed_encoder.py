@@ -249,7 +249,7 @@ def test_static_sizes_give_the_exact_paths_logits_and_gradients(arch):
     # over the static number of [MASK] slots here and the widest row's count there
     tolerance = 1e-9 if arch.startswith("3ml_self") else 1e-5
     torch.testing.assert_close(static[:n], exact, rtol=tolerance, atol=tolerance)
-    assert int(extra["kept_tokens_dropped"]) == 0
+    assert int(extra["kept_tokens_dropped"]) == int(extra["predictions_dropped"]) == 0
     kept = (src.ne(pad) & src.ne(task.mask_idx)).sum()
     assert float(extra["encoder_length"]) == pytest.approx(float(kept) / 4)
     assert exact_grads.keys() == static_grads.keys()

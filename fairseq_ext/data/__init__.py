@@ -8,6 +8,9 @@ this package imports no module; the task that uses a dataset imports its module.
   of generalized bidirectionality (Artetxe et al. 2022, Figure 3), for ``--task bidirectional_lm``;
   :mod:`fairseq_ext.data.bidirectional_sampling`: its per-document ``n_mask``, ``n_bidir``,
   ``n_predict`` (Table 1) and their count expressions.
+* :mod:`fairseq_ext.data.masking_capacity`: static sizes for what fairseq's ``MaskTokensDataset``
+  corrupts in a batch (corrupted, [MASK] and kept tokens), from its shape and the masking
+  settings, which 3ML and our criteria size their tensors by on CUDA and under torch.compile.
 
 May import: cli.
 """

@@ -397,8 +397,11 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         are padding (ignored by the loss). The encoder runs on a static number of kept tokens
         (:func:`~fairseq_ext.modules.token_selection.pack_tokens_bounded`); a kept token beyond
         it (probability below 1e-9 a batch) is left out of the encoder, as if masked, and
-        counted in ``extra["kept_tokens_dropped"]``. Otherwise the logits equal the exact
-        path's, row for row."""
+        counted in ``extra["kept_tokens_dropped"]``; asked positions beyond
+        :meth:`~MaskingCapacity.predicted_total` (none where ``MaskTokensDataset`` masked the
+        batch: that bound is exact) are not predicted and counted in
+        ``extra["predictions_dropped"]``. Otherwise the logits equal the exact path's, row for
+        row."""
         batch, length = src_tokens.shape
         pad = self.encoder.sentence_encoder.padding_idx
         real = src_tokens.ne(pad)
@@ -427,6 +430,8 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
             "decoder_padded_length": decoder_length,
             "prediction_index": prediction_index,
             "kept_tokens_dropped": packed.dropped,
+            # asked positions beyond the predictions' capacity (none under fairseq's masking)
+            "predictions_dropped": (asked.sum() - prediction_index.numel()).clamp(min=0),
         }
         return logits, extra
 
