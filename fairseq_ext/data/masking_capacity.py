@@ -92,7 +92,13 @@ def _constant_result(function):
     return function if assume is None else assume(function)
 
 
-_constant_binomial_lower_bound = _constant_result(_binomial_lower_bound)
+def _evaluated_binomial_lower_bound(trials: int, p: float, probability: float) -> int:
+    return _binomial_lower_bound(trials, p, probability)
+
+
+# torch.compile evaluates this once per argument set at trace time (a plain function: dynamo
+# calls it rather than look inside, where the cache is)
+_constant_binomial_lower_bound = _constant_result(_evaluated_binomial_lower_bound)
 
 
 @dataclasses.dataclass(frozen=True)
