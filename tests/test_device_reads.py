@@ -40,11 +40,14 @@ def test_each_kind_of_read_is_counted_once():
         x.cpu()                   # a D2H copy on a GPU
         x.to("cpu")
         x.to(x.device)            # same device: not a read
+        counts = torch.tensor([1, 2])
+        torch.repeat_interleave(counts)  # output size = counts' sum: read
+        torch.repeat_interleave(counts, output_size=3)  # given: no read
     sites = counter.counts.read_sites
     what = sorted(key[1].split(" at ")[0] for key in sites for _ in range(sites[key]))
     assert what == sorted(["aten::_local_scalar_dense"] * 2 + [
         "Tensor.tolist", "aten::index", "aten::index_put_", "aten::nonzero",
-        "aten::masked_select", "Tensor.cpu", "Tensor.to"])
+        "aten::masked_select", "Tensor.cpu", "Tensor.to", "aten::repeat_interleave"])
     assert counter.counts.ops > 10
 
 

@@ -4,7 +4,7 @@
 family), the timing helpers they share (:mod:`~fairseq_ext.benchmarks.common`) and the counter
 of ops and device-to-host reads (:mod:`~fairseq_ext.benchmarks.device_reads`).
 
-May import: tasks, criterions, models, modules, data, ops, flops, training (the GPU suite's driver,
+May import: tasks, criterions, models, modules, data, ops, flops, reporting, training (the GPU suite's driver,
 :mod:`~fairseq_ext.benchmarks.gpu_suite`, imports none of them: it runs before fairseq is
 installed).
 """

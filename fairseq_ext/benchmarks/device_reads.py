@@ -46,8 +46,9 @@ READ_OPS = frozenset({
     "aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",
     "aten::equal",  # returns a Python bool
     "aten::allclose",
-    "aten::repeat_interleave",  # with a tensor of repeats and no output_size
 })
+#: aten ops that read back only without an ``output_size`` (the size they would otherwise sum).
+READ_WITHOUT_OUTPUT_SIZE = frozenset({"aten::repeat_interleave"})
 #: aten ops that read their indices' count when an index is a boolean (or byte) mask:
 #: ``x[mask]``, ``x[mask] = v``.
 MASK_INDEX_OPS = frozenset({"aten::index", "aten::index_put", "aten::index_put_",
@@ -55,9 +56,9 @@ MASK_INDEX_OPS = frozenset({"aten::index", "aten::index_put", "aten::index_put_"
 #: ``Tensor`` methods that copy data to the host (a D2H copy on a GPU), seen before dispatch.
 READ_METHODS = frozenset({"tolist", "numpy", "__array__", "cpu"})
 
-#: Where a read comes from: package prefix of the file -> (owner, part). Longest prefix wins.
-#: ``None`` parts are neutral (helpers anyone calls, such as ``fairseq.utils.item``): the
-#: frame that called them decides.
+#: Where a read comes from: (package, its first level: subpackage or module file) of the
+#: file -> (owner, part); files not listed are skipped. ``None`` parts are neutral (helpers
+#: anyone calls, such as ``fairseq.utils.item``): the frame that called them decides.
 SOURCES: Dict[Tuple[str, ...], Tuple[str, Optional[str]]] = {
     ("fairseq_ext", "models"): ("ours", "model"),
     ("fairseq_ext", "modules"): ("ours", "model"),
@@ -166,11 +167,13 @@ def _is_mask(index) -> bool:
     return torch.is_tensor(index) and index.dtype in (torch.bool, torch.uint8)
 
 
-def is_read(op_name: str, args) -> bool:
-    """Whether the aten op ``op_name`` (``"aten::index"``) called with ``args`` reads data back
-    to the host."""
+def is_read(op_name: str, args, kwargs=None) -> bool:
+    """Whether the aten op ``op_name`` (``"aten::index"``) called with ``args`` and
+    ``kwargs`` reads data back to the host."""
     if op_name in READ_OPS:
         return True
+    if op_name in READ_WITHOUT_OUTPUT_SIZE:
+        return (kwargs or {}).get("output_size") is None
     if op_name in MASK_INDEX_OPS and len(args) > 1:
         indices = args[1]
         return isinstance(indices, (list, tuple)) and any(_is_mask(i) for i in indices)
@@ -224,13 +227,14 @@ def _to_host(args, kwargs) -> bool:
 
 
 class _DispatchedOps(TorchDispatchMode):
-    def __init__(self, on_op: Callable[[str, tuple], None]):
+    def __init__(self, on_op: Callable[[str, tuple, dict], None]):
         super().__init__()
         self.on_op = on_op
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.on_op(func._schema.name, args)
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        self.on_op(func._schema.name, args, kwargs)
+        return func(*args, **kwargs)
 
 
 class DeviceReadCounter:
@@ -260,9 +264,9 @@ class DeviceReadCounter:
         self.counts.reads[source] += 1
         self.counts.read_sites[source, f"{what} at {call_site(frames)}"] += 1
 
-    def _on_op(self, name: str, args) -> None:
+    def _on_op(self, name: str, args, kwargs) -> None:
         self.counts.ops += 1
-        if is_read(name, args):
+        if is_read(name, args, kwargs):
             self._record_read(name)
 
     def step(self) -> None:

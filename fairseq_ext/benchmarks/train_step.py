@@ -44,7 +44,6 @@ import json
 import logging
 import math
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -53,7 +52,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from fairseq_ext.benchmarks.common import environment, interleaved_rounds
+from fairseq_ext.benchmarks.common import environment, interleaved_rounds, quartiles, timed
 from fairseq_ext.benchmarks.device_reads import (
     Counts,
     count_step,
@@ -61,6 +60,7 @@ from fairseq_ext.benchmarks.device_reads import (
     sized_as_on_cuda,
 )
 from fairseq_ext.benchmarks.three_ml import MATMUL_OPS
+from fairseq_ext.reporting.uncertainty import mean_over_seeds
 
 PROG = "bench_step.py"
 USER_DIR = Path(__file__).resolve().parents[1]
@@ -187,11 +187,7 @@ class TrainerStep:
         self.trainer.train_step([sample])
 
     def timed_update(self) -> float:
-        start = time.perf_counter()
-        self.update()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
+        return timed(self.update, self.trainer.device)
 
 
 @dataclasses.dataclass
@@ -224,17 +220,27 @@ STEP_RANGES = {"forward": ("forward",), "backward": ("backward",),
                "optimizer": ("optimizer", "clip-grads", "multiply-grads", "reduce-grads")}
 
 
+@dataclasses.dataclass
+class UpdateProfile:
+    """What :func:`profile_updates` read off the profiler, per update."""
+
+    #: share of the wall time in matmul and attention kernels (host time on the CPU, kernel
+    #: time on CUDA; :data:`~fairseq_ext.benchmarks.three_ml.MATMUL_OPS`)
+    matmul_share: float
+    #: aten ops called from Python or the compiled code (nested ones, such as
+    #: ``aten::linear``'s ``aten::addmm``, not counted twice). A compiled graph's fused kernels
+    #: are no ops, so this counts a compiled update's ops too, where the dispatch count of
+    #: :mod:`~fairseq_ext.benchmarks.device_reads` sees the eager path.
+    ops: float
+    timeline: Optional[DeviceTimeline]  # CUDA only
+    #: ms in fairseq's :data:`STEP_RANGES`, and the rest ("other")
+    breakdown: Dict[str, float]
+
+
 def profile_updates(step: TrainerStep, updates: int,
-                    trace: Optional[Path] = None) -> Tuple[float, float,
-                                                             Optional[DeviceTimeline],
-                                                             Dict[str, float]]:
-    """``(matmul share, aten ops per update)`` of ``updates`` profiled updates: the share of
-    their wall time spent in matmul and attention kernels (host time on the CPU, kernel time
-    on CUDA; :data:`~fairseq_ext.benchmarks.three_ml.MATMUL_OPS`), and the aten ops the
-    profiler saw called from Python or the compiled code (nested ones, such as
-    ``aten::linear``'s ``aten::addmm``, not counted twice). The kernels a compiled graph fuses
-    are no ops, so this counts a compiled update's ops too, where the dispatch count of
-    :mod:`~fairseq_ext.benchmarks.device_reads` sees the eager path."""
+                    trace: Optional[Path] = None) -> UpdateProfile:
+    """The :class:`UpdateProfile` of ``updates`` profiled updates (their Chrome trace written
+    to ``trace``)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -267,7 +273,7 @@ def profile_updates(step: TrainerStep, updates: int,
     breakdown = {part: sum(totals.get(name, 0.0) for name in names) / 1000 / updates
                  for part, names in STEP_RANGES.items()}
     breakdown["other"] = max(wall_us / 1000 / updates - sum(breakdown.values()), 0.0)
-    return matmul_us / wall_us, ops / updates, timeline, breakdown
+    return UpdateProfile(matmul_us / wall_us, ops / updates, timeline, breakdown)
 
 
 def update_flops(step: TrainerStep, family: Family) -> Optional[float]:
@@ -291,12 +297,11 @@ def update_flops(step: TrainerStep, family: Family) -> Optional[float]:
 
 def paired_ratio(baseline: List[float], other: List[float]) -> Tuple[float, float]:
     """``baseline / other`` time per update as ``(geometric mean, its standard error)`` over
-    the rounds, each round's two updates paired (they ran side by side); the SE is the
-    delta method's on the mean log-ratio."""
-    logs = [math.log(b / o) for b, o in zip(baseline, other)]
-    mean = statistics.fmean(logs)
-    se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("nan")
-    return math.exp(mean), math.exp(mean) * se
+    the rounds, each round's two updates paired (they ran side by side): the mean log-ratio ±
+    its standard error over rounds (:func:`~fairseq_ext.reporting.uncertainty.mean_over_seeds`
+    is that mean and error), through the delta method."""
+    logs = mean_over_seeds([math.log(b / o) for b, o in zip(baseline, other)])
+    return math.exp(logs.value), math.exp(logs.value) * logs.standard_error
 
 
 @dataclasses.dataclass
@@ -330,14 +335,16 @@ class StepResult:
 
 
 def summarize(family: Family, seconds: List[float], counts: Counts,
-              share: Optional[float]) -> StepResult:
-    ms = sorted(1000 * s for s in seconds)
-    p25, p50, p75 = (statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1
-                     else (ms[0],) * 3)
+              profile: Optional[UpdateProfile]) -> StepResult:
+    p25, p50, p75 = quartiles([1000 * s for s in seconds])
     per_step = counts.per_step()
-    return StepResult(family.name, family.arch, family.criterion, p50, p25, p75,
-                      per_step["ops"], per_step["reads"], per_step["reads_by_source"],
-                      format_sites(counts), share)
+    result = StepResult(family.name, family.arch, family.criterion, p50, p25, p75,
+                        per_step["ops"], per_step["reads"], per_step["reads_by_source"],
+                        format_sites(counts))
+    if profile is not None:
+        result.matmul_share, result.profiled_ops = profile.matmul_share, profile.ops
+        result.timeline, result.breakdown = profile.timeline, profile.breakdown
+    return result
 
 
 def format_table(results: Sequence[StepResult]) -> str:
@@ -468,20 +475,16 @@ def main(argv=None) -> int:
                                       {}, "", error=failed[case]))
             continue
         step = steps[case]
-        share = profiled_ops = timeline = breakdown = None
+        profile = None
         if args.share_updates:  # before the count, whose model settings may recompile
             trace = None
             if args.trace:
                 args.trace.mkdir(parents=True, exist_ok=True)
                 trace = args.trace / (label[case].replace(" +", "-") + ".json")
-            share, profiled_ops, timeline, breakdown = profile_updates(
-                step, args.share_updates, trace)
+            profile = profile_updates(step, args.share_updates, trace)
         with sized_as_on_cuda(step.trainer.model):
             counts = count_step(step.update, max(args.count_updates, 1))
-        result = summarize(family, times[case], counts, share)
-        result.profiled_ops = profiled_ops
-        result.timeline = timeline
-        result.breakdown = breakdown
+        result = summarize(family, times[case], counts, profile)
         if args.peak_tflops:
             flops = update_flops(step, family)
             if flops is not None:

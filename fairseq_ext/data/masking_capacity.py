@@ -61,12 +61,21 @@ def _kl(a: float, p: float) -> float:
     return total
 
 
+def _as_constant(function):
+    """``function`` evaluated by ``torch.compile`` at trace time, its result a constant
+    (``torch.compiler.assume_constant_result``): here, a function of the static batch shape."""
+    assume = getattr(torch.compiler, "assume_constant_result", None)
+    return function if assume is None else assume(function)
+
+
+@_as_constant
 def binomial_lower_bound(trials: int, p: float, probability: float) -> int:
     """The largest ``k`` such that ``P(X <= k) <= probability`` for ``X ~ Binomial(trials, p)``
     by Chernoff's bound ``P(X <= k) <= exp(-trials KL(k/trials || p))`` (``k < trials p``);
     -1 when even ``k = 0`` cannot be bounded so (``X`` may be 0). Computed once per
-    arguments; under ``torch.compile`` a constant of the (static) batch shape, not traced."""
-    return _constant_binomial_lower_bound(trials, p, probability)
+    arguments (a plain function around the cached one, so that dynamo calls it rather than
+    look inside the cache)."""
+    return _binomial_lower_bound(trials, p, probability)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -84,21 +93,6 @@ def _binomial_lower_bound(trials: int, p: float, probability: float) -> int:
         else:
             high = middle - 1
     return low
-
-
-def _constant_result(function):
-    """``function`` as torch.compile's constant (``torch.compiler.assume_constant_result``)."""
-    assume = getattr(torch.compiler, "assume_constant_result", None)
-    return function if assume is None else assume(function)
-
-
-def _evaluated_binomial_lower_bound(trials: int, p: float, probability: float) -> int:
-    return _binomial_lower_bound(trials, p, probability)
-
-
-# torch.compile evaluates this once per argument set at trace time (a plain function: dynamo
-# calls it rather than look inside, where the cache is)
-_constant_binomial_lower_bound = _constant_result(_evaluated_binomial_lower_bound)
 
 
 @dataclasses.dataclass(frozen=True)
