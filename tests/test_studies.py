@@ -3,12 +3,14 @@ its grid and FLOP budgets, the 3ML shape search, and a tiny study end to end wit
 import json
 import math
 import sys
+from dataclasses import replace as dataclass_replace
 
 import pytest
 
 from conftest import REPO_ROOT, run_cli
 from fairseq_ext.experiments import demo, studies
 from fairseq_ext.experiments.studies import Claim, Study, StudyModel
+from fairseq_ext.reporting import figures
 from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
 
 #: The embedded corpus's vocabulary as the FLOP formulas count it: 7,997 pieces in dict.txt,
@@ -34,31 +36,91 @@ def test_paired_over_seeds_takes_the_spread_of_the_per_seed_differences():
     estimate = paired_over_seeds(a, b)
     assert estimate.value == pytest.approx(0.5)
     assert estimate.standard_error == pytest.approx(0.25 / math.sqrt(3))
-    assert estimate.resolved()  # 0.5 > 2 x 0.144
+    assert estimate.degrees_of_freedom == 2
+    # 0.5 / 0.144 = 3.46 SE: beyond the 2-SE rule, within the t interval of 3 seeds (4.303 SE)
+    assert not estimate.resolved()
+    assert estimate.interval() == pytest.approx((0.5 - 4.302653 * 0.25 / math.sqrt(3),
+                                                 0.5 + 4.302653 * 0.25 / math.sqrt(3)))
+    assert dataclass_replace(estimate, degrees_of_freedom=None).resolved()  # the 2-SE rule
     assert mean_over_seeds(a).standard_error > 5 * estimate.standard_error  # unpaired: 1.30
     with pytest.raises(ValueError, match="same seeds"):
         paired_over_seeds([1.0, 2.0], [1.0])
 
 
 @pytest.mark.parametrize("difference, kind, expected", [
-    (Estimate(-0.3, 0.1), "better", "holds"),      # a lower (better) by 3 SE
-    (Estimate(0.3, 0.1), "better", "fails"),       # a worse by 3 SE
-    (Estimate(-0.15, 0.1), "better", "unresolved"),  # 1.5 SE
-    (Estimate(-0.2, 0.1), "better", "unresolved"),   # exactly 2 SE is not beyond it
-    (Estimate(0.05, 0.1), "on_par", "holds"),
-    (Estimate(-0.5, 0.1), "on_par", "fails"),
-    (Estimate(-0.5, math.nan), "better", "unresolved"),
+    # 4 seeds, 3 degrees of freedom: the 95% interval is ± 3.182 SE
+    (Estimate(-0.33, 0.1, 3), "better", "holds"),       # a lower (better) by 3.3 SE
+    (Estimate(0.33, 0.1, 3), "better", "fails"),        # a worse by 3.3 SE
+    (Estimate(-0.3, 0.1, 3), "better", "unresolved"),   # 3 SE: resolved by 2 SE, not by t
+    (Estimate(-0.3, 0.1), "better", "holds"),           # a many-row error: the 2-SE rule
+    (Estimate(-0.2, 0.1), "better", "unresolved"),      # exactly 2 SE is not beyond it
+    # on par within ± 0.1: [0.05 - 0.0318, 0.05 + 0.0318] lies inside
+    (Estimate(0.05, 0.01, 3), "on_par", "holds"),
+    # resolved from 0 but small: still on par (a small difference is not a fail)
+    (Estimate(-0.06, 0.005, 3), "on_par", "holds"),
+    (Estimate(-0.5, 0.1, 3), "on_par", "fails"),         # wholly beyond -0.1: [-0.82, -0.18]
+    (Estimate(0.05, 0.1, 3), "on_par", "unresolved"),    # [-0.27, 0.37]: cannot tell
+    (Estimate(-0.5, math.nan, 3), "better", "unresolved"),
 ])
 def test_verdict(difference, kind, expected):
-    assert studies.verdict(difference, kind) == expected
+    assert studies.verdict(difference, kind, margin=0.1) == expected
+
+
+def test_t_critical_against_the_t_table():
+    from fairseq_ext.reporting.uncertainty import t_critical
+
+    # two-sided 95%: the printed t table
+    for dof, value in ((1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (9, 2.262), (30, 2.042)):
+        assert t_critical(dof) == pytest.approx(value, abs=1e-3)
+    assert t_critical(None) == 2.0 and math.isnan(t_critical(0))
+    assert mean_over_seeds([1.0, 2.0, 4.0, 3.0, 5.0]).degrees_of_freedom == 4
 
 
 def test_every_registered_study_is_well_formed():
-    assert set(studies.STUDIES) == {"3ml", "swishrnn", "bidirectional"}
+    assert set(studies.STUDIES) == {"3ml", "swishrnn", "bidirectional", "bidirectional-flops",
+                                     "bidirectional-documents"}
     for study in studies.STUDIES.values():
         assert len(study.seeds) >= 3 and study.minutes <= 60
         studies.check_study(study)  # claims name the study's models, kinds known
-        assert study.claims
+        assert study.claims and study.lr_grid == studies.LR_GRID
+
+
+def test_every_claim_names_its_source_and_metric_or_is_marked_ours():
+    """A claim cites a table, figure or section of its paper, the paper's metric and figures,
+    and says whether we measure a proxy; anything else is marked as our own question."""
+    papers = {"3ml": "3ML", "swishrnn": "SwishRNN", "bidirectional": "Bidirectionality"}
+    for study in studies.STUDIES.values():
+        paper = papers[study.name.partition("-")[0]]
+        for claim in study.claims:
+            if claim.ours:
+                assert claim.source == studies.OUR_QUESTION
+                continue
+            assert claim.source.startswith(f"{paper}, ")
+            assert any(word in claim.source for word in ("Table", "Figure", "Section"))
+            assert claim.paper_metric and claim.paper_figure
+            # a paper that reports GLUE is only ever reached through a proxy here
+            assert claim.proxy == ("GLUE" in claim.paper_metric)
+    three_ml = studies.STUDIES["3ml"]
+    assert "roberta-40%" in {model.name for model in three_ml.models}  # the mask-more control
+    table1 = [c for c in three_ml.claims if c.source == "3ML, Table 1" and c.kind == "better"]
+    assert table1 and table1[0].a == "roberta-40%"  # the plain MLM has the lower [MASK] loss
+    rab = next(c for c in studies.STUDIES["swishrnn"].claims if c.a == "bert-rab")
+    assert rab.ours  # not the paper's claim: its Table 1 has BERT-rab worse
+    suffix = next(c for c in studies.STUDIES["bidirectional"].claims
+                  if c.metric.startswith("suffix") and c.a == "nxt_uni")
+    assert (suffix.metric, suffix.metric_b) == ("suffix:0", "suffix:1")  # Table 4 reads r = 0
+    with pytest.raises(SystemExit, match="give its paper_metric and paper_figure"):
+        studies.check_study(Study("s", "t", studies.MASKED_LM, (StudyModel("a", "r"),
+                                                                StudyModel("b", "r")), (1,), 1,
+                                  (Claim("x", "better", "a", "b", source="P, Table 9"),)))
+
+
+def test_the_swishrnn_study_runs_every_step_size():
+    """Layer i takes step_sizes[i % 3]: the study's depth runs k = 1, 2 and 4."""
+    model = studies.STUDIES["swishrnn"].model("swishrnn-bert")
+    layers = int(model.args[model.args.index("--encoder-layers") + 1])
+    sizes = model.args[model.args.index("--swishrnn-step-sizes") + 1].split(",")
+    assert {sizes[i % len(sizes)] for i in range(layers)} == {"1", "2", "4"}
 
 
 def test_a_malformed_study_is_refused_with_what_to_change():
@@ -87,7 +149,7 @@ def test_the_3ml_study_uses_the_smallest_shape_with_an_analytic_speedup_of_1_2()
     assert studies.smallest_3ml_shape(EMBEDDED_VOCAB, min_speedup=100.0) is None
 
 
-@pytest.mark.parametrize("name", ["3ml", "swishrnn", "bidirectional"])
+@pytest.mark.parametrize("name", ["3ml", "swishrnn", "bidirectional-flops"])
 def test_each_study_plans_every_model_and_seed_at_the_baselines_flops(name, tiny_data_bin):
     study = studies.STUDIES[name]
     plan = studies.plan_study(study, tiny_data_bin, baseline_updates=50)
@@ -110,13 +172,26 @@ def test_each_study_plans_every_model_and_seed_at_the_baselines_flops(name, tiny
         assert counts["3ml-self-40%"] > counts["roberta-15%"]  # tiny vocabulary gives more)
 
 
+@pytest.mark.parametrize("name", ["bidirectional", "bidirectional-documents"])
+def test_an_equal_tokens_study_gives_every_model_the_baselines_updates(name, tiny_data_bin):
+    """The paper's design: the same updates of the same 2,048-token batches for every variant,
+    whatever share of them it predicts; the document format reaches the recipe."""
+    study = studies.STUDIES[name]
+    plan = studies.plan_study(study, tiny_data_bin, baseline_updates=50)
+    assert {p.updates for p in plan} == {50} and len(plan) == 6 * len(study.seeds)
+    expected = "lines" if name == "bidirectional" else "blank_line_separated"
+    for model in study.models:
+        command = demo.planned_command(model.run(), tiny_data_bin)
+        assert demo.command_option(command, "--document-format") == expected
+
+
 TINY_STUDY = Study(
     name="tiny", title="a tiny study", kind=studies.MASKED_LM,
     models=(StudyModel("roberta-15%", "recipes/roberta/demo.sh",
                        {"MASK_PROB": "0.15", "ARCH": "roberta_tiny"}),
             StudyModel("3ml-self-40%", "recipes/3ml/demo.sh",
                        {"MASK_PROB": "0.4", "ARCH": "3ml_self_tiny"})),
-    seeds=(1, 2), baseline_updates=2,
+    seeds=(1, 2), baseline_updates=2, lr_grid=("1e-3", "2e-3"),
     claims=(Claim("3ML-self-40% reaches RoBERTa-15%'s loss with fewer FLOPs", "fewer_flops",
                   "3ml-self-40%", "roberta-15%"),
             Claim("3ML-self-40% has the lower loss", "better", "3ml-self-40%", "roberta-15%")))
@@ -172,6 +247,50 @@ def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_pa
     # another budget in the same runs directory is refused, never mixed in or overwritten
     with pytest.raises(SystemExit, match="choose another --runs-dir"):
         studies.run(TINY_STUDY, tiny_data_bin, runs_dir, updates=5, printer=lines.append)
+
+    # the learning rates: each model's best of the grid on the held-out lines of train, and
+    # the study's runs trained at it
+    selection = resumed["lr_selection"]
+    for name in ("roberta-15%", "3ml-self-40%"):
+        scores = selection[name]["scores"]
+        assert set(scores) == {"1e-3", "2e-3"}
+        assert selection[name]["lr"] == min(scores, key=scores.get)
+        for lr in ("1e-3", "2e-3"):  # scored on the held-out split, its curve's last point
+            run = json.loads((runs_dir / studies.SELECTION_DIR / name.replace("%", "pct")
+                              / f"lr{lr}" / f"seed{studies.SELECTION_SEED}"
+                              / studies.RESULT).read_text())
+            assert run["peak_lr"] == lr and scores[lr] == pytest.approx(
+                run["curve"][-1]["valid_loss"])
+        for seed in (1, 2):
+            result = json.loads((runs_dir / name.replace("%", "pct") / f"seed{seed}"
+                                 / studies.RESULT).read_text())
+            assert result["peak_lr"] == selection[name]["lr"]
+    heldout = json.loads((runs_dir / studies.SELECTION_DIR / "heldout-data-bin"
+                          / "heldout.json").read_text())
+    assert heldout["heldout_lines"] > 0 and heldout["share"] == studies.HELDOUT_SHARE
+
+    # the study.json holds no machine paths: the runs directory moves and resumes
+    text = (runs_dir / studies.STUDY_JSON).read_text()
+    assert str(tmp_path) not in text and str(REPO_ROOT) not in text
+    moved = tmp_path / "elsewhere" / "runs"
+    moved.parent.mkdir()
+    runs_dir.rename(moved)
+    lines = []
+    assert studies.run(TINY_STUDY, tiny_data_bin, moved, printer=lines.append) == 0
+    again = json.loads((moved / studies.STUDY_JSON).read_text())
+    assert again["wall_seconds"] == resumed["wall_seconds"]  # every run read back: none trained
+    assert again["figures"] == resumed["figures"]
+    # and the comparison of the two reports passes; a planted change fails it
+    assert figures.compare_files(moved / studies.STUDY_JSON, moved / studies.STUDY_JSON,
+                                 printer=lines.append) == 0
+    planted = json.loads((moved / studies.STUDY_JSON).read_text())
+    figure = planted["figures"]["3ml-self-40%/mask_loss"]
+    figure["value"] += 10 * max(figure["se"] or 0.0, 0.01)
+    (tmp_path / "planted.json").write_text(json.dumps(planted))
+    lines = []
+    assert figures.compare_files(moved / studies.STUDY_JSON, tmp_path / "planted.json",
+                                 printer=lines.append) == 1
+    assert "FAIL: 1 of" in lines[-1] and "3ml-self-40%/mask_loss (differs)" in lines[-1]
 
 
 def test_the_command_line_refuses_a_missing_data_bin(tmp_path):

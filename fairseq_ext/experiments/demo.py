@@ -53,9 +53,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from fairseq_ext.reporting import figures
 from fairseq_ext.reporting.log_records import parse_json_record
 from fairseq_ext.reporting.text_tables import ascii_table
-from fairseq_ext.reporting.uncertainty import RESOLVED_AT
+from fairseq_ext.reporting.uncertainty import RESOLVED_AT, Estimate
 from fairseq_ext.training.output_files import write_text
 
 if TYPE_CHECKING:  # imported where used: fairseq and matplotlib load slowly
@@ -414,9 +415,21 @@ def score_run(data: Path, run_dir: Path, final_updates: int) -> Dict[int, "Seque
            "--out", str(out)]
     for _ in stream(cmd, dict(os.environ, **ONE_THREAD), run_dir / "scores.log"):
         pass
-    scores = json.loads(out.read_text())["scores"]
-    return {updates: SequenceScores.from_json(scores[str(path)])
-            for updates, path in checkpoints.items()}
+    written = json.loads(out.read_text())
+    scores = written["scores"]
+    by_updates = {updates: SequenceScores.from_json(scores[str(path)])
+                  for updates, path in checkpoints.items()}
+    # keyed by the checkpoint's path relative to the run: the run directory can be moved
+    written["scores"] = {checkpoint_key(path): record for path, record in scores.items()}
+    write_text(out, json.dumps(written), force=True)
+    return by_updates
+
+
+def checkpoint_key(path) -> str:
+    """A scored checkpoint's key in ``scores.json``: ``checkpoints/<file>``, relative to its run
+    directory (older files keyed by the absolute path map to the same key)."""
+    path = Path(path)
+    return f"{path.parent.name}/{path.name}"
 
 
 def curve_points(run_dir: Path, scores: Dict[int, "SequenceScores"]) -> List["CurvePoint"]:
@@ -610,14 +623,14 @@ def format_bidirectional_baseline(baseline: Dict[str, object]) -> List[str]:
     lines = [f"infilling baseline: always guess the training split's commonest piece "
              f"({baseline['piece']!r}), on each run's own positions; difference paired over them:"]
     for name, per_r in baseline["rows"].items():
-        for r, figures in per_r.items():
-            if "note" in figures:
-                lines.append(f"  {name}, R={float(r):g}: n/a ({figures['note']})")
+        for r, values in per_r.items():
+            if "note" in values:
+                lines.append(f"  {name}, R={float(r):g}: n/a ({values['note']})")
                 continue
-            mark = " *" if figures["resolved"] else ""
-            lines.append(f"  {name}, R={float(r):g}: baseline {figures['baseline']:.2f} ± "
-                         f"{figures['baseline_se']:.2f}%, model - baseline "
-                         f"{figures['difference']:+.2f} ± {figures['difference_se']:.2f} "
+            mark = " *" if values["resolved"] else ""
+            lines.append(f"  {name}, R={float(r):g}: baseline {values['baseline']:.2f} ± "
+                         f"{values['baseline_se']:.2f}%, model - baseline "
+                         f"{values['difference']:+.2f} ± {values['difference_se']:.2f} "
                          f"points{mark}")
     return lines
 
@@ -698,7 +711,10 @@ def main(argv=None) -> None:
     parser.add_argument("--only", nargs="*", default=None,
                         help="names of DEMO_RUNS, OPTIONAL_RUNS (3ml-cross-40%%) and "
                              "BIDIRECTIONAL_RUNS to run")
+    figures.add_compare_arguments(parser)
     args = parser.parse_args(argv)
+    if args.compare is not None:  # read now: a wrong path is told before ten minutes of training
+        figures.figures_of(figures.load(args.compare), str(args.compare))
     # the recipes run from the repository root: paths the user gave are theirs, from here
     args.data = args.data.resolve() if args.data is not None else None
     args.runs_dir = args.runs_dir.resolve() if args.runs_dir is not None else None
@@ -777,10 +793,60 @@ def main(argv=None) -> None:
         print("\n".join(summary["warnings"]))
     summary["stages"] = [{"name": name, "seconds": seconds, "depth": depth}
                          for name, seconds, depth in clock.stages]
+    summary[figures.FIGURES] = demo_figures(summary)
+    summary[figures.PROVENANCE] = figures.provenance(REPO_ROOT, threads=1)
+    summary = figures.relative_paths(summary, runs_dir)  # the runs directory can move
     write_text(runs_dir / SUMMARY, json.dumps(summary, indent=2, default=str), force=False)
     print(f"runs, logs, checkpoints and scores: {runs_dir}")
+    print(f"figures (compare a later run with scripts/demo.py --compare {SUMMARY}): "
+          f"{runs_dir / SUMMARY}")
     print(clock.summary())
     print(f"demo wall time: {(time.time() - clock.started) / 60:.1f} min")
+    if args.compare is not None:
+        sys.exit(figures.compare_files(args.compare, runs_dir / SUMMARY, args.tolerance))
+
+
+def demo_figures(summary: Dict[str, object]) -> Dict[str, dict]:
+    """The demo's published figures, flat (:mod:`fairseq_ext.reporting.figures`): per masked-LM
+    group its unigram and per run its updates, [MASK] loss, gap below the unigram and paired
+    difference to the baseline (bits, ± SE over sequences); per bidirectional run its updates,
+    full ppl, suffix ppl and infilling accuracy per R, and the infilling baseline's paired gap.
+    Timings are left out: they belong to the machine, not to the result."""
+    out: Dict[str, dict] = {}
+    for group, row in summary["unigram"].items():
+        out[f"{group}/unigram/mask_loss"] = figures.figure(
+            Estimate(row["mask_loss"], row["mask_loss_se"]), "bits")
+    for row in summary["masked_lm"]:
+        prefix = f"{row['group']}/{row['name']}"
+        out[f"{prefix}/updates"] = figures.exact(row["updates"], "updates")
+        for key in ("mask_loss", "below_unigram", "vs_baseline"):
+            if key in row:
+                out[f"{prefix}/{key}"] = figures.figure(
+                    Estimate(row[key], row[f"{key}_se"]), "bits")
+    for row in summary["bidirectional"]:
+        prefix = f"bidirectional/{row['name']}"
+        if row.get("updates") is not None:
+            out[f"{prefix}/updates"] = figures.exact(row["updates"], "updates")
+        if row.get("full_ppl") is not None:
+            out[f"{prefix}/full_ppl"] = figures.figure(
+                Estimate(row["full_ppl"], _none_to_nan(row.get("full_ppl_se"))), "ppl")
+        for key, unit in (("suffix_ppl", "ppl"), ("infill_acc", "%")):
+            for r, value in (row.get(key) or {}).items():
+                error = (row.get(f"{key}_se") or {}).get(r)
+                out[f"{prefix}/{key}@R={float(r):g}"] = figures.figure(
+                    Estimate(value, _none_to_nan(error)), unit)
+    baseline = summary.get("bidirectional_baseline") or {}
+    for name, per_r in (baseline.get("rows") or {}).items():
+        for r, values in per_r.items():
+            if "difference" in values:
+                out[f"bidirectional/{name}/infill_minus_commonest@R={float(r):g}"] = (
+                    figures.figure(Estimate(values["difference"], values["difference_se"]),
+                                   "points"))
+    return out
+
+
+def _none_to_nan(value) -> float:
+    return math.nan if value is None else float(value)
 
 
 def run_dir_of(runs_dir: Path, run: DemoRun) -> Path:

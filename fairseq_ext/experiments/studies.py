@@ -49,8 +49,10 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_ext.experiments import demo
+from fairseq_ext.reporting import figures
 from fairseq_ext.reporting.text_tables import ascii_table
 from fairseq_ext.reporting.uncertainty import (
+    CONFIDENCE,
     Estimate,
     mean_over_seeds,
     paired_over_seeds,
@@ -58,6 +60,11 @@ from fairseq_ext.reporting.uncertainty import (
 )
 from fairseq_ext.training.output_files import write_text
 
+#: A study's budget: equal analytic training FLOPs, or equal training tokens (equal updates).
+EQUAL_FLOPS, EQUAL_TOKENS = "flops", "tokens"
+#: The learning-rate selection: its seed (none of the study's), its runs' directory under the
+#: study's runs directory, and the share of the training split held out to score them on.
+SELECTION_SEED, SELECTION_DIR, HELDOUT_SHARE = 101, "lr-selection", 0.05
 #: The file that marks a run finished (training and evaluation done), written last, atomically.
 RESULT = "result.json"
 STUDY_JSON, STUDY_PLOT = "study.json", "curves.png"
@@ -87,20 +94,30 @@ class StudyModel:
         return demo.DemoRun(self.name, self.recipe, dict(self.env), args=(*self.args, *seed_args))
 
 
+#: ``Claim.source`` of a comparison the paper does not make: a question of ours, labelled so.
+OUR_QUESTION = "our question"
+
+
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """One of the paper's claims, as a comparison of model ``a`` with model ``b``.
+    """One comparison of model ``a`` with model ``b``, with where it comes from.
 
     ``kind``:
 
     * ``"better"``: ``a`` has the better ``metric`` (lower loss or ppl, higher accuracy);
-    * ``"on_par"``: neither is resolved better (``fails`` when one is);
+    * ``"on_par"``: ``a`` and ``b`` are within ``margin`` (the metric's unit) of each other;
     * ``"fewer_flops"``: ``a`` reaches ``b``'s final [MASK] loss with fewer training FLOPs
       (the ratio of its PFLOPs to reach it over ``b``'s whole budget is below 1).
 
     ``metric``: ``"mask_loss"`` (bits) for masked LMs; for bidirectional LMs a column,
     ``"full"``, ``"suffix:R"`` or ``"infill:R"``, with ``metric_b`` where ``b`` is read at
     another R (its rows are paired by document and position).
+
+    Where it comes from: ``source`` is the paper's table, figure or section
+    (:data:`OUR_QUESTION` for a comparison the paper does not make), ``paper_metric`` the metric
+    the paper reports it in and ``paper_figure`` the paper's own figures, in its direction;
+    ``proxy`` says the study measures another metric than the paper's (a pre-training loss in
+    place of GLUE), and ``differs`` what else is not as in the paper (scale, budget, data).
     """
 
     text: str
@@ -109,12 +126,29 @@ class Claim:
     b: str
     metric: str = "mask_loss"
     metric_b: Optional[str] = None
+    source: str = OUR_QUESTION
+    paper_metric: str = ""
+    paper_figure: str = ""
+    proxy: bool = False
+    differs: str = ""
+    margin: Optional[float] = None
+
+    @property
+    def ours(self) -> bool:
+        return self.source == OUR_QUESTION
 
 
 @dataclasses.dataclass(frozen=True)
 class Study:
     """A comparison: models (the first is the baseline whose ``baseline_updates`` set the
-    FLOP budget), seeds, the kind of evaluation, the claims and the wall-time budget."""
+    budget), seeds, the kind of evaluation, the claims and the wall-time budget.
+
+    ``budget``: :data:`EQUAL_FLOPS` (every model the updates that buy the baseline's analytic
+    training FLOPs, as 3ML's Table 3 compares) or :data:`EQUAL_TOKENS` (every model the
+    baseline's updates of the same batch: the same training tokens, as the bidirectionality
+    paper trains its variants). ``lr_grid``: peak learning rates each model chooses from on a
+    held-out part of the training split before the study's runs (:func:`select_learning_rates`;
+    empty: the recipe's own)."""
 
     name: str
     title: str
@@ -125,6 +159,8 @@ class Study:
     claims: Tuple[Claim, ...]
     minutes: int = 60
     notes: str = ""
+    budget: str = "flops"
+    lr_grid: Tuple[str, ...] = ()
 
     def model(self, name: str) -> StudyModel:
         return next(model for model in self.models if model.name == name)
@@ -140,6 +176,14 @@ def check_study(study: Study) -> None:
         problems.append(f"seeds must be distinct, at least one: {study.seeds}")
     if study.kind not in (MASKED_LM, BIDIRECTIONAL):
         problems.append(f"kind must be {MASKED_LM} or {BIDIRECTIONAL}, got {study.kind!r}")
+    if study.budget not in (EQUAL_FLOPS, EQUAL_TOKENS):
+        problems.append(f"budget must be {EQUAL_FLOPS} or {EQUAL_TOKENS}, got {study.budget!r}")
+    for lr in study.lr_grid:
+        try:
+            if not float(lr) > 0:
+                raise ValueError
+        except ValueError:
+            problems.append(f"lr_grid: {lr!r} is not a positive learning rate")
     if study.baseline_updates < 1:
         problems.append(f"baseline_updates must be positive, got {study.baseline_updates}")
     for claim in study.claims:
@@ -149,6 +193,12 @@ def check_study(study: Study) -> None:
             problems.append(f"claim {claim.text!r}: unknown kind {claim.kind!r}")
         if claim.kind == "fewer_flops" and study.kind != MASKED_LM:
             problems.append(f"claim {claim.text!r}: fewer_flops needs [MASK]-loss curves")
+        if claim.kind == "on_par" and not (claim.margin or 0) > 0:
+            problems.append(f"claim {claim.text!r}: on_par needs a positive margin (what counts "
+                            "as on par, in the metric's unit)")
+        if not claim.ours and not (claim.paper_metric and claim.paper_figure):
+            problems.append(f"claim {claim.text!r} cites {claim.source!r}: give its "
+                            "paper_metric and paper_figure, or make it OUR_QUESTION")
     if problems:
         raise SystemExit(f"error: study {study.name}: " + "; ".join(problems))
 
@@ -212,12 +262,23 @@ def register_study(study: Study) -> Study:
     return study
 
 
+#: The peak learning rates each model of a study chooses from, on held-out training data.
+LR_GRID = ("5e-4", "1e-3", "2e-3")
+#: What counts as "on par" in [MASK] loss: 0.1 bits, about 7% in perplexity (3ML's Table 1
+#: calls 9.5 and 9.3, 0.03 bits apart, "comparable"), fixed before any run.
+ON_PAR_BITS = 0.1
+#: What every masked-LM claim of a study measures in place of the paper's GLUE average.
+MLM_PROXY = ("CPU scale (millions of parameters, minutes of training); a pre-training loss, "
+             "not fine-tuning")
+
 register_study(Study(
     name="3ml",
     title="3ML (Liao et al. 2022): mask more, mask later",
     kind=MASKED_LM,
     models=(
         StudyModel("roberta-15%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.15"},
+                   THREE_ML_ENCODER),
+        StudyModel("roberta-40%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.4"},
                    THREE_ML_ENCODER),
         StudyModel("3ml-self-40%", "recipes/3ml/demo.sh", {"MASK_PROB": "0.4"},
                    THREE_ML_ENCODER + THREE_ML_DECODER),
@@ -227,98 +288,179 @@ register_study(Study(
     ),
     seeds=SEEDS,
     baseline_updates=800,
+    lr_grid=LR_GRID,
     claims=(
-        Claim("3ML-self-40% reaches RoBERTa-15%'s [MASK] loss with fewer training FLOPs "
-              "(Table 3)", "fewer_flops", "3ml-self-40%", "roberta-15%"),
-        Claim("3ML-cross-40% reaches RoBERTa-15%'s [MASK] loss with fewer training FLOPs "
-              "(Table 3)", "fewer_flops", "3ml-cross-40%", "roberta-15%"),
-        Claim("3ML-self-40% has a lower [MASK] loss than RoBERTa-15% at the budget",
-              "better", "3ml-self-40%", "roberta-15%"),
-        Claim("3ML-cross-40% has a lower [MASK] loss than RoBERTa-15% at the budget",
-              "better", "3ml-cross-40%", "roberta-15%"),
+        Claim("Masking 40% beats masking 15% for a plain MLM (mask more)", "better",
+              "roberta-40%", "roberta-15%", source="3ML, Table 3 (first block) and Figure 3",
+              paper_metric="GLUE dev average", proxy=True,
+              paper_figure="24hBERT-40% 85.0 against 24hBERT-15% 84.3 (same updates)",
+              differs=MLM_PROXY + "; equal updates here as there (same FLOPs per update)"),
+        Claim("3ML-self-40% reaches RoBERTa-40%'s quality with fewer training FLOPs (mask "
+              "later)", "fewer_flops", "3ml-self-40%", "roberta-40%",
+              source="3ML, Table 3 (first block)", paper_metric="GLUE dev average",
+              proxy=True,
+              paper_figure="3MLself-40% 85.0 at speedup 1.34 against 24hBERT-40% 85.0",
+              differs=MLM_PROXY + "; Table 1 warns that [MASK] loss favours the plain MLM "
+                                  "(the proxy is against 3ML)"),
+        Claim("3ML-cross-40% reaches RoBERTa-40%'s quality with fewer training FLOPs",
+              "fewer_flops", "3ml-cross-40%", "roberta-40%",
+              source="3ML, Table 3 (first block)", paper_metric="GLUE dev average", proxy=True,
+              paper_figure="3MLcross-40% 84.8 at speedup 1.37 against 24hBERT-40% 85.0 "
+                           "(slightly worse, cheaper)",
+              differs=MLM_PROXY),
+        Claim("The plain MLM has the lower [MASK] loss than 3ML-self (same masking rate)",
+              "better", "roberta-40%", "3ml-self-40%", source="3ML, Table 1",
+              paper_metric="valid [MASK] perplexity",
+              paper_figure="24hBERT 7.8 against 3MLself 9.5 and 3MLcross 9.3",
+              differs="the paper compares at equal updates; here at equal FLOPs (3ML gets "
+                      "1.2x the updates); scored on 15%-corrupted valid positions"),
+        Claim("3ML-self and 3ML-cross have comparable [MASK] losses", "on_par",
+              "3ml-self-40%", "3ml-cross-40%", source="3ML, Table 1",
+              paper_metric="valid [MASK] perplexity", paper_figure="9.5 against 9.3",
+              margin=ON_PAR_BITS, differs="on par = within 0.1 bits (ours, fixed in advance)"),
+        Claim("3ML-self-40% has a lower [MASK] loss than RoBERTa-15% at equal FLOPs", "better",
+              "3ml-self-40%", "roberta-15%",
+              differs="the demo's comparison; it mixes mask more and mask later"),
     ),
     minutes=60,
     notes="6 layers x 192 (3 heads), a 1-layer decoder of dim 32 (THREE_ML_ENCODER/DECODER): "
           "the smallest shape where the analytic 3ML-self-40% speedup is >= 1.2 (1.21); the "
-          "demo recipes' settings otherwise (one line per sample, pre-LN, lr 2e-3).",
+          "demo recipes' settings otherwise (one line per sample, pre-LN), each model at its "
+          "best peak lr of LR_GRID on held-out training data.",
 ))
+
+#: SwishRNN's study depth: three layers, so that the interleaved step sizes 1, 2, 4 all run
+#: (layer i takes ``step_sizes[i % 3]``; two layers would run 1 and 2 only).
+SWISHRNN_LAYERS = ("--encoder-layers", "3")
 
 register_study(Study(
     name="swishrnn",
     title="SwishRNN (Lei et al.): simple recurrence in place of the FFN",
     kind=MASKED_LM,
     models=(
-        StudyModel("bert-rab", "recipes/swishrnn/demo.sh", {"ARCH": "bert_rab_mini"}),
-        StudyModel("bert-orig", "recipes/swishrnn/demo.sh", {"ARCH": "bert_orig_mini"}),
+        StudyModel("bert-rab", "recipes/swishrnn/demo.sh", {"ARCH": "bert_rab_mini"},
+                   SWISHRNN_LAYERS),
+        StudyModel("bert-orig", "recipes/swishrnn/demo.sh", {"ARCH": "bert_orig_mini"},
+                   SWISHRNN_LAYERS),
         StudyModel("swishrnn-bert", "recipes/swishrnn/demo.sh", {},
-                   ("--swishrnn-step-sizes", "1,2,4")),
+                   SWISHRNN_LAYERS + ("--swishrnn-step-sizes", "1,2,4")),
         StudyModel("swishrnn-bert-k1", "recipes/swishrnn/demo.sh", {},
-                   ("--swishrnn-step-sizes", "1")),
+                   SWISHRNN_LAYERS + ("--swishrnn-step-sizes", "1")),
     ),
     seeds=SEEDS,
     baseline_updates=800,
+    lr_grid=LR_GRID,
     claims=(
-        Claim("SwishRNN-BERT (steps 1,2,4) has a lower MLM loss than BERT-rab (Figure 4)",
-              "better", "swishrnn-bert", "bert-rab"),
-        Claim("SwishRNN-BERT (steps 1,2,4) has a lower MLM loss than BERT-orig (Figure 4)",
-              "better", "swishrnn-bert", "bert-orig"),
-        Claim("BERT-rab has a lower MLM loss than BERT-orig (Figure 4)",
-              "better", "bert-rab", "bert-orig"),
-        Claim("SwishRNN-BERT with k = 1 alone has a lower MLM loss than BERT-rab",
-              "better", "swishrnn-bert-k1", "bert-rab"),
-        Claim("steps 1,2,4 are on par with k = 1 (Section 3, Table 2)",
-              "on_par", "swishrnn-bert", "swishrnn-bert-k1"),
+        Claim("SwishRNN-BERT (steps 1,2,4) has a lower MLM loss than BERT-rab", "better",
+              "swishrnn-bert", "bert-rab", source="SwishRNN, Figure 4",
+              paper_metric="MLM pre-training loss",
+              paper_figure="ours below BERT-rab and BERT-orig throughout pre-training "
+                           "(base size; GLUE avg, Table 1: 84.0 against 81.0)",
+              differs="valid loss here, training loss there; 3 layers x 128 against 12 x 768"),
+        Claim("SwishRNN-BERT (steps 1,2,4) has a lower MLM loss than BERT-orig", "better",
+              "swishrnn-bert", "bert-orig", source="SwishRNN, Figure 4",
+              paper_metric="MLM pre-training loss",
+              paper_figure="ours below BERT-orig (GLUE avg, Table 1: 84.0 against 81.9)",
+              differs="valid loss here, training loss there; 3 layers x 128 against 12 x 768"),
+        Claim("Steps 1,2,4 are on par with a step of 1", "on_par", "swishrnn-bert",
+              "swishrnn-bert-k1", source="SwishRNN, Table 2", paper_metric="GLUE dev results",
+              proxy=True, margin=ON_PAR_BITS,
+              paper_figure="{1,2,4} on par with k = 1 (e.g. MNLI 85.9 both, base), 1.2x "
+                           "against 1.4x BERT-rab's time",
+              differs=MLM_PROXY + "; on par = within 0.1 bits (ours)"),
+        Claim("BERT-rab has a lower MLM loss than BERT-orig", "better", "bert-rab", "bert-orig",
+              differs="not the paper's: its Table 1 has BERT-rab *worse* on GLUE (81.0 "
+                      "against 81.9, base)"),
+        Claim("SwishRNN-BERT with k = 1 alone has a lower MLM loss than BERT-rab", "better",
+              "swishrnn-bert-k1", "bert-rab"),
     ),
     minutes=60,
-    notes="mini size (2 layers x 128), the demo recipe's settings (one line per sample, pre-LN, "
-          "lr 2e-3); BERT-rab's 800 updates set the budget.",
+    notes="3 layers x 128 (SWISHRNN_LAYERS: the step sizes 1, 2, 4 each run in one layer), the "
+          "demo recipe's settings otherwise (one line per sample, pre-LN), each model at its "
+          "best peak lr of LR_GRID on held-out training data; BERT-rab's 800 updates set the "
+          "budget.",
 ))
 
 
-def _bidirectional(variant: str) -> StudyModel:
-    return StudyModel(variant, "recipes/bidirectional/demo.sh", {"VARIANT": variant})
+def _bidirectional(variant: str, document_format: str = "lines") -> StudyModel:
+    return StudyModel(variant, "recipes/bidirectional/demo.sh",
+                      {"VARIANT": variant, "DOCUMENT_FORMAT": document_format})
 
 
-register_study(Study(
-    name="bidirectional",
-    title="Generalized bidirectionality (Artetxe et al. 2022): the six variants of Table 1",
-    kind=BIDIRECTIONAL,
-    models=tuple(_bidirectional(variant) for variant in
-                 ("nxt_uni", "nxt_pre", "msk_uni", "msk_bi", "hyb_uni", "hyb_pre")),
-    seeds=SEEDS,
-    baseline_updates=400,
-    claims=(
-        Claim("NxtUni has a better full-document ppl than NxtPre (Table 3)", "better",
-              "nxt_uni", "nxt_pre", "full"),
-        Claim("NxtUni has a better full-document ppl than HybUni (Table 3)", "better",
-              "nxt_uni", "hyb_uni", "full"),
-        Claim("HybUni has a better full-document ppl than HybPre (Table 3)", "better",
-              "hyb_uni", "hyb_pre", "full"),
-        Claim("NxtPre has a better full-document ppl than HybUni at small scale (Table 3)",
-              "better", "nxt_pre", "hyb_uni", "full"),
-        Claim("NxtUni has a better suffix ppl than NxtPre at R = 1 (Table 4)", "better",
-              "nxt_uni", "nxt_pre", "suffix:1", "suffix:1"),
-        Claim("NxtPre's suffix ppl is better at R = 1 than at R = 0 (Table 4)", "better",
-              "nxt_pre", "nxt_pre", "suffix:1", "suffix:0"),
-        Claim("HybPre's suffix ppl is better at R = 1 than at R = 0 (Table 4)", "better",
-              "hyb_pre", "hyb_pre", "suffix:1", "suffix:0"),
-        Claim("MskBi infills better than MskUni (Table 5)", "better",
-              "msk_bi", "msk_uni", "infill:1", "infill:0"),
-        Claim("MskBi infills better than HybPre at R = 1 (Table 5)", "better",
-              "msk_bi", "hyb_pre", "infill:1", "infill:1"),
-        Claim("MskUni infills better than HybUni (Table 5, small models)", "better",
-              "msk_uni", "hyb_uni", "infill:0", "infill:0"),
-        Claim("HybPre at R = 0 infills better than HybUni (Table 5, small models)", "better",
-              "hyb_pre", "hyb_uni", "infill:0", "infill:0"),
-        Claim("HybPre infills better at R = 1 than at R = 0 (Table 5)", "better",
-              "hyb_pre", "hyb_pre", "infill:1", "infill:0"),
-    ),
-    minutes=60,
-    notes="bidir_lm_mini, the demo recipe's settings (one line per document, 2,048 tokens an "
-          "update, lr 2e-3); NxtUni predicts every token, so its 400 updates set the budget. "
-          "Table 6 (re-ranking with scripts/infill_rescore.py) is not in the study: it costs "
-          "minutes per checkpoint and pair.",
-))
+BIDIRECTIONAL_VARIANTS = ("nxt_uni", "nxt_pre", "msk_uni", "msk_bi", "hyb_uni", "hyb_pre")
+#: The paper's 125M figures, Tables 3-5 (lower ppl is better; higher accuracy is better).
+BIDIRECTIONAL_CLAIMS = (
+    Claim("NxtUni has a better full-document ppl than NxtPre", "better", "nxt_uni", "nxt_pre",
+          "full", source="Bidirectionality, Table 3", paper_metric="full-document ppl",
+          paper_figure="22.23 against 22.75 (125M)"),
+    Claim("NxtUni has a better full-document ppl than HybUni", "better", "nxt_uni", "hyb_uni",
+          "full", source="Bidirectionality, Table 3", paper_metric="full-document ppl",
+          paper_figure="22.23 against 23.26 (125M)"),
+    Claim("HybUni has a better full-document ppl than HybPre", "better", "hyb_uni", "hyb_pre",
+          "full", source="Bidirectionality, Table 3", paper_metric="full-document ppl",
+          paper_figure="23.26 against 23.91 (125M)"),
+    Claim("NxtPre has a better full-document ppl than HybUni at small scale", "better",
+          "nxt_pre", "hyb_uni", "full", source="Bidirectionality, Table 3",
+          paper_metric="full-document ppl", paper_figure="22.75 against 23.26 (125M)"),
+    Claim("NxtUni (r = 0) has a better suffix ppl than NxtPre at its best, r = 1", "better",
+          "nxt_uni", "nxt_pre", "suffix:0", "suffix:1", source="Bidirectionality, Table 4",
+          paper_metric="suffix ppl (last 20%)",
+          paper_figure="19.99 (r = 0) against 20.16 (r = 1) (125M): 'intriguing', put down "
+                       "to less supervision with a bidirectional prefix"),
+    Claim("NxtPre's suffix ppl is better at r = 1 than at r = 0", "better", "nxt_pre",
+          "nxt_pre", "suffix:1", "suffix:0", source="Bidirectionality, Table 4",
+          paper_metric="suffix ppl (last 20%)", paper_figure="20.16 against 20.29 (125M)"),
+    Claim("HybPre's suffix ppl is better at r = 1 than at r = 0", "better", "hyb_pre",
+          "hyb_pre", "suffix:1", "suffix:0", source="Bidirectionality, Table 4",
+          paper_metric="suffix ppl (last 20%)", paper_figure="21.18 against 21.34 (125M)"),
+    Claim("MskBi (r = 1) infills better than MskUni (r = 0)", "better", "msk_bi", "msk_uni",
+          "infill:1", "infill:0", source="Bidirectionality, Table 5",
+          paper_metric="single-token infilling accuracy",
+          paper_figure="71.00 against 69.61 (125M): 'substantially better'"),
+    Claim("MskBi infills better than HybPre at r = 1", "better", "msk_bi", "hyb_pre",
+          "infill:1", "infill:1", source="Bidirectionality, Table 5",
+          paper_metric="single-token infilling accuracy",
+          paper_figure="71.00 against 68.71 (125M)"),
+    Claim("MskUni infills better than HybUni (small models)", "better", "msk_uni", "hyb_uni",
+          "infill:0", "infill:0", source="Bidirectionality, Table 5",
+          paper_metric="single-token infilling accuracy",
+          paper_figure="69.61 against 66.86 (125M)"),
+    Claim("HybPre at r = 0 infills better than HybUni (small models)", "better", "hyb_pre",
+          "hyb_uni", "infill:0", "infill:0", source="Bidirectionality, Table 5",
+          paper_metric="single-token infilling accuracy",
+          paper_figure="67.70 against 66.86 (125M)"),
+    Claim("HybPre infills better at r = 1 than at r = 0", "better", "hyb_pre", "hyb_pre",
+          "infill:1", "infill:0", source="Bidirectionality, Table 5",
+          paper_metric="single-token infilling accuracy",
+          paper_figure="68.71 against 67.70 (125M)"),
+)
+BIDIRECTIONAL_NOTES = (
+    "bidir_lm_mini, the demo recipe's settings (2,048 tokens an update), each variant at its "
+    "best peak lr of LR_GRID on held-out training data. Table 6 (re-ranking with "
+    "scripts/infill_rescore.py) is not in the study: it costs minutes per checkpoint and pair.")
+
+for _name, _budget, _format, _title in (
+        ("bidirectional", EQUAL_TOKENS, "lines",
+         "the six variants of Table 1 at equal training tokens (the paper's design), one line "
+         "per document"),
+        ("bidirectional-flops", EQUAL_FLOPS, "lines",
+         "the six variants at equal analytic training FLOPs, one line per document"),
+        ("bidirectional-documents", EQUAL_TOKENS, "blank_line_separated",
+         "the six variants at equal training tokens on whole documents (the paper's)")):
+    register_study(Study(
+        name=_name,
+        title=f"Generalized bidirectionality (Artetxe et al. 2022): {_title}",
+        kind=BIDIRECTIONAL,
+        models=tuple(_bidirectional(variant, _format) for variant in BIDIRECTIONAL_VARIANTS),
+        seeds=SEEDS,
+        baseline_updates=400,
+        budget=_budget,
+        lr_grid=LR_GRID,
+        claims=BIDIRECTIONAL_CLAIMS,
+        minutes=60,
+        notes=BIDIRECTIONAL_NOTES + f" Budget: NxtUni's 400 updates ({_budget}); documents: "
+                                    f"DOCUMENT_FORMAT={_format}.",
+    ))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,9 +476,20 @@ class PlannedRun:
     def key(self) -> str:
         return f"{self.model.name}/seed{self.seed}"
 
+    @property
+    def lr(self) -> Optional[str]:
+        return self.model.env.get("PEAK_LR")
 
-def run_dir_of(runs_dir: Path, model_name: str, seed: int) -> Path:
-    return runs_dir / model_name.replace("%", "pct") / f"seed{seed}"
+    @property
+    def key_with_lr(self) -> str:
+        """The key of a learning-rate selection run: one per (model, lr)."""
+        return f"{self.model.name}/lr{self.lr}/seed{self.seed}"
+
+
+def run_dir_of(runs_dir: Path, model_name: str, seed: int, lr: Optional[str] = None) -> Path:
+    """``<runs-dir>/<model>/seed<S>``; a selection run's ``<runs-dir>/<model>/lr<lr>/seed<S>``."""
+    model_dir = runs_dir / model_name.replace("%", "pct")
+    return (model_dir if lr is None else model_dir / f"lr{lr}") / f"seed{seed}"
 
 
 def plan_study(study: Study, data: Path, baseline_updates: Optional[int] = None,
@@ -344,10 +497,74 @@ def plan_study(study: Study, data: Path, baseline_updates: Optional[int] = None,
     """Every (model, seed) at the baseline's analytic training FLOPs
     (:func:`~fairseq_ext.experiments.demo.equal_flops_updates`: the seed does not change a
     model's FLOPs per update)."""
-    runs = [model.run() for model in study.models]
-    updates = demo.equal_flops_updates(runs, data, baseline_updates or study.baseline_updates)
+    budget = baseline_updates or study.baseline_updates
+    if study.budget == EQUAL_TOKENS:  # the same batch: the same tokens for every model
+        updates = [budget] * len(study.models)
+    else:
+        runs = [model.run() for model in study.models]
+        updates = demo.equal_flops_updates(runs, data, budget)
     return [PlannedRun(model, seed, count) for model, count in zip(study.models, updates)
             for seed in (seeds or study.seeds)]
+
+
+def with_lr(model: StudyModel, lr: str) -> StudyModel:
+    """The model trained at peak learning rate ``lr`` (the recipes' ``PEAK_LR``)."""
+    return dataclasses.replace(model, env={**model.env, "PEAK_LR": lr})
+
+
+def select_learning_rates(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRun],
+                          workers: int = demo.WORKERS,
+                          printer: Callable[[str], None] = print) -> Tuple[Dict[str, dict], int]:
+    """Each model's peak learning rate, the best of ``study.lr_grid`` on held-out training
+    data: every (model, lr) trains once (seed :data:`SELECTION_SEED`, the model's planned
+    updates) on the training split without its last :data:`HELDOUT_SHARE`
+    (:func:`fairseq_ext.corpus.heldout.heldout_data_bin`) and is scored on those lines: the
+    final [MASK] loss (masked LMs) or the training objective's loss (bidirectional LMs). The
+    valid split, on which the study's figures are measured, is never looked at. Finished
+    selection runs are read back like the study's. Returns ``({model: {"lr": chosen,
+    "scores": {lr: loss}}}, runs trained now)``."""
+    from fairseq_ext.corpus.heldout import heldout_data_bin
+
+    if not study.lr_grid:
+        return {}, 0
+    selection_dir = runs_dir / SELECTION_DIR
+    heldout = heldout_data_bin(data, selection_dir / "heldout-data-bin", HELDOUT_SHARE)
+    updates = {planned.model.name: planned.updates for planned in plan}
+    selection_plan = [PlannedRun(with_lr(model, lr), SELECTION_SEED, updates[model.name])
+                      for model in study.models for lr in study.lr_grid]
+    printer(f"== learning rates: {len(selection_plan)} runs, {', '.join(study.lr_grid)} for each "
+            f"model, scored on the {HELDOUT_SHARE:.0%} of the training split held out "
+            f"({heldout})")
+    results, trained = run_study(study, heldout, selection_dir, selection_plan, workers,
+                                 evaluate=False, lr_dirs=True)
+    chosen: Dict[str, dict] = {}
+    for model in study.models:
+        scores = {}
+        for lr in study.lr_grid:
+            result = results[PlannedRun(with_lr(model, lr), SELECTION_SEED, 0).key_with_lr]
+            scores[lr] = heldout_loss(result)
+        finite = {lr: loss for lr, loss in scores.items() if math.isfinite(loss)}
+        if not finite:
+            raise SystemExit(f"error: {model.name}: no learning rate of {study.lr_grid} trained "
+                             "to a finite held-out loss")
+        chosen[model.name] = {"lr": min(finite, key=finite.get), "scores": scores,
+                              "metric": ("held-out [MASK] loss (bits)" if study.kind == MASKED_LM
+                                         else "held-out loss of the training objective (bits)")}
+    printer(ascii_table(["model"] + [f"lr {lr}" for lr in study.lr_grid] + ["chosen"],
+                        [[name] + [f"{entry['scores'][lr]:.3f}" for lr in study.lr_grid]
+                         + [entry["lr"]] for name, entry in chosen.items()]))
+    return chosen, trained
+
+
+def heldout_loss(result: dict) -> float:
+    """A selection run's score: its last curve point's loss (the final checkpoint's [MASK] loss
+    for a masked LM, fairseq's validation of the training objective for a bidirectional LM);
+    NaN for a run that diverged."""
+    curve = result.get("curve") or []
+    if not curve:
+        return math.nan
+    value = curve[-1]["valid_loss"]
+    return float(value) if value is not None and math.isfinite(value) else math.nan
 
 
 def load_result(run_dir: Path, planned: PlannedRun) -> Optional[dict]:
@@ -362,6 +579,14 @@ def load_result(run_dir: Path, planned: PlannedRun) -> Optional[dict]:
             f"error: {path} holds a finished run of {result.get('planned_updates')} updates, this "
             f"plan has {planned.updates}; choose another --runs-dir (finished runs are never "
             "replaced)")
+    if result.get("peak_lr") != planned.lr:
+        def shown(lr: Optional[str]) -> str:
+            return "the recipe's peak lr" if lr is None else f"peak lr {lr}"
+
+        raise SystemExit(
+            f"error: {path} holds a finished run at {shown(result.get('peak_lr'))}, this plan "
+            f"has {shown(planned.lr)}; choose another --runs-dir (finished runs are never "
+            "replaced)")
     return result
 
 
@@ -375,12 +600,15 @@ def prepare_run_dir(run_dir: Path) -> None:
 
 
 def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: Path,
-                       keep_checkpoints: bool = False) -> dict:
-    """Train one (model, seed) through its recipe and evaluate it; write :data:`RESULT`."""
+                       keep_checkpoints: bool = False, evaluate: bool = True) -> dict:
+    """Train one (model, seed) through its recipe and evaluate it; write :data:`RESULT`.
+    ``evaluate=False`` (a learning-rate selection run of a bidirectional LM): only fairseq's
+    validation curve, no evaluation modes."""
     prepare_run_dir(run_dir)
     run = planned.model.run(planned.seed)
     save_every, log_every = demo.curve_intervals(planned.updates)
-    demo.say(f"== {planned.key}: training {planned.updates} updates ({run.recipe})")
+    label = planned.key if planned.lr is None else planned.key_with_lr
+    demo.say(f"== {label}: training {planned.updates} updates ({run.recipe})")
     if study.kind == MASKED_LM:
         row = demo.train(run, data, run_dir, planned.updates,
                          ["--disable-validation", "--save-interval-updates", str(save_every),
@@ -404,74 +632,103 @@ def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: P
         log = curves.read_log(run_dir / "train.log")
         row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "valid_loss": p.valid_loss}
                         for p in curves.map_valid_to_train(log.train, log.valid)]
-        evaluation = evaluate_checkpoint(
-            data, run_dir / "checkpoints" / "checkpoint_last.pt", R_VALUES, cpu=True,
-            log_dir=run_dir, infill_positions=demo.BIDIRECTIONAL_INFILL_POSITIONS,
-            env=demo.ONE_THREAD)
-        evaluation["scores"] = {mode: None if path is None else str(Path(path).relative_to(run_dir))
-                                for mode, path in evaluation["scores"].items()}
-        evaluation["checkpoint"] = str(Path(evaluation["checkpoint"]).relative_to(run_dir))
-        row.update(evaluation)
+        if evaluate:
+            evaluation = evaluate_checkpoint(
+                data, run_dir / "checkpoints" / "checkpoint_last.pt", R_VALUES, cpu=True,
+                log_dir=run_dir, infill_positions=demo.BIDIRECTIONAL_INFILL_POSITIONS,
+                env=demo.ONE_THREAD)
+            evaluation["scores"] = {
+                mode: None if path is None else str(Path(path).relative_to(run_dir))
+                for mode, path in evaluation["scores"].items()}
+            evaluation["checkpoint"] = str(Path(evaluation["checkpoint"]).relative_to(run_dir))
+            row.update(evaluation)
     if not keep_checkpoints:  # the interval checkpoints were scored: keep the last one only
         for path in (run_dir / "checkpoints").glob("checkpoint_*_*.pt"):
             path.unlink()
     row.update({"study": study.name, "model": planned.model.name, "seed": planned.seed,
-                "planned_updates": planned.updates})
+                "planned_updates": planned.updates, "peak_lr": planned.lr})
     write_text(run_dir / RESULT, json.dumps(row, indent=2, default=str), force=False)
     return row
 
 
 def run_study(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRun],
-              workers: int = demo.WORKERS,
-              keep_checkpoints: bool = False) -> Tuple[Dict[str, dict], int]:
+              workers: int = demo.WORKERS, keep_checkpoints: bool = False,
+              evaluate: bool = True, lr_dirs: bool = False) -> Tuple[Dict[str, dict], int]:
     """Every planned run, ``workers`` at a time, finished ones read back: ``({key: result}``
-    with each result's ``run_dir``, the number of runs trained now)."""
+    with each result's ``run_dir``, the number of runs trained now). ``lr_dirs``: learning-rate
+    selection runs, one directory and key per (model, lr)."""
+    def directory(planned: PlannedRun) -> Path:
+        return run_dir_of(runs_dir, planned.model.name, planned.seed,
+                          planned.lr if lr_dirs else None)
+
+    def key(planned: PlannedRun) -> str:
+        return planned.key_with_lr if lr_dirs else planned.key
+
     results: Dict[str, dict] = {}
     pending: List[PlannedRun] = []
     for planned in plan:
-        run_dir = run_dir_of(runs_dir, planned.model.name, planned.seed)
-        result = load_result(run_dir, planned)
+        result = load_result(directory(planned), planned)
         if result is None:
             pending.append(planned)
         else:
-            demo.say(f"== {planned.key}: finished earlier ({run_dir / RESULT}); not retrained")
-            results[planned.key] = result
+            demo.say(f"== {key(planned)}: finished earlier ({directory(planned) / RESULT}); "
+                     "not retrained")
+            results[key(planned)] = result
     # model by model, as planned: at equal FLOPs the runs take about the same time
     lock = threading.Lock()
 
     def one(planned: PlannedRun) -> None:
-        run_dir = run_dir_of(runs_dir, planned.model.name, planned.seed)
         start = time.time()
-        result = train_and_evaluate(study, planned, data, run_dir, keep_checkpoints)
-        demo.say(f"== {planned.key}: done in {time.time() - start:.0f} s "
+        result = train_and_evaluate(study, planned, data, directory(planned), keep_checkpoints,
+                                    evaluate)
+        demo.say(f"== {key(planned)}: done in {time.time() - start:.0f} s "
                  f"(training {result['train_wall_sec']:.0f} s)")
         with lock:
-            results[planned.key] = result
+            results[key(planned)] = result
 
     if pending:
         with ThreadPoolExecutor(max_workers=min(workers, len(pending))) as pool:
             for future in [pool.submit(one, planned) for planned in pending]:
                 future.result()
-    for planned in plan:
-        results[planned.key]["run_dir"] = str(run_dir_of(runs_dir, planned.model.name,
-                                                         planned.seed))
+    for planned in plan:  # where the run is now: the runs directory may have moved
+        results[key(planned)]["run_dir"] = str(directory(planned))
     return results, len(pending)
 
 
 # ----------------------------------------------------------------------------------------------
 # Figures
 
-def verdict(difference: Estimate, kind: str = "better") -> str:
-    """A claim's verdict from ``a - b`` expressed so that **negative means a is better**:
-    ``better``: ``holds`` when resolved below 0, ``fails`` when resolved above, else
-    ``unresolved``; ``on_par``: ``fails`` when resolved either way, else ``holds``."""
+def verdict(difference: Estimate, kind: str = "better", margin: Optional[float] = None) -> str:
+    """A claim's verdict from ``a - b`` expressed so that **negative means a is better**, read
+    from its 95% interval (:meth:`~fairseq_ext.reporting.uncertainty.Estimate.interval`: a t
+    interval over seeds):
+
+    * ``better``: ``holds`` when the interval lies below 0, ``fails`` when above, else
+      ``unresolved``;
+    * ``on_par``: ``holds`` when the interval lies within ``± margin``, ``fails`` when it lies
+      wholly beyond it, else ``unresolved`` (a difference resolved from 0 but small enough to
+      be inside the margin is on par; one the seeds cannot place is not a fail)."""
     if not math.isfinite(difference.value) or not math.isfinite(difference.standard_error):
         return "unresolved"
-    if kind == "on_par":
-        return "fails" if difference.resolved() else "holds"
-    if not difference.resolved():
+    low, high = difference.interval()
+    if not (math.isfinite(low) and math.isfinite(high)):
         return "unresolved"
-    return "holds" if difference.value < 0 else "fails"
+    if kind == "on_par":
+        if margin is None or margin <= 0:
+            raise ValueError("an on_par verdict needs a positive margin")
+        if -margin < low and high < margin:
+            return "holds"
+        return "fails" if (low >= margin or high <= -margin) else "unresolved"
+    if high < 0:
+        return "holds"
+    return "fails" if low > 0 else "unresolved"
+
+
+def interval_fields(estimate: Estimate) -> Dict[str, float]:
+    """The interval's ends and its degrees of freedom, for ``study.json``."""
+    low, high = estimate.interval()
+    return {"ci_low": low, "ci_high": high, "dof": estimate.degrees_of_freedom,
+            "ci_level": CONFIDENCE}
 
 
 def masked_lm_scores_of(result: dict):
@@ -480,13 +737,19 @@ def masked_lm_scores_of(result: dict):
 
     run_dir = Path(result["run_dir"])
     scores = json.loads((run_dir / result["scores_file"]).read_text())["scores"]
-    by_path = {str(run_dir / path): updates for updates, path in result["checkpoint_files"].items()}
-    return {int(by_path[path]): SequenceScores.from_json(record)
-            for path, record in scores.items() if path in by_path}
+    # keys and checkpoint files both as checkpoints/<file>: wherever the runs directory is now
+    by_key = {demo.checkpoint_key(path): updates
+              for updates, path in result["checkpoint_files"].items()}
+    return {int(by_key[demo.checkpoint_key(path)]): SequenceScores.from_json(record)
+            for path, record in scores.items() if demo.checkpoint_key(path) in by_key}
 
 
 def final_scores(result: dict):
     scores = masked_lm_scores_of(result)
+    if not scores:
+        raise SystemExit(f"error: {Path(result['run_dir']) / result['scores_file']} scores none "
+                         f"of the run's checkpoints {sorted(result['checkpoint_files'].values())}; "
+                         "remove the run's result.json to score it again")
     return scores[max(scores)]
 
 
@@ -536,7 +799,7 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
             finite = [r for r in ratios if math.isfinite(r)]
             if len(finite) == len(ratios):
                 ratio = mean_over_seeds(ratios)
-                measured = Estimate(ratio.value - 1.0, ratio.standard_error)
+                measured = dataclasses.replace(ratio, value=ratio.value - 1.0)
                 text = f"FLOP ratio to reach it {fmt(ratio, 3)}"
                 outcome = verdict(measured)
             else:
@@ -544,19 +807,21 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
                     "fails" if not finite else "unresolved")
                 text = (f"not reached within the budget in {len(ratios) - len(finite)} of "
                         f"{len(ratios)} seeds")
-            claims.append({"claim": claim.text, "measured": text, "verdict": outcome,
+            claims.append({**claim_fields(claim), "measured": text, "verdict": outcome,
                            "ratio": ratio.value, "ratio_se": ratio.standard_error,
+                           **interval_fields(ratio),
                            "per_seed": dict(zip(map(str, seeds), ratios))})
         else:
             values = [paired_difference_bits(finals[(claim.a, s)], finals[(claim.b, s)]).value
                       for s in seeds]
             difference = mean_over_seeds(values)  # each value already paired within its seed
-            claims.append({"claim": claim.text,
+            claims.append({**claim_fields(claim),
                            "measured": f"{claim.a} - {claim.b}: {fmt(difference, 3, True)} bits",
-                           "verdict": verdict(difference, claim.kind),
+                           "verdict": verdict(difference, claim.kind, claim.margin),
                            "difference": difference.value, "difference_se":
-                           difference.standard_error, "per_seed": dict(zip(map(str, seeds),
-                                                                             values))})
+                           difference.standard_error, **interval_fields(difference),
+                           "unit": "bits",
+                           "per_seed": dict(zip(map(str, seeds), values))})
     return {"models": rows, "claims": claims}
 
 
@@ -632,6 +897,16 @@ def infill_baseline(result: dict, column: str, piece: int) -> Tuple[Estimate, Es
     return baseline, difference
 
 
+def claim_fields(claim: Claim) -> dict:
+    """What ``study.json`` says of a claim besides its figures: its text and where it comes
+    from (:class:`Claim`)."""
+    return {"claim": claim.text, "kind": claim.kind, "a": claim.a, "b": claim.b,
+            "metric": claim.metric, "metric_b": claim.metric_b or claim.metric,
+            "source": claim.source, "paper_metric": claim.paper_metric,
+            "paper_figure": claim.paper_figure, "proxy": claim.proxy, "differs": claim.differs,
+            "margin": claim.margin}
+
+
 def lower_is_better(column: str) -> bool:
     return not column.startswith("infill")
 
@@ -701,26 +976,31 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
             figures_b.append(column_figure({k: rows_b[k] for k in shared}, column_b))
         differences = [a - b for a, b in zip(figures_a, figures_b)]
         if len(differences) < len(seeds):
-            claims.append({"claim": claim.text, "measured": "not measured: no shared rows",
+            claims.append({**claim_fields(claim), "measured": "not measured: no shared rows",
                            "verdict": "unresolved"})
             continue
         difference = paired_over_seeds(figures_a, figures_b)
         # a's figure minus b's, signed so that negative means a is better
-        signed = difference if lower_is_better(column_a) else Estimate(
-            -difference.value, difference.standard_error)
+        signed = difference if lower_is_better(column_a) else dataclasses.replace(
+            difference, value=-difference.value)
         unit = "points" if column_a.startswith("infill") else "ppl"
-        claims.append({"claim": claim.text,
+        claims.append({**claim_fields(claim),
                        "measured": f"{claim.a} {column_a} - {claim.b} {column_b}: "
                                    f"{fmt(difference, 2, True)} {unit}",
-                       "verdict": verdict(signed, claim.kind), "difference": difference.value,
+                       "verdict": verdict(signed, claim.kind, claim.margin),
+                       "difference": difference.value,
                        "difference_se": difference.standard_error,
+                       **interval_fields(difference), "unit": unit,
                        "per_seed": dict(zip(map(str, seeds), differences))})
     return {"models": rows, "baseline": baseline_row, "columns": columns, "claims": claims,
             "piece": symbol, "baseline_gaps": gaps}
 
 
 def estimate_fields(prefix: str, estimate: Estimate) -> Dict[str, float]:
-    return {prefix: estimate.value, f"{prefix}_se": estimate.standard_error}
+    fields = {prefix: estimate.value, f"{prefix}_se": estimate.standard_error}
+    if estimate.degrees_of_freedom is not None:
+        fields[f"{prefix}_dof"] = estimate.degrees_of_freedom
+    return fields
 
 
 def fmt(estimate: Estimate, digits: int = 3, signed: bool = False) -> str:
@@ -736,14 +1016,17 @@ def fmt(estimate: Estimate, digits: int = 3, signed: bool = False) -> str:
 def field(row: dict, prefix: str, digits: int = 3, signed: bool = False) -> str:
     if prefix not in row:
         return "-"
-    return fmt(Estimate(row[prefix], row.get(f"{prefix}_se", math.nan)), digits, signed)
+    return fmt(Estimate(row[prefix], row.get(f"{prefix}_se", math.nan), row.get(f"{prefix}_dof")),
+               digits, signed)
 
 
 def format_report(study: Study, report: dict) -> str:
     """The study's two tables: models, then claims."""
     seeds = len(study.seeds)
-    lines = [f"{study.title}: {seeds} seeds, equal analytic training FLOPs; mean ± SE over seeds"
-             " (* beyond 2 SE)"]
+    budget = "equal training tokens" if study.budget == EQUAL_TOKENS else (
+        "equal analytic training FLOPs")
+    lines = [f"{study.title}: {seeds} seeds, {budget}; mean ± SE over seeds (* the 95% t "
+             f"interval over seeds excludes 0)"]
     if study.kind == MASKED_LM:
         header = ["model", "updates", "analytic PFLOPs", "counted PFLOPs", "s/update",
                   "[MASK] loss (bits)", "below unigram", f"vs {study.models[0].name}, paired"]
@@ -761,16 +1044,79 @@ def format_report(study: Study, report: dict) -> str:
                  + [field(row, column, 2) for column in report["columns"]]
                  for row in [*report["models"], report["baseline"]]]
     lines.append(ascii_table(header, table))
+    if report.get("lr_selection"):
+        lines.append("peak learning rates, each model's best on held-out training data (seed "
+                     f"{SELECTION_SEED}; the compared figures' valid split not used): " + "; ".join(
+                         f"{name} {entry['lr']} ("
+                         + ", ".join(f"{lr}: {loss:.3f}" for lr, loss in entry["scores"].items())
+                         + ")" for name, entry in report["lr_selection"].items()))
     if report.get("baseline_gaps"):
         lines.append(ascii_table(
             ["infilling model", "column", f"minus always {report['piece']!r}, paired", "in SEs"],
             [[gap["model"], gap["column"].replace(":", " R="),
               fmt(Estimate(gap["gap"], gap["gap_se"]), 2, True),
               f"{gap['standard_errors']:.1f}"] for gap in report["baseline_gaps"]]))
-    lines.append(ascii_table(["claim", "measured (a - b, paired within seed, ± SE over seeds)",
-                              "verdict"],
-                             [[c["claim"], c["measured"], c["verdict"]] for c in report["claims"]]))
+    lines.append(ascii_table(["claim", "source (metric)", "paper", "ours: a - b, paired "
+                              "(± SE over seeds) [95% t interval]", "verdict"],
+                             [claim_row(c) for c in report["claims"]]))
+    differs = [f"  {c['claim']}: {c['differs']}" for c in report["claims"] if c.get("differs")]
+    if differs:
+        lines += ["what differs from the paper:", *differs]
+    lines.append(f"verdicts read the 95% t interval over {seeds} seeds ({seeds - 1} degrees of "
+                 "freedom): holds / fails when it excludes 0 (on_par: lies within / beyond the "
+                 "margin), unresolved otherwise")
     return "\n".join(lines)
+
+
+def claim_source(claim: dict) -> str:
+    """Where a claim comes from, as the tables print it."""
+    if claim.get("source", OUR_QUESTION) == OUR_QUESTION:
+        return OUR_QUESTION
+    proxy = "; proxy: we measure " + metric_name(claim) if claim.get("proxy") else ""
+    return f"{claim['source']} ({claim['paper_metric']}{proxy})"
+
+
+def metric_name(claim: dict) -> str:
+    metric = claim.get("metric", "mask_loss")
+    if metric == "mask_loss":
+        return "valid [MASK] loss"
+    return {"full": "full-document ppl", "suffix": "suffix ppl",
+            "infill": "infilling accuracy"}[metric.partition(":")[0]]
+
+
+def claim_row(claim: dict) -> List[str]:
+    interval = ""
+    if claim.get("ci_low") is not None and math.isfinite(claim.get("ci_low", math.nan)):
+        interval = f" [{claim['ci_low']:+.3g}, {claim['ci_high']:+.3g}]"
+    margin = (f" (margin ± {claim['margin']:g})" if claim.get("kind") == "on_par"
+              and claim.get("margin") else "")
+    return [claim["claim"], claim_source(claim), claim.get("paper_figure") or "-",
+            claim["measured"] + interval + margin, claim["verdict"]]
+
+
+def study_figures(study: Study, report: dict) -> Dict[str, dict]:
+    """The study's figures for a later run to be compared with
+    (:mod:`fairseq_ext.reporting.figures`): per model its updates and each column's mean over
+    seeds (± SE over seeds, their degrees of freedom), per claim its measured difference or
+    FLOP ratio."""
+    out: Dict[str, dict] = {}
+    columns = (["mask_loss", "below_unigram", "vs_baseline"] if study.kind == MASKED_LM
+               else report["columns"])
+    for row in report["models"]:
+        if "updates" in row:
+            out[f"{row['name']}/updates"] = figures.exact(row["updates"], "updates")
+        for column in columns:
+            if column in row:
+                unit = ("bits" if study.kind == MASKED_LM
+                        else "%" if column.startswith("infill") else "ppl")
+                out[f"{row['name']}/{column}"] = figures.figure(
+                    Estimate(row[column], row[f"{column}_se"], row.get(f"{column}_dof")), unit)
+    for index, claim in enumerate(report["claims"], 1):
+        for key, unit in (("difference", claim.get("unit", "")), ("ratio", "FLOP ratio")):
+            if claim.get(key) is not None and math.isfinite(claim[key]):
+                out[f"claim {index}/{key}"] = figures.figure(
+                    Estimate(claim[key], claim[f"{key}_se"], claim.get("dof")), unit)
+    return out
 
 
 def plot_study(study: Study, results: Dict[str, dict], out: Path,
@@ -802,18 +1148,24 @@ def plot_study(study: Study, results: Dict[str, dict], out: Path,
 
 
 def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: Path,
-                 wall_seconds: float) -> Tuple[dict, str]:
+                 wall_seconds: float, selection: Optional[Dict[str, dict]] = None
+                 ) -> Tuple[dict, str]:
     """The report's figures and text; writes ``study.json`` and ``curves.png`` (replacing the
     previous report of this runs directory: both are recomputed from the runs' results).
     ``wall_seconds``: the study's wall time over every invocation that trained."""
     report = (masked_lm_report(study, results) if study.kind == MASKED_LM
               else bidirectional_report(study, results, data))
     report.update({"study": study.name, "title": study.title, "seeds": list(study.seeds),
-                   "notes": study.notes, "wall_seconds": wall_seconds,
+                   "notes": study.notes, "wall_seconds": wall_seconds, "budget": study.budget,
+                   "lr_selection": selection or {},
                    "runs": {key: {k: v for k, v in result.items() if k != "curve"}
                             for key, result in results.items()},
                    "curves": {key: result["curve"] for key, result in results.items()}})
+    report[figures.FIGURES] = study_figures(study, report)
+    report[figures.PROVENANCE] = figures.provenance(demo.REPO_ROOT, threads=1)
     text = format_report(study, report)
+    # paths relative to the runs directory (then the checkout): it can be moved or copied
+    report = figures.relative_paths(figures.relative_paths(report, runs_dir), demo.REPO_ROOT)
     write_text(runs_dir / STUDY_JSON, json.dumps(report, indent=2, default=str), force=True)
     plot = plot_study(study, results, runs_dir / STUDY_PLOT, report)
     if plot is not None:
@@ -844,8 +1196,11 @@ def main(argv=None) -> None:
                         help="runs at a time, one torch thread each (default: %(default)s)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep the scored interval checkpoints (default: the last only)")
+    figures.add_compare_arguments(parser)
     args = parser.parse_args(argv)
     study = STUDIES[args.study]
+    if args.compare is not None:  # read now: a wrong path is told before the training
+        figures.figures_of(figures.load(args.compare), str(args.compare))
     data = args.data.resolve()
     if not (data / "dict.txt").is_file():
         raise SystemExit(f"error: --data {data} has no dict.txt: run scripts/prepare_corpus.sh "
@@ -855,8 +1210,11 @@ def main(argv=None) -> None:
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: give at least 1")
     runs_dir = (args.runs_dir or demo.REPO_ROOT / "runs" / "studies" / study.name).resolve()
-    sys.exit(run(study, data, runs_dir, args.updates, args.seeds, args.workers,
-                 args.keep_checkpoints))
+    status = run(study, data, runs_dir, args.updates, args.seeds, args.workers,
+                 args.keep_checkpoints)
+    if status == 0 and args.compare is not None:
+        status = figures.compare_files(args.compare, runs_dir / STUDY_JSON, args.tolerance)
+    sys.exit(status)
 
 
 def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
@@ -868,16 +1226,22 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
     seeds = tuple(seeds or study.seeds)
     study = dataclasses.replace(study, seeds=seeds)
     plan = plan_study(study, data, updates, seeds)
+    budget = "equal training tokens" if study.budget == EQUAL_TOKENS else "equal training FLOPs"
     printer(f"== study {study.name}: {len(plan)} runs, {workers} at a time, into {runs_dir}; "
-            "equal training FLOPs: " + ", ".join(
+            f"{budget}: " + ", ".join(
                 f"{p.model.name} {p.updates} updates" for p in plan if p.seed == seeds[0]))
     runs_dir.mkdir(parents=True, exist_ok=True)
     earlier = earlier_wall_seconds(runs_dir)
+    selection, selected_now = select_learning_rates(study, data, runs_dir, plan, workers, printer)
+    if selection:
+        plan = [dataclasses.replace(planned, model=with_lr(planned.model,
+                                                           selection[planned.model.name]["lr"]))
+                for planned in plan]
     results, trained = run_study(study, data, runs_dir, plan, workers, keep_checkpoints)
     this_time = time.time() - start
     # the study's wall time: every invocation that trained something, summed over resumes
-    total = earlier + (this_time if trained else 0.0)
-    _report, text = report_study(study, results, data, runs_dir, total)
+    total = earlier + (this_time if trained or selected_now else 0.0)
+    _report, text = report_study(study, results, data, runs_dir, total, selection)
     printer(text)
     printer(f"figures: {runs_dir / STUDY_JSON}")
     printer(f"study wall time: {total / 60:.1f} min over the invocations that trained (this "

@@ -30,17 +30,40 @@ over positions, and for perplexities the delta method on the linearised differen
 ``u_d = (exp(R_A) e_{A,d} - exp(R_B) e_{B,d})`` (same ``n_d`` for both models). Where the models
 agree on most rows the paired error is far below either model's own error. A difference is
 *resolved* when ``|difference| > 2 SE`` (:data:`RESOLVED_AT`, about a 95% two-sided interval).
+
+**Over seeds** (the studies, :func:`mean_over_seeds`) the standard error comes from ``S`` values
+and has ``S - 1`` degrees of freedom: the estimate carries them (``Estimate.degrees_of_freedom``)
+and its 95% interval and "resolved" use Student's t quantile instead of 2 (4.30 SE for 3 seeds,
+2.78 for 5; :func:`t_critical`), so that a claim read from three seeds is not resolved on a
+2-SE rule that assumes a known error.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-#: A difference counts as resolved when larger than this many standard errors of it.
+#: A difference counts as resolved when larger than this many standard errors of it (an error
+#: estimated from many rows; one from few seeds uses :func:`t_critical` instead).
 RESOLVED_AT = 2.0
+#: The two-sided coverage of the intervals of estimates with few degrees of freedom.
+CONFIDENCE = 0.95
+
+
+def t_critical(degrees_of_freedom: Optional[float], confidence: float = CONFIDENCE) -> float:
+    """How many standard errors a two-sided ``confidence`` interval spans on each side: Student's
+    t quantile ``t_{(1 + confidence) / 2, df}`` (scipy), e.g. 12.71 for 1 degree of freedom,
+    4.30 for 2, 2.78 for 4; :data:`RESOLVED_AT` for an error estimated from many rows
+    (``None``); NaN for 0 degrees of freedom (one value has no error)."""
+    if degrees_of_freedom is None:
+        return RESOLVED_AT
+    if degrees_of_freedom < 1:
+        return math.nan
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + confidence / 2.0, degrees_of_freedom))
 
 
 def ratio_standard_error_from_sums(rows: float, total: float, count: float, total_sq: float,
@@ -65,15 +88,30 @@ def binomial_standard_error(successes: float, trials: float) -> float:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A figure and its standard error, in the figure's units."""
+    """A figure and its standard error, in the figure's units; ``degrees_of_freedom`` where the
+    error was estimated from few values (``S - 1`` over ``S`` seeds), ``None`` where it comes
+    from many rows (sequences, documents, positions)."""
 
     value: float
     standard_error: float
+    degrees_of_freedom: Optional[float] = None
+
+    @property
+    def critical(self) -> float:
+        """Standard errors on each side of the 95% interval (:func:`t_critical`)."""
+        return t_critical(self.degrees_of_freedom)
+
+    def interval(self) -> Tuple[float, float]:
+        """The two-sided interval ``value ± critical * standard_error`` (NaN ends when the error
+        is unknown)."""
+        half = self.critical * self.standard_error
+        return (self.value - half, self.value + half)
 
     def resolved(self) -> bool:
-        """Whether a *difference* is larger than :data:`RESOLVED_AT` standard errors (a Python
-        bool: JSON writes it as true/false)."""
-        return bool(abs(self.value) > RESOLVED_AT * self.standard_error)
+        """Whether a *difference* lies outside its interval's half-width from 0: more than
+        :data:`RESOLVED_AT` standard errors for a many-row error, more than the t quantile for a
+        few-seed one (a Python bool: JSON writes it as true/false)."""
+        return bool(abs(self.value) > self.critical * self.standard_error)
 
 
 def perplexity(losses: Sequence[float], tokens: Sequence[float]) -> Estimate:
@@ -160,13 +198,15 @@ def paired_mean_loss_difference(losses_a: Sequence[float], tokens_a: Sequence[fl
 def mean_over_seeds(values: Sequence[float]) -> Estimate:
     """The mean of one figure over training seeds, ± its standard error over seeds
     ``sd(x) / sqrt(S)`` (``ddof=1``): the error a new seed would see, training noise and the
-    evaluation's sampling noise together. NaN error for fewer than 2 seeds."""
+    evaluation's sampling noise together, with ``S - 1`` degrees of freedom (its interval is a
+    t interval). NaN error for fewer than 2 seeds."""
     values = np.asarray(values, dtype=np.float64)
     if len(values) == 0:
         return Estimate(math.nan, math.nan)
     if len(values) < 2:
-        return Estimate(float(values.mean()), math.nan)
-    return Estimate(float(values.mean()), float(values.std(ddof=1) / math.sqrt(len(values))))
+        return Estimate(float(values.mean()), math.nan, 0)
+    return Estimate(float(values.mean()), float(values.std(ddof=1) / math.sqrt(len(values))),
+                    len(values) - 1)
 
 
 def paired_over_seeds(values_a: Sequence[float], values_b: Sequence[float]) -> Estimate:
