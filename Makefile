@@ -42,8 +42,10 @@ $(EXTRAS_STAMP): $(STAMP) requirements-hf.txt requirements-sharding.txt requirem
 		-r requirements-nvcc.txt -c constraints.txt
 	@touch $@
 
+# make demo COMPARE=docs/demo/summary.json: compare the fresh run's figures with the committed
+# reference when done (exit 1 past the tolerance; docs/demo.md, "Reproducing the figures")
 demo: install
-	$(PY) scripts/demo.py
+	$(PY) scripts/demo.py $(if $(COMPARE),--compare $(COMPARE))
 
 lint: install
 	$(PY) -m ruff check .

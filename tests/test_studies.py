@@ -363,3 +363,22 @@ def test_bidirectional_claims_are_paired_within_seed_then_over_seeds(tiny_data_b
     assert rows["a"]["full"] == pytest.approx((math.exp(1.5) + math.exp(1.0)) / 2)
     assert rows["a"]["infill:1"] == pytest.approx(75.0)
     assert report["baseline"]["full"] > 1.0  # the unigram's ppl on the data-bin's valid split
+
+
+def test_a_fixed_seed_repeats_its_figures_exactly_on_one_machine(tiny_data_bin, tmp_path):
+    """Two runs of the same model and seed, one torch thread each: the same losses at every
+    logged update and the same [MASK] scores, to the bit (what lets a summary be compared with a
+    re-run on the same machine at zero tolerance)."""
+    study = dataclass_replace(TINY_STUDY, lr_grid=())
+    planned = studies.PlannedRun(study.models[1], 3, 4)  # 3ML-self, seed 3, 4 updates
+    results = [studies.train_and_evaluate(study, planned, tiny_data_bin, tmp_path / name)
+               for name in ("first", "second")]
+    assert results[0]["curve"] == results[1]["curve"]
+    scores = [json.loads((tmp_path / name / "scores.json").read_text())["scores"]
+              for name in ("first", "second")]
+    assert scores[0] == scores[1] and set(scores[0]) == {"checkpoints/checkpoint_last.pt",
+                                                         *(k for k in scores[0] if "_" in k)}
+    # and another seed is another run
+    other = studies.train_and_evaluate(study, studies.PlannedRun(study.models[1], 4, 4),
+                                       tiny_data_bin, tmp_path / "other")
+    assert other["curve"] != results[0]["curve"]

@@ -51,8 +51,11 @@ class TrainingFlops:
         """Training FLOPs of a batch of ``sequences`` rows of ``length`` (padded) tokens with
         ``mask_tokens`` ``<mask>`` and ``other_predicted_tokens`` other predicted tokens in all.
 
-        ``run_lengths`` ``(encoder, decoder)``: the padded lengths the model reports it ran on
-        (3ML removes the [MASK]s before its encoder); otherwise the family's
+        ``run_lengths`` ``(encoder, decoder)``: the lengths per row the model reports it ran on
+        (3ML removes the [MASK]s before its encoder and reports the mean kept tokens per row of
+        its packed encoder, whose linear layers see no padding; the attention core still runs
+        on the padded grid, so this slightly undercounts attention's own work); otherwise the
+        family's
         :meth:`~fairseq_ext.flops.families.FlopsFamily.run_lengths`.
         """
         spec = self.model_spec(model)

@@ -1,0 +1,119 @@
+"""Run summaries' figures and their comparison (fairseq_ext.reporting.figures): hand-made
+summaries that pass, fail and miss a figure, the differences in standard errors by hand, paths
+made relative, and the demo's figures read from its summary."""
+import json
+import math
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT, run_cli
+from fairseq_ext.experiments import demo
+from fairseq_ext.reporting import figures
+from fairseq_ext.reporting.uncertainty import Estimate
+
+
+def summary(**named):
+    return {figures.FIGURES: named, figures.PROVENANCE: {"commit": "abc", "cpu": "cpu A"}}
+
+
+REFERENCE = summary(
+    loss=figures.figure(Estimate(9.20, 0.03), "bits"),
+    gap=figures.figure(Estimate(-0.15, 0.01), "bits"),
+    updates=figures.exact(713, "updates"))
+
+
+def test_a_run_within_the_tolerance_passes_and_the_differences_are_in_ses():
+    fresh = summary(loss=figures.figure(Estimate(9.28, 0.04), "bits"),  # +0.08 / 0.05 = 1.6
+                    gap=figures.figure(Estimate(-0.13, 0.01), "bits"),  # +0.02 / 0.01414 = 1.41
+                    updates=figures.exact(713, "updates"))
+    rows = {row.name: row for row in figures.compare(REFERENCE, fresh)}
+    assert rows["loss"].standard_errors == pytest.approx(0.08 / 0.05)
+    assert rows["gap"].standard_errors == pytest.approx(0.02 / math.sqrt(2 * 0.01 ** 2))
+    assert rows["updates"].standard_errors == 0.0
+    assert not any(row.failed for row in rows.values())
+    text = figures.format_comparison(list(rows.values()), REFERENCE, fresh)
+    assert text.splitlines()[-1] == "PASS: all 3 figures within 3 SE of the reference"
+
+
+def test_a_figure_beyond_the_tolerance_a_missing_one_and_another_count_fail():
+    fresh = summary(loss=figures.figure(Estimate(9.454, 0.045), "bits"),  # +0.254 / 0.0541
+                    updates=figures.exact(714, "updates"),
+                    new=figures.figure(Estimate(1.0, 0.1), "bits"))
+    rows = {row.name: row for row in figures.compare(REFERENCE, fresh)}
+    assert rows["loss"].status == "differs"
+    assert rows["loss"].standard_errors == pytest.approx(0.254 / math.hypot(0.03, 0.045))
+    assert rows["gap"].status == "missing" and rows["updates"].status == "differs"
+    assert rows["new"].status == "new" and not rows["new"].failed  # listed, not failed
+    # a looser tolerance lets the loss pass (4.7 SE), never the missing figure
+    loose = {row.name: row for row in figures.compare(REFERENCE, fresh, tolerance=5.0)}
+    assert loose["loss"].status == "ok" and loose["gap"].failed
+    text = figures.format_comparison(list(rows.values()), REFERENCE, fresh)
+    assert text.splitlines()[-1].startswith("FAIL: 3 of 3 figures")
+
+
+def test_the_command_compares_two_files_and_exits_1_on_a_failure(tmp_path):
+    reference, same, changed = (tmp_path / name for name in ("r.json", "s.json", "c.json"))
+    reference.write_text(json.dumps(REFERENCE))
+    same.write_text(json.dumps(REFERENCE))
+    planted = json.loads(json.dumps(REFERENCE))
+    planted[figures.FIGURES]["loss"]["value"] += 0.5
+    changed.write_text(json.dumps(planted))
+    command = [sys.executable, "-m", "fairseq_ext.reporting.figures"]
+    assert "PASS" in run_cli([*command, reference, same]).stdout
+    proc = run_cli([*command, reference, changed], check=False)
+    assert proc.returncode == 1 and "loss (differs)" in proc.stdout
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"masked_lm": []}))
+    proc = run_cli([*command, old, same], check=False)
+    assert proc.returncode != 0 and "has no 'figures' section" in proc.stderr
+
+
+def test_paths_under_the_runs_directory_become_relative(tmp_path):
+    runs = tmp_path / "runs"
+    value = {"a": str(runs / "x" / "scores.jsonl"), "b": [str(tmp_path / "data-bin")],
+             "c": 3, "d": str(runs) + "-other/y"}
+    assert figures.relative_paths(value, runs) == {
+        "a": "x/scores.jsonl", "b": [str(tmp_path / "data-bin")], "c": 3,
+        "d": str(runs) + "-other/y"}
+
+
+def test_the_demo_figures_from_its_summary():
+    """Every published figure of the demo's tables, by name, timings left out."""
+    summary = {
+        "unigram": {"3ml": {"mask_loss": 9.636, "mask_loss_se": 0.041}},
+        "masked_lm": [
+            {"group": "3ml", "name": "roberta-15%", "updates": 1000, "mask_loss": 9.19,
+             "mask_loss_se": 0.048, "below_unigram": 0.445, "below_unigram_se": 0.015,
+             "sec_per_update": 0.07},
+            {"group": "3ml", "name": "3ml-self-40%", "updates": 713, "mask_loss": 9.40,
+             "mask_loss_se": 0.045, "below_unigram": 0.23, "below_unigram_se": 0.013,
+             "vs_baseline": 0.21, "vs_baseline_se": 0.011, "sec_per_update": 0.11}],
+        "bidirectional": [{"name": "msk_bi", "updates": 642, "infill_acc": {"0.0": 8.5,
+                                                                            "1.0": 9.0},
+                           "infill_acc_se": {"0.0": 0.26, "1.0": None}}],
+        "bidirectional_baseline": {"rows": {"msk_bi": {"1.0": {
+            "difference": 4.0, "difference_se": 0.3}, "0.0": {"note": "n/a"}}}}}
+    out = demo.demo_figures(summary)
+    assert out["3ml/unigram/mask_loss"] == {"value": 9.636, "se": 0.041, "dof": None,
+                                            "unit": "bits"}
+    assert out["3ml/3ml-self-40%/vs_baseline"]["value"] == 0.21
+    assert out["3ml/roberta-15%/updates"] == {"value": 1000.0, "se": 0.0, "dof": None,
+                                              "unit": "updates"}
+    assert "3ml/roberta-15%/vs_baseline" not in out  # the baseline has none
+    assert out["bidirectional/msk_bi/infill_acc@R=1"]["se"] is None  # unknown: only equality
+    assert out["bidirectional/msk_bi/infill_minus_commonest@R=1"]["value"] == 4.0
+    assert not any("sec" in name or "speedup" in name for name in out)
+
+
+def test_the_committed_demo_reference_agrees_with_the_pages():
+    """docs/demo/summary.json is the reference a fresh make demo is compared with; every
+    [MASK] loss the pages quote from the demo is that reference's."""
+    reference = json.loads((REPO_ROOT / "docs" / "demo" / "summary.json").read_text())
+    assert reference[figures.PROVENANCE]["commit"] and not reference[figures.PROVENANCE]["dirty"]
+    text = json.dumps(reference)
+    assert str(REPO_ROOT) not in text and "/tmp/" not in text  # no machine paths
+    page = (REPO_ROOT / "docs" / "demo.md").read_text()
+    for name, figure in reference[figures.FIGURES].items():
+        if name.endswith("/mask_loss"):
+            assert f"{figure['value']:.3f} ± {figure['se']:.3f}" in page, name
