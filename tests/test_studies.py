@@ -382,3 +382,19 @@ def test_a_fixed_seed_repeats_its_figures_exactly_on_one_machine(tiny_data_bin, 
     other = studies.train_and_evaluate(study, studies.PlannedRun(study.models[1], 4, 4),
                                        tiny_data_bin, tmp_path / "other")
     assert other["curve"] != results[0]["curve"]
+
+
+def test_the_paper_vs_ours_rows_name_source_metric_proxy_and_interval():
+    cited = studies.STUDIES["3ml"].claims[0]  # mask more: a GLUE claim read through a proxy
+    estimate = Estimate(-0.2, 0.03, 2)
+    row = {**studies.claim_fields(cited), "measured": "roberta-40% - roberta-15%: -0.200 bits",
+           "verdict": studies.verdict(estimate), **studies.interval_fields(estimate)}
+    ours = {**studies.claim_fields(Claim("x", "better", "a", "b")), "measured": "m",
+            "verdict": "unresolved", "ci_low": None}
+    lines = studies.markdown_claims({"claims": [row, ours]}).splitlines()
+    # -0.2 ± 4.303 x 0.03: [-0.329, -0.0709]
+    assert lines[2].startswith(f"| {cited.text} | 3ML, Table 3 (first block) and Figure 3, GLUE "
+                               "dev average: 24hBERT-40% 85.0 against 24hBERT-15% 84.3")
+    assert "(**proxy**: we measure valid [MASK] loss)" in lines[2]
+    assert "[-0.329, -0.0709] | **holds** |" in lines[2]
+    assert lines[3] == "| x | *our question* | m | unresolved | - |"

@@ -1096,6 +1096,30 @@ def claim_row(claim: dict) -> List[str]:
             claim["measured"] + interval + margin, claim["verdict"]]
 
 
+def markdown_claims(report: dict) -> str:
+    """The claims as docs/studies.md's "Paper vs ours" rows: claim, the paper (source, metric,
+    its figures), ours (a - b ± SE over seeds, the 95% t interval), verdict, what differs."""
+    lines = ["| claim | paper | ours: a − b (± SE) [95% t interval] | verdict | what differs |",
+             "| --- | --- | --- | --- | --- |"]
+    for claim in report["claims"]:
+        if claim.get("source", OUR_QUESTION) == OUR_QUESTION:
+            paper = f"*{OUR_QUESTION}*"
+        else:
+            paper = f"{claim['source']}, {claim['paper_metric']}: {claim['paper_figure']}"
+            if claim.get("proxy"):
+                paper += f" (**proxy**: we measure {metric_name(claim)})"
+        interval = ""
+        if claim.get("ci_low") is not None and math.isfinite(claim["ci_low"]):
+            interval = f" [{claim['ci_low']:+.3g}, {claim['ci_high']:+.3g}]"
+        margin = (f"; on par = within ±{claim['margin']:g}" if claim.get("kind") == "on_par"
+                  else "")
+        verdict_text = claim["verdict"] if claim["verdict"] == "unresolved" else (
+            f"**{claim['verdict']}**")
+        lines.append(f"| {claim['claim']} | {paper} | {claim['measured']}{interval}{margin} | "
+                     f"{verdict_text} | {claim.get('differs') or '-'} |")
+    return "\n".join(lines)
+
+
 def study_figures(study: Study, report: dict) -> Dict[str, dict]:
     """The study's figures for a later run to be compared with
     (:mod:`fairseq_ext.reporting.figures`): per model its updates and each column's mean over
@@ -1198,6 +1222,8 @@ def main(argv=None) -> None:
                         help="runs at a time, one torch thread each (default: %(default)s)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep the scored interval checkpoints (default: the last only)")
+    parser.add_argument("--markdown", action="store_true",
+                        help="also print the claims as docs/studies.md's Paper vs ours rows")
     figures.add_compare_arguments(parser)
     args = parser.parse_args(argv)
     study = STUDIES[args.study]
@@ -1214,6 +1240,8 @@ def main(argv=None) -> None:
     runs_dir = (args.runs_dir or demo.REPO_ROOT / "runs" / "studies" / study.name).resolve()
     status = run(study, data, runs_dir, args.updates, args.seeds, args.workers,
                  args.keep_checkpoints)
+    if status == 0 and args.markdown:
+        print(markdown_claims(json.loads((runs_dir / STUDY_JSON).read_text())))
     if status == 0 and args.compare is not None:
         status = figures.compare_files(args.compare, runs_dir / STUDY_JSON, args.tolerance)
     sys.exit(status)
