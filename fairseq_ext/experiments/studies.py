@@ -1174,8 +1174,8 @@ def plot_study(study: Study, results: Dict[str, dict], out: Path,
 
 
 def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: Path,
-                 wall_seconds: float, selection: Optional[Dict[str, dict]] = None
-                 ) -> Tuple[dict, str]:
+                 wall_seconds: float, selection: Optional[Dict[str, dict]] = None,
+                 provenance: Optional[dict] = None) -> Tuple[dict, str]:
     """The report's figures and text; writes ``study.json`` and ``curves.png`` (replacing the
     previous report of this runs directory: both are recomputed from the runs' results).
     ``wall_seconds``: the study's wall time over every invocation that trained."""
@@ -1188,7 +1188,7 @@ def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: P
                             for key, result in results.items()},
                    "curves": {key: result["curve"] for key, result in results.items()}})
     report[figures.FIGURES] = study_figures(study, report)
-    report[figures.PROVENANCE] = figures.provenance(demo.REPO_ROOT, threads=1)
+    report[figures.PROVENANCE] = provenance or figures.provenance(demo.REPO_ROOT, threads=1)
     text = format_report(study, report)
     # paths relative to the runs directory (then the checkout): it can be moved or copied
     report = figures.relative_paths(figures.relative_paths(report, runs_dir), demo.REPO_ROOT)
@@ -1253,6 +1253,7 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
     """Plan, run (resuming), report; the exit status."""
     check_study(study)
     start = time.time()
+    provenance = figures.provenance(demo.REPO_ROOT, threads=1)  # the checkout the runs start from
     seeds = tuple(seeds or study.seeds)
     study = dataclasses.replace(study, seeds=seeds)
     plan = plan_study(study, data, updates, seeds)
@@ -1271,7 +1272,7 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
     this_time = time.time() - start
     # the study's wall time: every invocation that trained something, summed over resumes
     total = earlier + (this_time if trained or selected_now else 0.0)
-    _report, text = report_study(study, results, data, runs_dir, total, selection)
+    _report, text = report_study(study, results, data, runs_dir, total, selection, provenance)
     printer(text)
     printer(f"figures: {runs_dir / STUDY_JSON}")
     printer(f"study wall time: {total / 60:.1f} min over the invocations that trained (this "
