@@ -398,3 +398,28 @@ def test_the_paper_vs_ours_rows_name_source_metric_proxy_and_interval():
     assert "(**proxy**: we measure valid [MASK] loss)" in lines[2]
     assert "[-0.329, -0.0709] | **holds** |" in lines[2]
     assert lines[3] == "| x | *our question* | m | unresolved | - |"
+
+
+def test_the_held_out_lines_start_at_a_document_boundary(tiny_data_bin, tmp_path):
+    """The cut moves forward to the first empty line (a lone </s>) and keeps it with the
+    training part; without one near, it stays where the share puts it. The written data-bin
+    holds the same lines, split there."""
+    from fairseq.data import indexed_dataset
+
+    from fairseq_ext.corpus.heldout import heldout_data_bin, split_point
+
+    lengths = [5, 7, 1, 6, 3, 1, 4, 9, 2, 8]
+    assert split_point(lengths, 0.5) == 6  # round(10 x 0.5) = 5 is a boundary: start after it
+    assert split_point(lengths, 0.2) == 8  # 8: no empty line from there within the window...
+    assert split_point([4] * 10, 0.3) == 7  # ...and none at all: the share's own cut
+    out = heldout_data_bin(tiny_data_bin, tmp_path / "heldout", 0.25)
+    source = indexed_dataset.make_dataset(str(tiny_data_bin / "train"), impl="mmap")
+    train, valid = (indexed_dataset.make_dataset(str(out / name), impl="mmap")
+                    for name in ("train", "valid"))
+    assert len(train) + len(valid) == len(source) and len(valid) > 0
+    assert [source[i].tolist() for i in range(len(source))] == (
+        [train[i].tolist() for i in range(len(train))]
+        + [valid[i].tolist() for i in range(len(valid))])
+    assert heldout_data_bin(tiny_data_bin, tmp_path / "heldout", 0.25) == out  # reused
+    with pytest.raises(SystemExit, match="holds another held-out split"):
+        heldout_data_bin(tiny_data_bin, tmp_path / "heldout", 0.1)

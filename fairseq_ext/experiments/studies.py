@@ -437,6 +437,12 @@ BIDIRECTIONAL_CLAIMS = (
           paper_metric="single-token infilling accuracy",
           paper_figure="68.71 against 67.70 (125M)"),
 )
+#: What differs from the paper for every bidirectional claim (the budget and the document
+#: format are each study's own, in its title).
+BIDIRECTIONAL_DIFFERS = ("2 layers x 128 against 125M-6.7B parameters; 400 updates of 2,048 "
+                         "tokens of Python documentation against the paper's pre-training")
+BIDIRECTIONAL_CLAIMS = tuple(dataclasses.replace(claim, differs=BIDIRECTIONAL_DIFFERS)
+                             for claim in BIDIRECTIONAL_CLAIMS)
 BIDIRECTIONAL_NOTES = (
     "bidir_lm_mini, the demo recipe's settings (2,048 tokens an update), each variant at its "
     "best peak lr of LR_GRID on held-out training data. Table 6 (re-ranking with "
