@@ -40,9 +40,21 @@ def test_progress_total_comes_from_the_printed_command():
 
 def test_demo_end_to_end_on_a_tiny_data_bin(tiny_data_bin, tmp_path):
     runs_dir = tmp_path / "runs"
+    # a reference with one figure the run matches (its updates) and one it cannot (a loss of
+    # 0 bits): --compare prints both and the demo exits 1, its summary written all the same
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps({"figures": {
+        "3ml/roberta-15%/updates": {"value": 4, "se": 0.0, "dof": None, "unit": "updates"},
+        "3ml/roberta-15%/mask_loss": {"value": 0.0, "se": 0.01, "dof": None, "unit": "bits"}}}))
     proc = run_cli([sys.executable, REPO_ROOT / "scripts/demo.py", "--data", tiny_data_bin,
-                    "--updates", "4", "--runs-dir", runs_dir])
+                    "--updates", "4", "--runs-dir", runs_dir, "--compare", reference],
+                   check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "FAIL: 1 of 2 figures" in proc.stdout
+    assert "3ml/roberta-15%/mask_loss (differs)" in proc.stdout
     summary = json.loads((runs_dir / "summary.json").read_text())
+    assert str(runs_dir) not in json.dumps(summary)  # paths relative to the runs directory
+    assert summary["provenance"]["threads"] == 1 and summary["figures"]
     rows = summary["masked_lm"]
     assert [row["name"] for row in rows] == [run.name for run in demo.DEMO_RUNS]
     assert set(summary["unigram"]) == set(demo.MASKED_LM_GROUPS)

@@ -247,7 +247,8 @@ def scale_demo(command: str, work: Work) -> str:
 
 
 def check_demo(work: Work, run: Run) -> None:
-    assert makefile_rule("demo") == ["$(PY) scripts/demo.py"]
+    # make demo runs the demo, comparing with a reference when COMPARE= names one
+    assert makefile_rule("demo") == ["$(PY) scripts/demo.py $(if $(COMPARE),--compare $(COMPARE))"]
     runs_dir = work.notes["demo_runs"]
     summary = json.loads((runs_dir / "summary.json").read_text())
     rows = summary["masked_lm"]
