@@ -34,7 +34,11 @@ from a checkout.
 
 Adding a model to a comparison is one line in :data:`DEMO_RUNS`. Every run writes into a fresh
 ``runs/demo/<timestamp>/<name>/`` (logs, checkpoints, scores) and the tables' figures go to
-``summary.json`` there; nothing earlier is overwritten.
+``summary.json`` there, with the flat ``figures`` and ``provenance`` sections of
+:mod:`fairseq_ext.reporting.figures` and paths relative to the runs directory; nothing earlier is
+overwritten. ``--compare REF.json`` (``make demo COMPARE=REF.json``) compares the run's figures
+with a reference summary, such as the committed ``docs/demo/summary.json``, and exits 1 past the
+tolerance.
 """
 import argparse
 import contextlib

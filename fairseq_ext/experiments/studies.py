@@ -1,17 +1,23 @@
-"""Studies: each paper's headline claim measured at CPU scale, at equal analytic training FLOPs,
-over several seeds, with error bars (``scripts/study.py``, ``recipes/studies/<name>.sh``).
+"""Studies: each paper's claims as the paper states them, measured at CPU scale over several
+seeds, with error bars (``scripts/study.py``, ``recipes/studies/<name>.sh``, docs/studies.md).
 
 A study (:class:`Study`, registered in :data:`STUDIES`) is one entry: its models (a recipe and
-its overrides each, the first the baseline), its seeds, the baseline's updates (the budget:
-every other model gets the updates that buy the same analytic training FLOPs,
-:func:`fairseq_ext.experiments.demo.equal_flops_updates`), its kind of evaluation and the
-paper's claims, each a :class:`Claim` naming two models and a metric. The runner:
+its overrides each, the first the baseline), its seeds, the baseline's updates and the budget
+(:data:`EQUAL_FLOPS`: every other model gets the updates that buy the same analytic training
+FLOPs, :func:`fairseq_ext.experiments.demo.equal_flops_updates`; :data:`EQUAL_TOKENS`: the
+same updates of the same batch), the learning-rate grid, its kind of evaluation and the claims,
+each a :class:`Claim` naming two models, a metric, and where it comes from (the paper's table or
+figure, its metric and figures, whether we measure a proxy; or :data:`OUR_QUESTION`). The runner:
 
-1. trains every (model, seed) through the model's bash recipe (``--seed S`` appended), two
-   runs at a time at one torch thread each, longest first, into
-   ``<runs-dir>/<model>/seed<S>/``; a run is *finished* when its ``result.json`` exists (written
-   atomically after training and evaluation); a finished run is never retrained, and a run
-   directory without one (the study was killed there) is removed and redone;
+0. chooses each model's peak learning rate (:func:`select_learning_rates`): one run per rate of
+   the grid on the training split without its last 5% (:mod:`fairseq_ext.corpus.heldout`),
+   scored on that 5%, never on the valid split the compared figures come from;
+1. trains every (model, seed) through the model's bash recipe at its rate (``--seed S``
+   appended), two runs at a time at one torch thread each, into ``<runs-dir>/<model>/seed<S>/``;
+   a run is *finished* when its ``result.json`` exists (written atomically after training and
+   evaluation); a finished run is never retrained, and a run directory without one (the study
+   was killed there) is removed and redone; every path a run records is relative to the runs
+   directory, which can be moved or copied and resumed;
 2. evaluates each run: masked LMs by :mod:`fairseq_ext.evaluation.masked_lm_scores` at
    :data:`~fairseq_ext.experiments.demo.CURVE_POINTS` checkpoints, on the same valid positions
    (15%) for every model and seed; bidirectional LMs by stock ``fairseq-validate --eval-mode``
@@ -20,19 +26,16 @@ paper's claims, each a :class:`Claim` naming two models and a metric. The runner
 3. prints per study a table of models (each figure the mean over seeds ± its standard error
    over seeds, :func:`~fairseq_ext.reporting.uncertainty.mean_over_seeds`, beside the trivial
    baseline: the training unigram for [MASK] loss, always guessing the commonest piece for
-   infilling), and a table of claims: the measured difference, paired over the same evaluation
-   rows within a seed and then over seeds
-   (:func:`~fairseq_ext.reporting.uncertainty.paired_over_seeds`), and the verdict
-   (:func:`verdict`): ``holds`` or ``fails`` when the difference is resolved (beyond
-   :data:`~fairseq_ext.reporting.uncertainty.RESOLVED_AT` standard errors), else
-   ``unresolved``;
-4. writes ``study.json`` (every figure, per seed too, and the study's wall time summed over
-   the invocations that trained and reported; one killed before its report adds nothing) and
-   ``curves.png`` (valid loss against training PFLOPs, the mean over seeds with a ±1 SE band).
-
-With three seeds the standard error over seeds is itself uncertain (2 degrees of freedom; a
-t-test would ask for 4.3 SE, not 2): ``resolved`` follows the project's 2-SE rule, and the
-per-seed figures are in ``study.json`` for anyone who wants a stricter test.
+   infilling), the learning rates chosen, and a table of claims: the measured difference, paired
+   over the same evaluation rows within a seed and then over seeds
+   (:func:`~fairseq_ext.reporting.uncertainty.paired_over_seeds`), its 95% t interval over seeds
+   (``S - 1`` degrees of freedom: 4.30 SE for 3 seeds) and the verdict (:func:`verdict`:
+   ``holds`` / ``fails`` when the interval excludes 0 on the paper's side / the other, else
+   ``unresolved``; an ``on_par`` claim against its margin);
+4. writes ``study.json`` (every figure, per seed too, the flat ``figures`` and ``provenance``
+   sections of :mod:`fairseq_ext.reporting.figures` that ``--compare`` reads, and the study's
+   wall time summed over the invocations that trained) and ``curves.png`` (valid loss against
+   training PFLOPs, the mean over seeds with a ±1 SE band).
 
 May import: see :mod:`fairseq_ext.experiments`.
 """
