@@ -11,10 +11,11 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Callable, Dict, Hashable, List, Optional
 
 import torch
+
+from fairseq_ext.reporting.figures import cpu_model
 
 
 def load_average() -> Optional[List[float]]:
@@ -69,14 +70,7 @@ def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU's model name."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return name
+    return cpu_model()
 
 
 def environment(device: torch.device) -> dict:

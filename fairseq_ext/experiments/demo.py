@@ -115,7 +115,7 @@ MASKED_LM_GROUPS: Dict[str, MaskedLmGroup] = {
         "3ML (Liao et al. 2022)",
         "3ML matches RoBERTa with fewer training FLOPs (3ML Table 3, in GLUE; here the [MASK] "
         "loss, a proxy that the paper's Table 1 says favours RoBERTa, at a shape where 3ML "
-        "saves no FLOPs: analytic speedup 0.71)"),
+        "saves no FLOPs: see the analytic speedup)"),
     "swishrnn": MaskedLmGroup(
         "SwishRNN (Lei et al.)",
         "SwishRNN-BERT reaches a lower MLM loss than BERT-rab (SwishRNN Figure 4, MLM "

@@ -549,12 +549,12 @@ def select_learning_rates(study: Study, data: Path, runs_dir: Path, plan: Sequen
             f"({heldout})")
     results, trained = run_study(study, heldout, selection_dir, selection_plan, workers,
                                  evaluate=False, lr_dirs=True)
+    scores_of: Dict[str, Dict[str, float]] = {model.name: {} for model in study.models}
+    for planned in selection_plan:
+        scores_of[planned.model.name][planned.lr] = heldout_loss(results[planned.key_with_lr])
     chosen: Dict[str, dict] = {}
     for model in study.models:
-        scores = {}
-        for lr in study.lr_grid:
-            result = results[PlannedRun(with_lr(model, lr), SELECTION_SEED, 0).key_with_lr]
-            scores[lr] = heldout_loss(result)
+        scores = scores_of[model.name]
         finite = {lr: loss for lr, loss in scores.items() if math.isfinite(loss)}
         if not finite:
             raise SystemExit(f"error: {model.name}: no learning rate of {study.lr_grid} trained "

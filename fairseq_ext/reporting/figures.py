@@ -67,7 +67,7 @@ def provenance(repo: Optional[Path] = None, threads: Optional[int] = None) -> di
     uncommitted changes to tracked files), Python, torch, the CPU model and the torch threads of
     each run."""
     info = {"python": platform.python_version(), "machine": platform.machine(),
-            "cpu": _cpu_model(), "cpus": os.cpu_count(), "threads": threads}
+            "cpu": cpu_model(), "cpus": os.cpu_count(), "threads": threads}
     try:
         import torch
 
@@ -79,14 +79,15 @@ def provenance(repo: Optional[Path] = None, threads: Optional[int] = None) -> di
     return info
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows of it."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return platform.processor() or platform.machine()
 
 
 def _git(repo: Path) -> dict:
