@@ -117,3 +117,23 @@ def test_the_committed_demo_reference_agrees_with_the_pages():
     for name, figure in reference[figures.FIGURES].items():
         if name.endswith("/mask_loss"):
             assert f"{figure['value']:.3f} ± {figure['se']:.3f}" in page, name
+
+
+@pytest.mark.parametrize("name", sorted(path.parent.name for path in
+                                        (REPO_ROOT / "docs" / "studies").glob("*/study.json")))
+def test_the_committed_study_references_agree_with_the_pages(name):
+    """Each study's committed summary (docs/studies/<study>/study.json) is what a re-run is
+    compared with; docs/studies.md quotes its claim rows as the summary renders them, and the
+    summary holds no machine paths and the page names the commit it ran at."""
+    from fairseq_ext.experiments import studies
+
+    assert name in studies.STUDIES, f"docs/studies/{name}: not a registered study"
+    reference = json.loads((REPO_ROOT / "docs" / "studies" / name / "study.json").read_text())
+    text = json.dumps(reference)
+    assert str(REPO_ROOT) not in text and "/tmp/" not in text and "/work/" not in text
+    page = (REPO_ROOT / "docs" / "studies.md").read_text()
+    assert reference[figures.PROVENANCE]["commit"][:7] in page
+    rows = studies.markdown_claims(reference).splitlines()[2:]
+    assert len(rows) == len(studies.STUDIES[name].claims)
+    for row in rows:
+        assert row in page, f"docs/studies.md does not quote {name}'s claim row: {row[:80]}"
