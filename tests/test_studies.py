@@ -363,6 +363,17 @@ def test_bidirectional_claims_are_paired_within_seed_then_over_seeds(tiny_data_b
     assert rows["a"]["full"] == pytest.approx((math.exp(1.5) + math.exp(1.0)) / 2)
     assert rows["a"]["infill:1"] == pytest.approx(75.0)
     assert report["baseline"]["full"] > 1.0  # the unigram's ppl on the data-bin's valid split
+    assert rows["a"]["analytic_pflops"] == 10.0
+    # whole documents have no analytic FLOP figure (demo.bidirectional_pflops_per_update): the
+    # report still forms, the column shows "-"
+    for result in results.values():
+        result["analytic_pflops_per_update"] = None
+    report = studies.bidirectional_report(study, results, tiny_data_bin)
+    assert report["models"][0]["analytic_pflops"] is None
+    assert report["claims"][0]["per_seed"] == pytest.approx(dict(zip(("1", "2"), differences)))
+    table = studies.format_report(study, report)
+    row_a = next(line for line in table.splitlines() if line.startswith("| a "))
+    assert [cell.strip() for cell in row_a.split("|")[1:4]] == ["a", "10", "-"]
 
 
 def test_a_fixed_seed_repeats_its_figures_exactly_on_one_machine(tiny_data_bin, tmp_path):

@@ -45,6 +45,7 @@ import json
 import math
 import shutil
 import sys
+import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -80,6 +81,8 @@ CURVE_POINTS = demo.CURVE_POINTS
 #: Valid batches of each of a bidirectional run's curve validations (the same first batches
 #: every time; the full split is scored once, at the end, by the evaluation modes).
 CURVE_VALID_BATCHES = 25
+#: Characters per line of a curve plot's title (:func:`plot_study`).
+TITLE_WIDTH = 80
 
 
 @dataclasses.dataclass(frozen=True)
@@ -782,7 +785,7 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
         losses = [finals[(model.name, s)].loss_bits().value for s in seeds]
         below = [finals[(model.name, s)].below_unigram_bits().value for s in seeds]
         row = {"name": model.name, "updates": per_seed[0]["updates"],
-               "analytic_pflops": per_seed[0]["updates"] * per_seed[0]["analytic_pflops_per_update"],
+               "analytic_pflops": analytic_pflops(per_seed[0]),
                "counted_pflops": mean_over_seeds([r["train_pflops"] or math.nan
                                                   for r in per_seed]).value,
                "sec_per_update": mean_over_seeds([r["sec_per_update"] for r in per_seed]).value,
@@ -923,6 +926,14 @@ def lower_is_better(column: str) -> bool:
     return not column.startswith("infill")
 
 
+def analytic_pflops(result: dict) -> Optional[float]:
+    """A run's analytic training PFLOPs (its updates times the Appendix D figure per update),
+    or ``None`` where there is no analytic figure (a bidirectional run on whole documents:
+    :func:`fairseq_ext.experiments.demo.bidirectional_pflops_per_update`)."""
+    per_update = result.get("analytic_pflops_per_update")
+    return None if per_update is None else result["updates"] * per_update
+
+
 def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> dict:
     """Model rows (each column's figure, mean ± SE over seeds, and the commonest-piece
     infilling baseline) and claim rows (paired over the same rows within a seed, then over
@@ -939,7 +950,7 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
         row: Dict[str, object] = {"name": model.name, "per_seed": {}}
         first = results[f"{model.name}/seed{seeds[0]}"]
         row["updates"] = first["updates"]
-        row["analytic_pflops"] = first["updates"] * first["analytic_pflops_per_update"]
+        row["analytic_pflops"] = analytic_pflops(first)
         for column in columns:
             values = []
             for s in seeds:
@@ -1043,7 +1054,7 @@ def format_report(study: Study, report: dict) -> str:
         header = ["model", "updates", "analytic PFLOPs", "counted PFLOPs", "s/update",
                   "[MASK] loss (bits)", "below unigram", f"vs {study.models[0].name}, paired"]
         table = [[row["name"], str(row.get("updates", "-")),
-                  f"{row['analytic_pflops']:.4f}" if "analytic_pflops" in row else "-",
+                  f"{row['analytic_pflops']:.4f}" if row.get("analytic_pflops") is not None else "-",
                   f"{row['counted_pflops']:.4f}" if "counted_pflops" in row else "-",
                   f"{row['sec_per_update']:.3f}" if "sec_per_update" in row else "-",
                   field(row, "mask_loss"), field(row, "below_unigram", 3, True),
@@ -1052,7 +1063,7 @@ def format_report(study: Study, report: dict) -> str:
         header = ["model", "updates", "analytic PFLOPs"] + [
             column.replace(":", " R=") for column in report["columns"]]
         table = [[row["name"], str(row.get("updates", "-")),
-                  f"{row['analytic_pflops']:.4f}" if "analytic_pflops" in row else "-"]
+                  f"{row['analytic_pflops']:.4f}" if row.get("analytic_pflops") is not None else "-"]
                  + [field(row, column, 2) for column in report["columns"]]
                  for row in [*report["models"], report["baseline"]]]
     lines.append(ascii_table(header, table))
@@ -1178,7 +1189,8 @@ def plot_study(study: Study, results: Dict[str, dict], out: Path,
     reference = None
     if study.kind == MASKED_LM and report is not None:
         reference = ("unigram (train counts)", report["models"][0]["mask_loss"])
-    plot_bands(bands, out, f"{study.title}\n(mean over {len(study.seeds)} seeds, ±1 SE)",
+    title = textwrap.fill(study.title, TITLE_WIDTH)  # a long title runs off the figure
+    plot_bands(bands, out, f"{title}\n(mean over {len(study.seeds)} seeds, ±1 SE)",
                ylabel, reference=reference)
     return out
 
