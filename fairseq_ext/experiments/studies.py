@@ -1043,6 +1043,13 @@ def field(row: dict, prefix: str, digits: int = 3, signed: bool = False) -> str:
                digits, signed)
 
 
+def number(row: dict, key: str, digits: int) -> str:
+    """A figure without an error (PFLOPs, seconds) to ``digits`` places; "-" where the row has
+    none (a baseline row, or no analytic FLOPs on whole documents)."""
+    value = row.get(key)
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def format_report(study: Study, report: dict) -> str:
     """The study's two tables: models, then claims."""
     seeds = len(study.seeds)
@@ -1054,16 +1061,16 @@ def format_report(study: Study, report: dict) -> str:
         header = ["model", "updates", "analytic PFLOPs", "counted PFLOPs", "s/update",
                   "[MASK] loss (bits)", "below unigram", f"vs {study.models[0].name}, paired"]
         table = [[row["name"], str(row.get("updates", "-")),
-                  f"{row['analytic_pflops']:.4f}" if row.get("analytic_pflops") is not None else "-",
-                  f"{row['counted_pflops']:.4f}" if "counted_pflops" in row else "-",
-                  f"{row['sec_per_update']:.3f}" if "sec_per_update" in row else "-",
+                  number(row, "analytic_pflops", 4),
+                  number(row, "counted_pflops", 4),
+                  number(row, "sec_per_update", 3),
                   field(row, "mask_loss"), field(row, "below_unigram", 3, True),
                   field(row, "vs_baseline", 3, True)] for row in report["models"]]
     else:
         header = ["model", "updates", "analytic PFLOPs"] + [
             column.replace(":", " R=") for column in report["columns"]]
         table = [[row["name"], str(row.get("updates", "-")),
-                  f"{row['analytic_pflops']:.4f}" if row.get("analytic_pflops") is not None else "-"]
+                  number(row, "analytic_pflops", 4)]
                  + [field(row, column, 2) for column in report["columns"]]
                  for row in [*report["models"], report["baseline"]]]
     lines.append(ascii_table(header, table))
