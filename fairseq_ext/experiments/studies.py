@@ -52,7 +52,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from fairseq_ext.experiments import demo
+from fairseq_ext.experiments import demo, finetuning
+from fairseq_ext.experiments.finetuning import FinetuneArm, FinetuneProtocol
 from fairseq_ext.reporting import figures
 from fairseq_ext.reporting.text_tables import ascii_table
 from fairseq_ext.reporting.uncertainty import (
@@ -73,6 +74,12 @@ SELECTION_SEED, SELECTION_DIR, HELDOUT_SHARE = 101, "lr-selection", 0.05
 RESULT = "result.json"
 STUDY_JSON, STUDY_PLOT = "study.json", "curves.png"
 MASKED_LM, BIDIRECTIONAL = "masked_lm", "bidirectional"
+#: A fine-tuning claim's metric: dev accuracy after fine-tuning, averaged over the suite's tasks
+#: (:mod:`fairseq_ext.experiments.finetuning`), as the papers average GLUE.
+FINETUNE_METRIC = "finetune_avg"
+#: What counts as "on par" after fine-tuning: 1 accuracy point of the task average, fixed before
+#: any run (3ML's Table 3 calls 84.8 against 85.0 "slightly worse").
+ON_PAR_POINTS = 1.0
 #: Bidirectional evaluation: R values of the suffix-ppl and infilling columns (the demo's; its
 #: 4 masked positions per document too).
 R_VALUES = demo.BIDIRECTIONAL_R_VALUES
@@ -167,6 +174,8 @@ class Study:
     notes: str = ""
     budget: str = "flops"
     lr_grid: Tuple[str, ...] = ()
+    finetune: Optional[FinetuneProtocol] = None
+    finetune_claims: Tuple[Claim, ...] = ()
 
     def model(self, name: str) -> StudyModel:
         return next(model for model in self.models if model.name == name)
@@ -205,6 +214,19 @@ def check_study(study: Study) -> None:
         if not claim.ours and not (claim.paper_metric and claim.paper_figure):
             problems.append(f"claim {claim.text!r} cites {claim.source!r}: give its "
                             "paper_metric and paper_figure, or make it OUR_QUESTION")
+    if study.finetune is not None:
+        problems += finetuning.check_protocol(study.finetune, names)
+        arms = [arm.name for arm in study.finetune.arms]
+        for claim in study.finetune_claims:
+            if {claim.a, claim.b} - set(arms):
+                problems.append(f"fine-tuning claim {claim.text!r} names arms outside {arms}")
+            if claim.kind not in ("better", "on_par") or claim.metric != FINETUNE_METRIC:
+                problems.append(f"fine-tuning claim {claim.text!r}: kind better or on_par, "
+                                f"metric {FINETUNE_METRIC!r}")
+            if claim.kind == "on_par" and not (claim.margin or 0) > 0:
+                problems.append(f"claim {claim.text!r}: on_par needs a positive margin")
+    elif study.finetune_claims:
+        problems.append("fine-tuning claims without a fine-tuning protocol")
     if problems:
         raise SystemExit(f"error: study {study.name}: " + "; ".join(problems))
 
@@ -277,6 +299,41 @@ ON_PAR_BITS = 0.1
 MLM_PROXY = ("CPU scale (millions of parameters, minutes of training); a pre-training loss, "
              "not fine-tuning")
 
+#: What differs from the papers for every fine-tuning claim.
+FINETUNE_DIFFERS = ("the downstream suite (3 tasks of real text from the machine: Debian package "
+                    "sections, WordNet definition pairs, fortune topics; docs/downstream.md) in "
+                    "place of GLUE; 2 epochs of at most 1,000 examples on the CPU; the lr of a "
+                    "3-point grid chosen on held-out training data, not the best dev score")
+THREE_ML_MODELS = ("roberta-15%", "roberta-40%", "3ml-self-40%", "3ml-cross-40%")
+#: 3ML fine-tunes the exported encoder (the decoder dropped, §2.2) with App. B's schedule shape
+#: (Table 5, borrowed from 24hBERT): AdamW, weight decay 0.1, 6% warmup, linear decay.
+THREE_ML_FINETUNE = FinetuneProtocol(
+    recipe="recipes/3ml/finetune_glue.sh", checkpoint_env="PRETRAINED", export=True,
+    arms=tuple(FinetuneArm(name, name) for name in THREE_ML_MODELS),
+    schedule="3ML App. B (Table 5): AdamW, weight decay 0.1, warmup 6%, linear decay; the "
+             "exported encoder (decoder dropped)")
+THREE_ML_FINETUNE_CLAIMS = tuple(dataclasses.replace(claim, differs=FINETUNE_DIFFERS + (
+    "; " + claim.differs if claim.differs else "")) for claim in (
+    Claim("3ML-self-40% fine-tunes better than RoBERTa-15% at equal pre-training FLOPs",
+          "better", "3ml-self-40%", "roberta-15%", FINETUNE_METRIC,
+          source="3ML, Table 3 (first block)", paper_metric="GLUE dev average",
+          paper_figure="3MLself-40% 85.0 against 24hBERT-15% 84.3",
+          differs="the paper trains both for the same updates, we at equal FLOPs"),
+    Claim("RoBERTa-40% fine-tunes better than RoBERTa-15% (mask more)", "better", "roberta-40%",
+          "roberta-15%", FINETUNE_METRIC, source="3ML, Table 3 (first block)",
+          paper_metric="GLUE dev average",
+          paper_figure="24hBERT-40% 85.0 against 24hBERT-15% 84.3"),
+    Claim("3ML-self-40% fine-tunes on par with RoBERTa-40% (mask later costs nothing)",
+          "on_par", "3ml-self-40%", "roberta-40%", FINETUNE_METRIC,
+          source="3ML, Table 3 (first block)", paper_metric="GLUE dev average",
+          paper_figure="85.0 against 85.0, at speedup 1.34", margin=ON_PAR_POINTS,
+          differs="on par = within 1 point (ours, fixed in advance)"),
+    Claim("3ML-cross-40% fine-tunes on par with RoBERTa-40%", "on_par", "3ml-cross-40%",
+          "roberta-40%", FINETUNE_METRIC, source="3ML, Table 3 (first block)",
+          paper_metric="GLUE dev average", paper_figure="84.8 against 85.0, at speedup 1.37",
+          margin=ON_PAR_POINTS, differs="on par = within 1 point (ours, fixed in advance)"),
+))
+
 register_study(Study(
     name="3ml",
     title="3ML (Liao et al. 2022): mask more, mask later",
@@ -336,11 +393,42 @@ register_study(Study(
           "the smallest shape where the analytic 3ML-self-40% speedup is >= 1.2 (1.21); the "
           "demo recipes' settings otherwise (one line per sample, pre-LN), each model at its "
           "best peak lr of LR_GRID on held-out training data.",
+    finetune=THREE_ML_FINETUNE,
+    finetune_claims=THREE_ML_FINETUNE_CLAIMS,
 ))
 
 #: SwishRNN's study depth: three layers, so that the interleaved step sizes 1, 2, 4 all run
 #: (layer i takes ``step_sizes[i % 3]``; two layers would run 1 and 2 only).
 SWISHRNN_LAYERS = ("--encoder-layers", "3")
+
+#: SwishRNN fine-tunes the pre-training checkpoint with its arch flags again (App. B: Adam
+#: without weight decay, a fixed lr after a linear warmup).
+SWISHRNN_FINETUNE = FinetuneProtocol(
+    recipe="recipes/swishrnn/finetune_glue.sh", checkpoint_env="PRETRAINED",
+    arms=tuple(FinetuneArm(name, name) for name in
+               ("bert-rab", "bert-orig", "swishrnn-bert", "swishrnn-bert-k1")),
+    env={"ARCH": "swishrnn_bert_mini", "MAX_POSITIONS": "64"}, model_env_keys=("ARCH",),
+    model_args=True, extra_args=("--encoder-normalize-before",),
+    schedule="SwishRNN App. B: Adam without weight decay, fixed lr after a 6% linear warmup")
+SWISHRNN_FINETUNE_CLAIMS = tuple(dataclasses.replace(claim, differs=FINETUNE_DIFFERS + (
+    "; " + claim.differs if claim.differs else "")) for claim in (
+    Claim("SwishRNN-BERT (steps 1,2,4) fine-tunes better than BERT-rab", "better",
+          "swishrnn-bert", "bert-rab", FINETUNE_METRIC, source="SwishRNN, Table 1",
+          paper_metric="GLUE and SuperGLUE dev average (base)",
+          paper_figure="84.0% against 81.0%"),
+    Claim("SwishRNN-BERT (steps 1,2,4) fine-tunes better than BERT-orig", "better",
+          "swishrnn-bert", "bert-orig", FINETUNE_METRIC, source="SwishRNN, Table 1",
+          paper_metric="GLUE and SuperGLUE dev average (base)",
+          paper_figure="84.0% against 81.9%"),
+    Claim("Steps 1,2,4 fine-tune on par with a step of 1", "on_par", "swishrnn-bert",
+          "swishrnn-bert-k1", FINETUNE_METRIC, source="SwishRNN, Table 2",
+          paper_metric="GLUE dev results", paper_figure="on par (e.g. MNLI 85.9 both, base)",
+          margin=ON_PAR_POINTS, differs="on par = within 1 point (ours, fixed in advance)"),
+    Claim("BERT-orig fine-tunes better than BERT-rab", "better", "bert-orig", "bert-rab",
+          FINETUNE_METRIC, source="SwishRNN, Table 1",
+          paper_metric="GLUE and SuperGLUE dev average (base)",
+          paper_figure="81.9% against 81.0%"),
+))
 
 register_study(Study(
     name="swishrnn",
@@ -388,6 +476,8 @@ register_study(Study(
           "demo recipe's settings otherwise (one line per sample, pre-LN), each model at its "
           "best peak lr of LR_GRID on held-out training data; BERT-rab's 800 updates set the "
           "budget.",
+    finetune=SWISHRNN_FINETUNE,
+    finetune_claims=SWISHRNN_FINETUNE_CLAIMS,
 ))
 
 
@@ -454,6 +544,45 @@ BIDIRECTIONAL_NOTES = (
     "best peak lr of LR_GRID on held-out training data. Table 6 (re-ranking with "
     "scripts/infill_rescore.py) is not in the study: it costs minutes per checkpoint and pair.")
 
+#: The attention each variant was pre-trained with, which Table 10 fine-tunes it with (r_bidir
+#: 0: causal; 1: bidirectional over the example).
+OWN_R_BIDIR = {"nxt_uni": "0", "nxt_pre": "1", "msk_uni": "0", "msk_bi": "1", "hyb_uni": "0",
+               "hyb_pre": "1"}
+#: Every variant with its own attention (Table 10), and the two ends switched (Table 9).
+BIDIRECTIONAL_FINETUNE = FinetuneProtocol(
+    recipe="recipes/bidirectional/finetune_glue.sh", checkpoint_env="CKPT",
+    arms=tuple(FinetuneArm(variant, variant, {"R_BIDIR": OWN_R_BIDIR[variant]})
+               for variant in BIDIRECTIONAL_VARIANTS)
+    + (FinetuneArm("nxt_uni r=1", "nxt_uni", {"R_BIDIR": "1"}),
+       FinetuneArm("msk_bi r=0", "msk_bi", {"R_BIDIR": "0"})),
+    env={"SIZE": "mini", "MAX_TARGET_POSITIONS": "64", "NO_SAVE": "1"},
+    schedule="Bidirectionality §3.2 / App. B: a new head on the final </s>, Adam, weight decay "
+             "0.1, polynomial (linear) decay after a 6% warmup")
+BIDIRECTIONAL_FINETUNE_CLAIMS = tuple(
+    dataclasses.replace(claim, differs=FINETUNE_DIFFERS + "; " + BIDIRECTIONAL_DIFFERS)
+    for claim in (
+        Claim("MskBi (r = 1) fine-tunes better than NxtUni (r = 0)", "better", "msk_bi",
+              "nxt_uni", FINETUNE_METRIC, source="Bidirectionality, Table 10",
+              paper_metric="GLUE dev accuracy, average of 6 tasks",
+              paper_figure="84.4 against 83.6 (125M)"),
+        Claim("MskBi fine-tunes better than MskUni (bidirectional attention pays)", "better",
+              "msk_bi", "msk_uni", FINETUNE_METRIC, source="Bidirectionality, Table 10",
+              paper_metric="GLUE dev accuracy, average of 6 tasks",
+              paper_figure="84.4 against 82.7 (125M)"),
+        Claim("HybPre fine-tunes better than HybUni", "better", "hyb_pre", "hyb_uni",
+              FINETUNE_METRIC, source="Bidirectionality, Table 10",
+              paper_metric="GLUE dev accuracy, average of 6 tasks",
+              paper_figure="84.8 against 83.5 (125M)"),
+        Claim("NxtUni fine-tunes better with its own causal attention than with r = 1", "better",
+              "nxt_uni", "nxt_uni r=1", FINETUNE_METRIC, source="Bidirectionality, Table 9",
+              paper_metric="average fine-tuning accuracy",
+              paper_figure="83.6 (r = 0) against 75.9 (r = 1) (125M)"),
+        Claim("MskBi fine-tunes better with its own bidirectional attention than with r = 0",
+              "better", "msk_bi", "msk_bi r=0", FINETUNE_METRIC,
+              source="Bidirectionality, Table 9", paper_metric="average fine-tuning accuracy",
+              paper_figure="84.4 (r = 1) against 79.6 (r = 0) (125M)"),
+    ))
+
 for _name, _budget, _format, _title in (
         ("bidirectional", EQUAL_TOKENS, "lines",
          "the six variants of Table 1 at equal training tokens (the paper's design), one line "
@@ -475,6 +604,9 @@ for _name, _budget, _format, _title in (
         minutes=60,
         notes=BIDIRECTIONAL_NOTES + f" Budget: NxtUni's 400 updates ({_budget}); documents: "
                                     f"DOCUMENT_FORMAT={_format}.",
+        # fine-tuned: the paper's design (equal tokens, one line per document) only
+        finetune=BIDIRECTIONAL_FINETUNE if _name == "bidirectional" else None,
+        finetune_claims=BIDIRECTIONAL_FINETUNE_CLAIMS if _name == "bidirectional" else (),
     ))
 
 
@@ -1110,6 +1242,8 @@ def metric_name(claim: dict) -> str:
     metric = claim.get("metric", "mask_loss")
     if metric == "mask_loss":
         return "valid [MASK] loss"
+    if metric == FINETUNE_METRIC:
+        return "dev accuracy after fine-tuning, average of the downstream suite's tasks"
     return {"full": "full-document ppl", "suffix": "suffix ppl",
             "infill": "infilling accuracy"}[metric.partition(":")[0]]
 
@@ -1129,7 +1263,7 @@ def markdown_claims(report: dict) -> str:
     its figures), ours (a - b ± SE over seeds, the 95% t interval), verdict, what differs."""
     lines = ["| claim | paper | ours: a − b (± SE) [95% t interval] | verdict | what differs |",
              "| --- | --- | --- | --- | --- |"]
-    for claim in report["claims"]:
+    for claim in [*report["claims"], *(report.get("finetune") or {}).get("claims", [])]:
         if claim.get("source", OUR_QUESTION) == OUR_QUESTION:
             paper = f"*{OUR_QUESTION}*"
         else:
@@ -1145,6 +1279,100 @@ def markdown_claims(report: dict) -> str:
             f"**{claim['verdict']}**")
         lines.append(f"| {claim['claim']} | {paper} | {claim['measured']}{interval}{margin} | "
                      f"{verdict_text} | {claim.get('differs') or '-'} |")
+    return "\n".join(lines)
+
+
+def suite_baseline(entry) -> Estimate:
+    """A baseline's dev accuracy (%) ± its standard error over dev rows, as downstream.json
+    records it (a fraction or a percentage, with ``se``)."""
+    value, error = float(entry["accuracy"]), float(entry.get("se", math.nan))
+    scale = 100.0 if value <= 1.0 else 1.0
+    return Estimate(value * scale, error * scale)
+
+
+def finetune_report(study: Study, raw: dict) -> dict:
+    """The fine-tuning section of ``study.json``: per arm and task the dev accuracy (%) over
+    pre-training seeds (each the mean over its fine-tuning seeds) ± SE over pre-training seeds,
+    the within-seed SE over fine-tuning seeds beside it, the chosen lr, the task average; the
+    suite's baselines; the fine-tuning claims, paired on the pre-training seed
+    (:mod:`fairseq_ext.experiments.finetuning`, point 3)."""
+    protocol, tasks = study.finetune, raw["tasks"]
+    rows = []
+    for arm in protocol.arms:
+        per_task = raw["accuracy"][arm.name]
+        row = {"name": arm.name, "model": arm.model, "env": dict(arm.env),
+               "lr": {task: raw["lr"][arm.name][task]["lr"] for task in tasks},
+               "per_seed": {task: {str(seed): values for seed, values in per_task[task].items()}
+                            for task in tasks}}
+        for task in tasks:
+            row.update(estimate_fields(task, finetuning.arm_task_estimate(per_task[task])))
+            row[f"{task}_ft_se"] = finetuning.within_seed_standard_error(per_task[task])
+        row.update(estimate_fields("average", finetuning.arm_average_estimate(per_task)))
+        rows.append(row)
+    baselines = []
+    for key, label in (("majority", "majority class (train)"),
+                       ("bow_logreg", "bag of words, logistic regression")):
+        row = {"name": label}
+        estimates = []
+        for task in tasks:
+            entry = raw["baselines"][task].get(key)
+            if entry is not None:
+                estimate = suite_baseline(entry)
+                row.update(estimate_fields(task, estimate))
+                estimates.append(estimate)
+        if len(estimates) == len(tasks):  # independent dev sets: the errors add in quadrature
+            row.update(estimate_fields("average", Estimate(
+                sum(e.value for e in estimates) / len(estimates),
+                math.sqrt(sum(e.standard_error ** 2 for e in estimates)) / len(estimates))))
+        baselines.append(row)
+    by_arm = {arm.name: raw["accuracy"][arm.name] for arm in protocol.arms}
+    claims = []
+    for claim in study.finetune_claims:
+        difference = finetuning.paired_average_difference(by_arm[claim.a], by_arm[claim.b])
+        a_better_negative = dataclasses.replace(difference, value=-difference.value)
+        per_seed_a = finetuning.average_per_seed(by_arm[claim.a])
+        per_seed_b = finetuning.average_per_seed(by_arm[claim.b])
+        claims.append({**claim_fields(claim),
+                       "measured": f"{claim.a} - {claim.b}: {fmt(difference, 2, True)} points",
+                       "verdict": verdict(a_better_negative, claim.kind, claim.margin),
+                       "difference": difference.value, "difference_se":
+                       difference.standard_error, **interval_fields(difference),
+                       "unit": "accuracy points",
+                       "per_seed": {str(seed): per_seed_a[seed] - per_seed_b[seed]
+                                    for seed in sorted(per_seed_a)}})
+    return {"tasks": tasks, "arms": rows, "baselines": baselines, "claims": claims,
+            "lr_selection": raw["lr"], "lrs": list(protocol.lrs),
+            "finetune_seeds": list(protocol.seeds), "epochs": protocol.epochs,
+            "batch": protocol.batch, "recipe": protocol.recipe, "schedule": protocol.schedule,
+            "suite": raw["suite"], "wall_seconds": raw["wall_seconds"],
+            "run_seconds": raw["run_seconds"]}
+
+
+def format_finetune(report: dict, seeds: int) -> str:
+    """The fine-tuning tables: arms and baselines by task and average, then the claims."""
+    tasks = report["tasks"]
+    lines = [f"fine-tuning on the downstream suite ({report['recipe']}; {report['schedule']}; "
+             f"{report['epochs']} epochs of batch {report['batch']}): dev accuracy (%), mean over "
+             f"{seeds} pre-training seeds of the mean over fine-tuning seeds "
+             f"{report['finetune_seeds']}, ± SE over pre-training seeds (ft: the SE over "
+             "fine-tuning seeds within a pre-training seed); lr chosen per task on held-out "
+             "training data"]
+    table = []
+    for row in report["arms"]:
+        table.append([row["name"]] + [
+            f"{field(row, task, 2)} (ft {row[f'{task}_ft_se']:.2f}; lr {row['lr'][task]})"
+            for task in tasks] + [field(row, "average", 2)])
+    for row in report["baselines"]:
+        table.append([row["name"]] + [field(row, task, 2) if task in row else "-"
+                                      for task in tasks]
+                     + [field(row, "average", 2) if "average" in row else "-"])
+    lines.append(ascii_table(["arm"] + tasks + ["average"], table))
+    if report["claims"]:
+        lines.append(ascii_table(["fine-tuning claim", "source (metric)", "paper", "ours: a - b, "
+                                  "paired (± SE over seeds) [95% t interval]", "verdict"],
+                                 [claim_row(c) for c in report["claims"]]))
+    lines.append(f"fine-tuning wall time: {report['wall_seconds'] / 60:.1f} min (the runs' own "
+                 f"time summed: {report['run_seconds'] / 60:.1f} min)")
     return "\n".join(lines)
 
 
@@ -1170,6 +1398,16 @@ def study_figures(study: Study, report: dict) -> Dict[str, dict]:
             if claim.get(key) is not None and math.isfinite(claim[key]):
                 out[f"claim {index}/{key}"] = figures.figure(
                     Estimate(claim[key], claim[f"{key}_se"], claim.get("dof")), unit)
+    finetune = report.get("finetune")
+    if finetune:
+        for row in finetune["arms"]:
+            for column in [*finetune["tasks"], "average"]:
+                out[f"finetune {row['name']}/{column}"] = figures.figure(
+                    Estimate(row[column], row[f"{column}_se"], row.get(f"{column}_dof")), "%")
+        for index, claim in enumerate(finetune["claims"], 1):
+            out[f"finetune claim {index}/difference"] = figures.figure(
+                Estimate(claim["difference"], claim["difference_se"], claim.get("dof")),
+                "accuracy points")
     return out
 
 
@@ -1204,7 +1442,8 @@ def plot_study(study: Study, results: Dict[str, dict], out: Path,
 
 def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: Path,
                  wall_seconds: float, selection: Optional[Dict[str, dict]] = None,
-                 provenance: Optional[dict] = None) -> Tuple[dict, str]:
+                 provenance: Optional[dict] = None,
+                 finetune_raw: Optional[dict] = None) -> Tuple[dict, str]:
     """The report's figures and text; writes ``study.json`` and ``curves.png`` (replacing the
     previous report of this runs directory: both are recomputed from the runs' results).
     ``wall_seconds``: the study's wall time over every invocation that trained."""
@@ -1216,9 +1455,13 @@ def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: P
                    "runs": {key: {k: v for k, v in result.items() if k != "curve"}
                             for key, result in results.items()},
                    "curves": {key: result["curve"] for key, result in results.items()}})
+    if finetune_raw is not None:
+        report["finetune"] = finetune_report(study, finetune_raw)
     report[figures.FIGURES] = study_figures(study, report)
     report[figures.PROVENANCE] = provenance or figures.provenance(demo.REPO_ROOT, threads=1)
     text = format_report(study, report)
+    if finetune_raw is not None:
+        text += "\n" + format_finetune(report["finetune"], len(study.seeds))
     # paths relative to the runs directory (then the checkout): it can be moved or copied
     report = figures.relative_paths(figures.relative_paths(report, runs_dir), demo.REPO_ROOT)
     write_text(runs_dir / STUDY_JSON, json.dumps(report, indent=2, default=str), force=True)
@@ -1251,6 +1494,12 @@ def main(argv=None) -> None:
                         help="runs at a time, one torch thread each (default: %(default)s)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep the scored interval checkpoints (default: the last only)")
+    parser.add_argument("--downstream", type=Path, default=None, metavar="SUITE_DIR",
+                        help="fine-tune every pre-trained checkpoint on the downstream suite in "
+                             "SUITE_DIR (scripts/prepare_downstream.sh DATA_BIN SUITE_DIR) and "
+                             "report the papers' fine-tuning claims (studies with a fine-tuning "
+                             "protocol: " + ", ".join(s.name for s in STUDIES.values()
+                                                       if s.finetune) + ")")
     parser.add_argument("--markdown", action="store_true",
                         help="also print the claims as docs/studies.md's Paper vs ours rows")
     figures.add_compare_arguments(parser)
@@ -1266,9 +1515,17 @@ def main(argv=None) -> None:
         parser.error(f"--updates {args.updates}: give a positive number of updates")
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: give at least 1")
+    downstream = None
+    if args.downstream is not None:
+        if study.finetune is None:
+            parser.error(f"--downstream: study {study.name} has no fine-tuning protocol (those "
+                         "that have: " + ", ".join(s.name for s in STUDIES.values() if s.finetune)
+                         + ")")
+        downstream = args.downstream.resolve()
+        finetuning.load_suite(downstream)  # a wrong folder is told before the training
     runs_dir = (args.runs_dir or demo.REPO_ROOT / "runs" / "studies" / study.name).resolve()
     status = run(study, data, runs_dir, args.updates, args.seeds, args.workers,
-                 args.keep_checkpoints)
+                 args.keep_checkpoints, downstream=downstream)
     if status == 0 and args.markdown:
         print(markdown_claims(json.loads((runs_dir / STUDY_JSON).read_text())))
     if status == 0 and args.compare is not None:
@@ -1278,8 +1535,10 @@ def main(argv=None) -> None:
 
 def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
         seeds: Optional[Sequence[int]] = None, workers: int = demo.WORKERS,
-        keep_checkpoints: bool = False, printer: Callable[[str], None] = print) -> int:
-    """Plan, run (resuming), report; the exit status."""
+        keep_checkpoints: bool = False, printer: Callable[[str], None] = print,
+        downstream: Optional[Path] = None) -> int:
+    """Plan, run (resuming), fine-tune on the ``downstream`` suite when given, report; the
+    exit status."""
     check_study(study)
     start = time.time()
     provenance = figures.provenance(demo.REPO_ROOT, threads=1)  # the checkout the runs start from
@@ -1301,11 +1560,22 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
     this_time = time.time() - start
     # the study's wall time: every invocation that trained something, summed over resumes
     total = earlier + (this_time if trained or selected_now else 0.0)
-    _report, text = report_study(study, results, data, runs_dir, total, selection, provenance)
+    finetune_raw = None
+    if downstream is not None:
+        checkpoints = {(model.name, seed): Path(results[f"{model.name}/seed{seed}"]["run_dir"])
+                       / "checkpoints" / "checkpoint_last.pt"
+                       for model in study.models for seed in seeds}
+        finetune_raw = finetuning.run_stage(study.finetune, {m.name: m for m in study.models},
+                                            seeds, checkpoints, downstream, runs_dir, workers,
+                                            printer)
+    _report, text = report_study(study, results, data, runs_dir, total, selection, provenance,
+                                 finetune_raw)
     printer(text)
     printer(f"figures: {runs_dir / STUDY_JSON}")
-    printer(f"study wall time: {total / 60:.1f} min over the invocations that trained (this "
-            f"one {this_time / 60:.1f} min; finished runs read back cost nothing)")
+    printer(f"study wall time: {total / 60:.1f} min of pre-training over the invocations that "
+            f"trained (this one {this_time / 60:.1f} min; finished runs read back cost nothing)"
+            + ("" if finetune_raw is None else
+               f"; fine-tuning {finetune_raw['wall_seconds'] / 60:.1f} min"))
     return 0
 
 

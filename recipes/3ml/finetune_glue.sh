@@ -20,6 +20,8 @@
 # total updates of the polynomial_decay schedule) is read from input0/train.idx.
 # ARCH and MAX_POSITIONS default to those of PRETRAINED (scripts/export_encoder.py
 # --print-finetune-args): a pre-LN export needs a pre-LN arch, e.g. roberta_large_prenorm.
+# A downstream task of scripts/prepare_downstream.sh (DebSection, GlossPair, FortuneTopic) is
+# scored by accuracy, with the classes of DATA/label/dict.txt.
 # The task sets NUM_CLASSES, --regression-target (STS-B) and the metric the paper reports (CoLA:
 # Matthews corr.; MRPC, QQP: mean of F1 and accuracy; STS-B: mean of Pearson and Spearman;
 # others: accuracy), which picks checkpoint_best.pt.
@@ -27,13 +29,14 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
-TASK="${TASK:?set TASK to one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE}"
-TASK="$(glue_task_name "${TASK}")" || exit 2
+TASK="${TASK:?set TASK to one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE, or ${DOWNSTREAM_TASKS}}"
+TASK="$(finetune_task_name "${TASK}")" || exit 2
 case "${TASK}" in
   MNLI) task_classes=3 task_metric=accuracy ;;
   STS-B) task_classes=1 task_metric=pearson_and_spearman ;;
   CoLA) task_classes=2 task_metric=mcc ;;
   MRPC|QQP) task_classes=2 task_metric=acc_and_f1 ;;
+  DebSection|GlossPair|FortuneTopic) task_classes='' task_metric=accuracy ;;  # classes: DATA's
   *) task_classes=2 task_metric=accuracy ;;
 esac
 
@@ -56,7 +59,7 @@ OPTIMIZER="${OPTIMIZER:-fused_adamw}"
 ARCH="${ARCH:-}"                          # empty: the arch that rebuilds PRETRAINED's encoder
 MAX_POSITIONS="${MAX_POSITIONS:-}"        # empty: PRETRAINED's (its position table)
 SHORTEN_METHOD="${SHORTEN_METHOD:-truncate}"  # longer examples are cut to MAX_POSITIONS
-NUM_CLASSES="${NUM_CLASSES:-${task_classes}}"
+NUM_CLASSES="${NUM_CLASSES:-${task_classes:-$(label_classes "${DATA}")}}"
 BEST_METRIC="${BEST_METRIC:-${task_metric}}"
 VALID_SUBSET="${VALID_SUBSET:-valid}"     # MNLI: valid,valid1 when DATA has both (matched, mismatched)
 TRAIN_EXAMPLES="${TRAIN_EXAMPLES:-}"      # empty: read from DATA/input0/train.idx

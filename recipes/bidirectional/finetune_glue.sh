@@ -25,7 +25,9 @@
 # `<s> A </s> </s> B </s>`; the head reads the final </s>); the default BATCH is RoBERTa's for
 # the task (16: CoLA, MRPC, RTE; 32: MNLI, QNLI, SST-2), the batch Table 11's counts were made
 # for. Table 10 reports accuracy for every task (CoLA and MRPC too), so the best checkpoint and
-# the grid's score are dev accuracy (MNLI: the matched dev set, `valid`; the mismatched one,
+# the grid's score are dev accuracy (a downstream task of scripts/prepare_downstream.sh,
+# DebSection, GlossPair or FortuneTopic, too: it needs TOTAL_UPDATES, warms up over 6% of them
+# and has the classes of DATA/label/dict.txt) (MNLI: the matched dev set, `valid`; the mismatched one,
 # `valid1`, is scored beside it when DATA has it). Validation at every epoch end and at the
 # last update.
 #
@@ -41,8 +43,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
 PAPER_TASKS="CoLA MNLI MRPC QNLI RTE SST-2"
-TASK="${TASK:?set TASK to one of ${PAPER_TASKS} (Table 11)}"
-TASK="$(glue_task_name "${TASK}")" || exit 2
+TASK="${TASK:?set TASK to one of ${PAPER_TASKS} (Table 11), or ${DOWNSTREAM_TASKS}}"
+TASK="$(finetune_task_name "${TASK}")" || exit 2
 # Table 11's updates; RoBERTa's warmup (6% of them) and batch for the task; the classes.
 case "${TASK}" in
   CoLA) task_updates=5336 task_warmup=320 task_batch=16 task_classes=2 ;;
@@ -51,6 +53,8 @@ case "${TASK}" in
   QNLI) task_updates=33112 task_warmup=1986 task_batch=32 task_classes=2 ;;
   RTE) task_updates=2036 task_warmup=122 task_batch=16 task_classes=2 ;;
   SST-2) task_updates=20935 task_warmup=1256 task_batch=32 task_classes=2 ;;
+  DebSection|GlossPair|FortuneTopic)  # downstream: no Table 11 updates; batch 16, DATA's classes
+    task_updates='' task_warmup='' task_batch=16 task_classes='' ;;
   *) die "TASK=${TASK} is not among the paper's fine-tuning tasks (Table 11: ${PAPER_TASKS})" ;;
 esac
 
@@ -70,7 +74,8 @@ LR="${LR:-1e-05}"                         # the paper's grid: 5e-06 1e-05 2e-05 
 BATCH="${BATCH:-${task_batch}}"           # effective batch, in examples; grid: 16 32 64
 MAX_SENTENCES="${MAX_SENTENCES:-16}"      # per GPU (or per CPU process); not a paper value
 TOTAL_UPDATES="${TOTAL_UPDATES:-${task_updates}}"
-WARMUP_UPDATES="${WARMUP_UPDATES:-${task_warmup}}"
+[[ -n "${TOTAL_UPDATES}" ]] || die "TASK=${TASK} has no updates in Table 11: set TOTAL_UPDATES (e.g. 3 epochs: 3 x its training examples / BATCH)"
+WARMUP_UPDATES="${WARMUP_UPDATES:-${task_warmup:-$(warmup_updates "${TOTAL_UPDATES}" 0.06)}}"
 LR_POWER="${LR_POWER:-1}"                 # polynomial decay of power 1: linear, to 0
 SEED="${SEED:-1}"
 WEIGHT_DECAY="${WEIGHT_DECAY:-0.1}"
@@ -82,7 +87,7 @@ ATTENTION_DROPOUT="${ATTENTION_DROPOUT:-0.1}"
 CRITERION="${CRITERION:-sentence_prediction}"
 OPTIMIZER="${OPTIMIZER:-fused_adamw}"     # Adam with decoupled weight decay, as fairseq's adam
 SHORTEN_METHOD="${SHORTEN_METHOD:-truncate}"
-NUM_CLASSES="${NUM_CLASSES:-${task_classes}}"
+NUM_CLASSES="${NUM_CLASSES:-${task_classes:-$(label_classes "${DATA}")}}"
 BEST_METRIC="${BEST_METRIC:-accuracy}"    # Table 10: accuracy, every task
 VALID_SUBSET="${VALID_SUBSET:-valid}"     # MNLI: valid,valid1 when DATA has both (m/mm)
 NO_SAVE="${NO_SAVE:-0}"                   # 1: no checkpoint at all (the grid needs dev scores only)

@@ -236,6 +236,38 @@ glue_task_name() {
   esac
 }
 
+# The fine-tuning tasks of scripts/prepare_downstream.sh (docs/downstream.md): classification
+# from real text on the machine, scored by accuracy, their classes those of DATA/label/dict.txt.
+DOWNSTREAM_TASKS="DebSection GlossPair FortuneTopic"
+
+# downstream_task_name NAME: the canonical spelling of one of DOWNSTREAM_TASKS (any case);
+# nothing and status 1 for another name.
+downstream_task_name() {
+  local task
+  for task in ${DOWNSTREAM_TASKS}; do
+    if [[ "${1^^}" == "${task^^}" ]]; then echo "${task}"; return 0; fi
+  done
+  return 1
+}
+
+# finetune_task_name NAME [GLUE_NAMER]: NAME as a downstream task (downstream_task_name) or as
+# GLUE_NAMER (default glue_task_name) spells it; an unknown name is an error naming both lists.
+finetune_task_name() {
+  local namer="${2:-glue_task_name}"
+  downstream_task_name "$1" && return 0
+  "${namer}" "$1" 2>/dev/null && return 0
+  "${namer}" "$1" 2>&1 | sed "s/\$/, or a downstream task (${DOWNSTREAM_TASKS// /, })/" >&2
+  return 2
+}
+
+# label_classes DATA: the number of classes of a classification data-bin (the lines of its
+# label/dict.txt, one per label).
+label_classes() {
+  local labels="$1/label/dict.txt"
+  [[ -f "${labels}" ]] || { echo "error: ${labels} not found: DATA must be a sentence_prediction data-bin (scripts/prepare_downstream.sh makes one)" >&2; return 2; }
+  wc -l < "${labels}" | tr -d ' '
+}
+
 # glue_superglue_task_name NAME: glue_task_name, plus SuperGLUE's BoolQ and MultiRC (the ten
 # fine-tuning tasks of Lei et al.'s recipes/swishrnn/); an unknown name is an error.
 glue_superglue_task_name() {

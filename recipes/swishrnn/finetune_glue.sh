@@ -33,15 +33,17 @@
 # answer) pairs, input0 the paragraph and question, input1 one answer, label whether the answer
 # is correct; its metric here is the binary F1 over all answers (the official F1a); the
 # official EM (all answers of a question right) needs the answers grouped by question, which is
-# not done. The task sets NUM_CLASSES, --regression-target (STS-B) and BEST_METRIC (CoLA:
+# not done. A downstream task of scripts/prepare_downstream.sh (DebSection, GlossPair,
+# FortuneTopic) has no Table 4 steps (set TOTAL_UPDATES), is scored by accuracy and has the
+# classes of DATA/label/dict.txt. The task sets NUM_CLASSES, --regression-target (STS-B) and BEST_METRIC (CoLA:
 # Matthews corr.; MRPC, QQP: mean of F1 and accuracy; STS-B: mean of Pearson and Spearman;
 # MultiRC: F1; others: accuracy).
 # Extra arguments are appended to the fairseq-train command line. DRY_RUN=1 prints it only.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
-TASK="${TASK:?set TASK to one of BoolQ CoLA MNLI MRPC MultiRC QNLI QQP RTE SST-2 STS-B}"
-TASK="$(glue_superglue_task_name "${TASK}")" || exit 2
+TASK="${TASK:?set TASK to one of BoolQ CoLA MNLI MRPC MultiRC QNLI QQP RTE SST-2 STS-B, or ${DOWNSTREAM_TASKS}}"
+TASK="$(finetune_task_name "${TASK}" glue_superglue_task_name)" || exit 2
 # Table 4's maximum number of fine-tuning steps, the classes and the metric of each task.
 case "${TASK}" in
   BoolQ) task_updates=50000 task_classes=2 task_metric=accuracy ;;
@@ -54,6 +56,7 @@ case "${TASK}" in
   RTE) task_updates=20000 task_classes=2 task_metric=accuracy ;;
   SST-2) task_updates=80000 task_classes=2 task_metric=accuracy ;;
   STS-B) task_updates=30000 task_classes=1 task_metric=pearson_and_spearman ;;
+  *) task_updates='' task_classes='' task_metric=accuracy ;;  # downstream: no Table 4 steps
 esac
 
 DATA="${DATA:?set DATA to the data-bin of the task (input0/, [input1/,] label/), e.g. glue/RTE-bin of scripts/prepare_glue.sh}"
@@ -72,6 +75,7 @@ LR="${LR:-1e-05}"                         # the paper's grid: 1e-05 5e-06 3e-06 
 BATCH_SIZE="${BATCH_SIZE:-32}"            # effective batch, in sequences
 MAX_SENTENCES="${MAX_SENTENCES:-16}"      # per GPU (or per CPU process); not a paper value
 TOTAL_UPDATES="${TOTAL_UPDATES:-${task_updates}}"
+[[ -n "${TOTAL_UPDATES}" ]] || die "TASK=${TASK} has no steps in Table 4: set TOTAL_UPDATES (e.g. 3 epochs: 3 x its training examples / BATCH_SIZE)"
 WARMUP_UPDATES="${WARMUP_UPDATES:-1000}"
 EVAL_INTERVAL_UPDATES="${EVAL_INTERVAL_UPDATES:-1000}"  # validate and save every N updates
 SEED="${SEED:-1}"
@@ -84,7 +88,7 @@ ATTENTION_DROPOUT="${ATTENTION_DROPOUT:-0.1}"
 CRITERION="${CRITERION:-sentence_prediction}"
 OPTIMIZER="${OPTIMIZER:-fused_adamw}"     # with weight decay 0: Adam
 SHORTEN_METHOD="${SHORTEN_METHOD:-truncate}"  # longer examples are cut to MAX_POSITIONS
-NUM_CLASSES="${NUM_CLASSES:-${task_classes}}"
+NUM_CLASSES="${NUM_CLASSES:-${task_classes:-$(label_classes "${DATA}")}}"
 BEST_METRIC="${BEST_METRIC:-${task_metric}}"
 VALID_SUBSET="${VALID_SUBSET:-valid}"     # MNLI: valid,valid1 when DATA has both (m/mm)
 SAVE_DIR="${SAVE_DIR:-checkpoints/glue/${ARCH}/${TASK}/lr${LR}_seed${SEED}}"

@@ -1,0 +1,468 @@
+"""A study's fine-tuning stage: the papers' own headline metric, dev accuracy after fine-tuning,
+on the downstream suite of ``scripts/prepare_downstream.sh`` (docs/downstream.md), averaged
+over its tasks as GLUE's score is (``scripts/study.py --downstream DIR``, docs/studies.md).
+
+Each paper judges pre-training by fine-tuning: 3ML by the GLUE dev average at equal compute
+(Table 3), SwishRNN by GLUE and SuperGLUE (Tables 1-2), the bidirectionality paper by GLUE
+fine-tuning with unidirectional and bidirectional attention (Tables 9-10). A study's
+:class:`FinetuneProtocol` fine-tunes every pre-trained checkpoint of the study through its
+family's own recipe (``recipes/<paper>/finetune_glue.sh``: the paper's schedule shape,
+fairseq's stock ``sentence_prediction`` task and criterion), each :class:`FinetuneArm` (a study
+model, possibly with other recipe settings, such as the bidirectional LMs' attention type
+``R_BIDIR``) on every task of the suite:
+
+1. **learning rate**, one per (arm, task): every rate of :attr:`FinetuneProtocol.lrs` fine-tunes
+   the first pre-training seed's checkpoint once (fine-tuning seed :data:`SELECTION_SEED`) on
+   the suite's selection data-bin (``selection/<TASK>-bin``: the task's training split without
+   its last 10%, scored on that 10%); the best held-out accuracy wins (ties: the first in the
+   grid). The dev split is never looked at;
+2. **runs**: every (arm, pre-training seed, task, fine-tuning seed of
+   :attr:`FinetuneProtocol.seeds`) fine-tunes at the chosen rate for
+   :attr:`FinetuneProtocol.epochs` epochs of batch :attr:`FinetuneProtocol.batch`; its score is
+   the dev accuracy fairseq logs at the end of training (the final model, not the best of
+   several validations, which would choose on dev);
+3. **figures** (:func:`arm_task_estimate`, :func:`arm_average_estimate`): a pre-training seed's
+   figure is the mean over its fine-tuning seeds; the arm's figure is the mean over
+   pre-training seeds ± the standard error over pre-training seeds (the spread of the per-seed
+   means holds both the pre-training and the fine-tuning noise), with the mean within-seed
+   standard error over fine-tuning seeds beside it; the average over tasks is taken per
+   (pre-training seed) before the statistics, as GLUE averages per model; claims pair two arms
+   on the same pre-training seed (same dev rows, same fine-tuning seeds) and read the 95% t
+   interval over pre-training seeds.
+
+Layout, under the study's runs directory (a run is finished when its ``result.json`` exists;
+it is never redone, and one fine-tuned with other settings is refused)::
+
+    finetune/exports/<model>/seed<S>/encoder.pt, finetune_args.txt   (protocols that export)
+    finetune/lr-selection/<arm>/<TASK>/lr<LR>/{train.log,result.json}
+    finetune/<arm>/seed<S>/<TASK>/ft<F>/{train.log,result.json}
+    finetune/wall.json                                               the stage's wall time
+
+May import: see :mod:`fairseq_ext.experiments` (nothing of :mod:`~fairseq_ext.experiments.studies`,
+which imports this one).
+"""
+import dataclasses
+import json
+import math
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from fairseq_ext.experiments import demo
+from fairseq_ext.reporting.log_records import parse_json_record
+from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
+from fairseq_ext.training.output_files import write_text
+
+#: The suite's summary, written by ``scripts/prepare_downstream.sh``.
+SUITE_JSON = "downstream.json"
+#: The fine-tuning seed of the learning-rate selection runs (none of the study's).
+SELECTION_SEED = 101
+#: The stage's directory under the study's runs directory, and its result file.
+FINETUNE_DIR, RESULT = "finetune", "result.json"
+#: The fine-tuning learning rates every arm chooses from (3x steps; the models are small).
+FINETUNE_LRS = ("3e-4", "1e-3", "3e-3")
+FINETUNE_SEEDS = (1, 2, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneArm:
+    """One row of the fine-tuning table: the checkpoints of study model ``model``, fine-tuned
+    with the protocol's recipe and ``env`` on top (e.g. ``{"R_BIDIR": "0"}``)."""
+
+    name: str
+    model: str
+    env: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneProtocol:
+    """How a study fine-tunes: the family's recipe, the environment variable that takes the
+    checkpoint, whether the checkpoint is exported first (``scripts/export_encoder.py``: 3ML's
+    decoder dropped, RoBERTa's encoder as fairseq's ``roberta``), the recipe settings of every
+    run, which of the study model's settings carry over (its environment keys, and its
+    pre-training flags when they are model flags the recipe needs again), the schedule (epochs
+    of batch ``batch``, the total updates and a ``warmup_share`` of them passed to the recipe
+    as ``TOTAL_UPDATES`` / ``WARMUP_UPDATES``), the arms and where the schedule comes from."""
+
+    recipe: str
+    checkpoint_env: str
+    arms: Tuple[FinetuneArm, ...]
+    env: Dict[str, str] = dataclasses.field(default_factory=dict)
+    export: bool = False
+    model_env_keys: Tuple[str, ...] = ()
+    model_args: bool = False
+    extra_args: Tuple[str, ...] = ()
+    batch: int = 16
+    epochs: int = 2
+    warmup_share: float = 0.06
+    lrs: Tuple[str, ...] = FINETUNE_LRS
+    seeds: Tuple[int, ...] = FINETUNE_SEEDS
+    schedule: str = ""
+
+    def arm(self, name: str) -> FinetuneArm:
+        return next(arm for arm in self.arms if arm.name == name)
+
+
+def check_protocol(protocol: FinetuneProtocol, model_names: Sequence[str]) -> List[str]:
+    """What is wrong with a protocol, as lines for the study's one error."""
+    problems = []
+    names = [arm.name for arm in protocol.arms]
+    if len(set(names)) != len(names):
+        problems.append(f"fine-tuning arm names repeat: {names}")
+    for arm in protocol.arms:
+        if arm.model not in model_names:
+            problems.append(f"fine-tuning arm {arm.name!r} names model {arm.model!r}, not one of "
+                            f"{list(model_names)}")
+    if len(protocol.seeds) < 1 or len(set(protocol.seeds)) != len(protocol.seeds):
+        problems.append(f"fine-tuning seeds must be distinct, at least one: {protocol.seeds}")
+    if SELECTION_SEED in protocol.seeds:
+        problems.append(f"fine-tuning seed {SELECTION_SEED} is the selection runs' seed")
+    for lr in protocol.lrs:
+        try:
+            if not float(lr) > 0:
+                raise ValueError
+        except ValueError:
+            problems.append(f"fine-tuning lr {lr!r} is not a positive learning rate")
+    if protocol.batch < 1 or protocol.epochs < 1:
+        problems.append(f"fine-tuning batch {protocol.batch} and epochs {protocol.epochs} must "
+                        "be positive")
+    if not 0 <= protocol.warmup_share < 1:
+        problems.append(f"warmup_share {protocol.warmup_share} must be in [0, 1)")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# The suite
+
+@dataclasses.dataclass(frozen=True)
+class SuiteTask:
+    """One task of the suite as the study needs it: its data-bins and training sizes."""
+
+    name: str
+    data: Path
+    selection: Path
+    train_examples: int
+    selection_train_examples: int
+    baselines: Dict[str, dict]
+
+
+def load_suite(suite_dir: Path) -> Tuple[List[SuiteTask], dict]:
+    """The tasks of a suite built by ``scripts/prepare_downstream.sh`` (its ``downstream.json``)
+    and the summary itself; a one-line error naming the command when it is not one."""
+    path = suite_dir / SUITE_JSON
+    if not path.is_file():
+        raise SystemExit(f"error: {suite_dir} has no {SUITE_JSON}: build the suite with "
+                         f"scripts/prepare_downstream.sh DATA_BIN {suite_dir}")
+    summary = json.loads(path.read_text())
+    tasks = []
+    for entry in summary["tasks"]:
+        name = entry["name"]
+        data = suite_dir / f"{name}-bin"
+        selection = suite_dir / "selection" / f"{name}-bin"
+        for folder in (data, selection):
+            if not (folder / "input0" / "train.idx").is_file():
+                raise SystemExit(f"error: {folder} is not a finished data-bin: rebuild the suite "
+                                 f"with scripts/prepare_downstream.sh DATA_BIN {suite_dir}")
+        sizes = entry["sizes"]
+        tasks.append(SuiteTask(name, data, selection, int(sizes["train"]),
+                               int(sizes["selection_train"]), entry.get("baselines", {})))
+    if not tasks:
+        raise SystemExit(f"error: {path} lists no tasks")
+    return tasks, summary
+
+
+def suite_fingerprint(summary: dict) -> str:
+    """What a finished run's score depends on in the suite: its settings and sizes."""
+    from hashlib import sha256
+
+    key = {"settings": summary.get("settings"),
+           "tasks": [(t["name"], t["sizes"]) for t in summary["tasks"]]}
+    return sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------------
+# Plan
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneRun:
+    """One fine-tuning run: an arm's checkpoint of pre-training seed ``seed`` on ``task`` at
+    ``lr`` with fine-tuning seed ``ft_seed``; ``selection``: a learning-rate selection run (on
+    the selection data-bin)."""
+
+    arm: FinetuneArm
+    seed: int
+    task: SuiteTask
+    lr: str
+    ft_seed: int
+    selection: bool = False
+
+    @property
+    def train_examples(self) -> int:
+        return self.task.selection_train_examples if self.selection else self.task.train_examples
+
+    def directory(self, runs_dir: Path) -> Path:
+        root = runs_dir / FINETUNE_DIR
+        if self.selection:
+            return root / "lr-selection" / safe(self.arm.name) / self.task.name / f"lr{self.lr}"
+        return root / safe(self.arm.name) / f"seed{self.seed}" / self.task.name / f"ft{self.ft_seed}"
+
+
+def safe(name: str) -> str:
+    """A directory name for a model or arm name (``3ml-self-40%``, ``msk_bi r=0``)."""
+    return name.replace("%", "pct").replace(" ", "_").replace("=", "")
+
+
+def schedule(protocol: FinetuneProtocol, train_examples: int) -> Tuple[int, int]:
+    """(total updates, warmup updates): ``epochs`` passes over the training examples in batches
+    of ``batch`` (the last one partial), and ``warmup_share`` of them, rounded."""
+    total = protocol.epochs * math.ceil(train_examples / protocol.batch)
+    return total, int(total * protocol.warmup_share + 0.5)
+
+
+# ----------------------------------------------------------------------------------------------
+# Run
+
+def export_encoder(checkpoint: Path, out_dir: Path) -> Tuple[Path, List[str]]:
+    """``scripts/export_encoder.py`` of a checkpoint into ``out_dir/encoder.pt`` and the
+    fine-tuning flags it prints (``--arch ... --max-positions N``), kept in
+    ``finetune_args.txt``; an export done earlier is read back."""
+    encoder, args_file = out_dir / "encoder.pt", out_dir / "finetune_args.txt"
+    if not args_file.is_file():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        script = str(demo.REPO_ROOT / "scripts" / "export_encoder.py")
+        env = {**demo.recipe_env(demo.DemoRun("export", ""), Path(".")), **demo.ONE_THREAD}
+        encoder.unlink(missing_ok=True)  # a half-done export: the args file is written last
+        done = subprocess.run([sys.executable, script, str(checkpoint), str(encoder)], env=env,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"error: exporting {checkpoint} failed: {done.stderr[-2000:]}")
+        done = subprocess.run([sys.executable, script, "--print-finetune-args", str(encoder)],
+                              env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"error: reading {encoder}'s arch failed: {done.stderr[-2000:]}")
+        write_text(args_file, done.stdout.strip().splitlines()[-1] + "\n", force=True)
+    return encoder, shlex.split(args_file.read_text())
+
+
+def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: Path,
+                  export_args: Sequence[str] = ()) -> Tuple[Dict[str, str], List[str]]:
+    """The recipe's environment and extra flags for one run (``model``: the study's
+    :class:`~fairseq_ext.experiments.studies.StudyModel`)."""
+    total, warmup = schedule(protocol, run.train_examples)
+    env = {**protocol.env,
+           **{key: model.env[key] for key in protocol.model_env_keys if key in model.env},
+           **run.arm.env,
+           "TASK": run.task.name, "DATA": str(run.task.selection if run.selection else run.task.data),
+           protocol.checkpoint_env: str(checkpoint), "LR": run.lr, "SEED": str(run.ft_seed),
+           "BATCH_SIZE": str(protocol.batch), "BATCH": str(protocol.batch),
+           "MAX_SENTENCES": str(protocol.batch), "EPOCHS": str(protocol.epochs),
+           "TOTAL_UPDATES": str(total), "WARMUP_UPDATES": str(warmup),
+           "EVAL_INTERVAL_UPDATES": str(total), "CPU": "1", "NUM_WORKERS": "0",
+           "LOG_INTERVAL": str(max(1, total // 4)), "LOG_FILE": "", **demo.ONE_THREAD}
+    args = list(protocol.extra_args) + (list(model.args) if protocol.model_args else [])
+    if export_args:  # --arch A [shape flags] --max-positions N, as export_encoder.py prints
+        words = list(export_args)
+        env["ARCH"] = words[words.index("--arch") + 1]
+        env["MAX_POSITIONS"] = words[words.index("--max-positions") + 1]
+        args += [w for i, w in enumerate(words)
+                 if w not in ("--arch", "--max-positions")
+                 and (i == 0 or words[i - 1] not in ("--arch", "--max-positions"))]
+    args += ["--no-save", "--log-format", "json", "--no-progress-bar", "--data-buffer-size", "0"]
+    return env, args
+
+
+def final_accuracy(lines: Sequence[str], subset: str = "valid") -> Optional[float]:
+    """The accuracy of the last validation fairseq logged (``--log-format json``), in %."""
+    score = None
+    for line in lines:
+        record = parse_json_record(line)
+        if record and f"{subset}_accuracy" in record and f"{subset}_loss" in record:
+            score = float(record[f"{subset}_accuracy"])
+    return score
+
+
+def run_settings(protocol: FinetuneProtocol, run: FinetuneRun, fingerprint: str) -> dict:
+    """What a finished run must have been run with to be read back."""
+    total, warmup = schedule(protocol, run.train_examples)
+    return {"recipe": protocol.recipe, "arm_env": run.arm.env, "lr": run.lr,
+            "ft_seed": run.ft_seed, "seed": run.seed, "task": run.task.name,
+            "selection": run.selection, "total_updates": total, "warmup_updates": warmup,
+            "batch": protocol.batch, "suite": fingerprint}
+
+
+def load_run(path: Path, settings: dict) -> Optional[dict]:
+    if not path.is_file():
+        return None
+    result = json.loads(path.read_text())
+    if result.get("settings") != settings:
+        raise SystemExit(f"error: {path} holds a fine-tuning run with other settings "
+                         f"({result.get('settings')}); this plan has {settings}: choose another "
+                         "--runs-dir, or remove that run to redo it (finished runs are never "
+                         "replaced)")
+    return result
+
+
+def fine_tune(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: Path,
+              export_args: Sequence[str], run_dir: Path, settings: dict) -> dict:
+    """One run through the family's recipe; writes and returns its ``result.json``."""
+    if run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)  # an unfinished run (no result.json): redone
+    run_dir.mkdir(parents=True)
+    env, args = recipe_inputs(protocol, run, model, checkpoint, export_args)
+    full_env = demo.recipe_env(demo.DemoRun(run.arm.name, protocol.recipe), Path(env["DATA"]),
+                               **env)
+    start = time.time()
+    lines = list(demo.stream(["bash", str(demo.REPO_ROOT / protocol.recipe), *args], full_env,
+                             run_dir / "train.log"))
+    seconds = time.time() - start
+    accuracy = final_accuracy(lines)
+    if accuracy is None:
+        raise SystemExit(f"error: {run_dir / 'train.log'} logged no dev accuracy")
+    result = {"accuracy": accuracy, "seconds": seconds, "settings": settings}
+    write_text(run_dir / RESULT, json.dumps(result, indent=2), force=False)
+    return result
+
+
+def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequence[int],
+              checkpoints: Dict[Tuple[str, int], Path], suite_dir: Path, runs_dir: Path,
+              workers: int = demo.WORKERS,
+              printer: Callable[[str], None] = print) -> dict:
+    """The whole stage (module docstring): exports, learning rates, runs, in ``workers``
+    parallel runs of one torch thread each; finished runs read back. ``checkpoints``: the
+    last checkpoint of each (model, pre-training seed). Returns the stage's raw results:
+    ``{"lr": {arm: {task: {"lr", "scores"}}}, "accuracy": {arm: {task: {seed: [acc per ft
+    seed]}}}, "wall_seconds", "runs_now"}``."""
+    tasks, summary = load_suite(suite_dir)
+    fingerprint = suite_fingerprint(summary)
+    start = time.time()
+    stage_dir = runs_dir / FINETUNE_DIR
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    lock = threading.Lock()
+    ran = [0]
+
+    # 0. what each (model, seed) fine-tunes: its checkpoint, or its exported encoder
+    needed = sorted({(arm.model, seed) for arm in protocol.arms for seed in seeds})
+    sources: Dict[Tuple[str, int], Tuple[Path, List[str]]] = {}
+    if protocol.export:
+        def export(key):
+            out = stage_dir / "exports" / safe(key[0]) / f"seed{key[1]}"
+            sources[key] = export_encoder(checkpoints[key], out)
+
+        list(pool.map(export, needed))
+    else:
+        sources = {key: (checkpoints[key], []) for key in needed}
+
+    def one(run: FinetuneRun) -> Tuple[FinetuneRun, dict]:
+        settings = run_settings(protocol, run, fingerprint)
+        run_dir = run.directory(runs_dir)
+        result = load_run(run_dir / RESULT, settings)
+        if result is None:
+            checkpoint, export_args = sources[(run.arm.model, run.seed)]
+            result = fine_tune(protocol, run, models[run.arm.model], checkpoint, export_args,
+                               run_dir, settings)
+            with lock:
+                ran[0] += 1
+            demo.say(f"== fine-tune {run.arm.name} seed{run.seed} {run.task.name} "
+                     f"{'lr-selection ' if run.selection else ''}lr {run.lr} ft{run.ft_seed}: "
+                     f"{result['accuracy']:.1f}% in {result['seconds']:.0f} s")
+        return run, result
+
+    # 1. the learning rate of each (arm, task), on held-out training data
+    selection_runs = [FinetuneRun(arm, seeds[0], task, lr, SELECTION_SEED, selection=True)
+                      for arm in protocol.arms for task in tasks for lr in protocol.lrs]
+    printer(f"== fine-tuning: learning rates {', '.join(protocol.lrs)} for {len(protocol.arms)} "
+            f"arms x {len(tasks)} tasks ({len(selection_runs)} runs on the suite's selection "
+            "data-bins: the training split's last 10% held out)")
+    chosen: Dict[str, Dict[str, dict]] = {arm.name: {} for arm in protocol.arms}
+    for run, result in pool.map(one, selection_runs):
+        entry = chosen[run.arm.name].setdefault(run.task.name, {"scores": {}})
+        entry["scores"][run.lr] = result["accuracy"]
+    for arm in protocol.arms:
+        for task in tasks:
+            entry = chosen[arm.name][task.name]
+            entry["lr"] = max(protocol.lrs, key=lambda lr: (entry["scores"][lr],
+                                                            -protocol.lrs.index(lr)))
+
+    # 2. every (arm, seed, task, fine-tuning seed) at its chosen rate
+    runs = [FinetuneRun(arm, seed, task, chosen[arm.name][task.name]["lr"], ft_seed)
+            for arm in protocol.arms for seed in seeds for task in tasks
+            for ft_seed in protocol.seeds]
+    printer(f"== fine-tuning: {len(runs)} runs ({len(protocol.arms)} arms x {len(seeds)} "
+            f"pre-training seeds x {len(tasks)} tasks x {len(protocol.seeds)} fine-tuning seeds)")
+    accuracy: Dict[str, Dict[str, Dict[int, List[float]]]] = {
+        arm.name: {task.name: {seed: [] for seed in seeds} for task in tasks}
+        for arm in protocol.arms}
+    seconds = 0.0
+    for run, result in pool.map(one, runs):
+        accuracy[run.arm.name][run.task.name][run.seed].append(result["accuracy"])
+        seconds += result["seconds"]
+    pool.shutdown()
+
+    wall_file = stage_dir / "wall.json"
+    earlier = json.loads(wall_file.read_text())["wall_seconds"] if wall_file.is_file() else 0.0
+    this_time = time.time() - start
+    wall = earlier + (this_time if ran[0] else 0.0)
+    write_text(wall_file, json.dumps({"wall_seconds": wall}), force=True)
+    return {"lr": chosen, "accuracy": accuracy, "tasks": [task.name for task in tasks],
+            "baselines": {task.name: task.baselines for task in tasks},
+            "wall_seconds": wall, "runs_now": ran[0], "run_seconds": seconds,
+            "suite": {"dir": str(suite_dir), "fingerprint": fingerprint,
+                      "settings": summary.get("settings")}}
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures
+
+def seed_means(per_seed: Dict[int, Sequence[float]]) -> Dict[int, float]:
+    """Each pre-training seed's figure: the mean over its fine-tuning seeds."""
+    return {seed: float(np.mean(values)) for seed, values in per_seed.items()}
+
+
+def within_seed_standard_error(per_seed: Dict[int, Sequence[float]]) -> float:
+    """The mean over pre-training seeds of the standard error over fine-tuning seeds
+    (``sd(ddof=1) / sqrt(F)``): the fine-tuning noise alone; NaN with one fine-tuning seed."""
+    errors = [float(np.std(values, ddof=1) / math.sqrt(len(values)))
+              for values in per_seed.values() if len(values) > 1]
+    return float(np.mean(errors)) if errors else math.nan
+
+
+def arm_task_estimate(per_seed: Dict[int, Sequence[float]]) -> Estimate:
+    """One arm on one task: the mean over pre-training seeds of the per-seed means over
+    fine-tuning seeds, ± the standard error over pre-training seeds."""
+    means = seed_means(per_seed)
+    return mean_over_seeds([means[seed] for seed in sorted(means)])
+
+
+def average_per_seed(per_task: Dict[str, Dict[int, Sequence[float]]]) -> Dict[int, float]:
+    """Each pre-training seed's average over tasks (GLUE's score) of its per-task means."""
+    seeds = sorted(next(iter(per_task.values())))
+    return {seed: float(np.mean([seed_means(per_seed)[seed] for per_seed in per_task.values()]))
+            for seed in seeds}
+
+
+def arm_average_estimate(per_task: Dict[str, Dict[int, Sequence[float]]]) -> Estimate:
+    averages = average_per_seed(per_task)
+    return mean_over_seeds([averages[seed] for seed in sorted(averages)])
+
+
+def paired_average_difference(per_task_a: Dict[str, Dict[int, Sequence[float]]],
+                              per_task_b: Dict[str, Dict[int, Sequence[float]]],
+                              task: Optional[str] = None) -> Estimate:
+    """``a - b`` of the task average (or of one ``task``), paired on the pre-training seed,
+    ± the standard error over pre-training seeds."""
+    if task is None:
+        a, b = average_per_seed(per_task_a), average_per_seed(per_task_b)
+    else:
+        a, b = seed_means(per_task_a[task]), seed_means(per_task_b[task])
+    seeds = sorted(a)
+    return paired_over_seeds([a[s] for s in seeds], [b[s] for s in seeds])
