@@ -1,0 +1,252 @@
+"""The studies' fine-tuning stage (fairseq_ext/experiments/finetuning.py): its seed statistics
+against hand computations, the recipe inputs of each family, the recipes' downstream tasks, and
+the study entries' fine-tuning protocols."""
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+from recipe_checks import dry_run
+
+from conftest import REPO_ROOT
+from fairseq_ext.experiments import finetuning, studies
+from fairseq_ext.experiments.finetuning import FinetuneArm, FinetuneRun, SuiteTask
+
+# ----------------------------------------------------------------------------------------------
+# Seed statistics, by hand
+
+#: Two tasks, two pre-training seeds, three fine-tuning seeds each.
+ARM_A = {"T1": {1: [80.0, 82.0, 84.0], 2: [70.0, 74.0, 72.0]},
+         "T2": {1: [60.0, 60.0, 63.0], 2: [50.0, 56.0, 53.0]}}
+ARM_B = {"T1": {1: [78.0, 80.0, 79.0], 2: [71.0, 69.0, 70.0]},
+         "T2": {1: [58.0, 61.0, 61.0], 2: [52.0, 50.0, 51.0]}}
+
+
+def test_a_seed_figure_is_the_mean_over_its_fine_tuning_seeds():
+    assert finetuning.seed_means(ARM_A["T1"]) == {1: 82.0, 2: 72.0}
+    # within seed 1: sd(80, 82, 84) = 2, SE 2/sqrt(3); seed 2: sd(70, 74, 72) = 2, the same
+    assert finetuning.within_seed_standard_error(ARM_A["T1"]) == pytest.approx(2 / math.sqrt(3))
+
+
+def test_a_task_figure_is_the_mean_over_pre_training_seeds_with_their_standard_error():
+    estimate = finetuning.arm_task_estimate(ARM_A["T1"])
+    # per-seed means 82 and 72: mean 77, sd 7.0711, SE sd / sqrt(2) = 5, one degree of freedom
+    assert estimate.value == pytest.approx(77.0)
+    assert estimate.standard_error == pytest.approx(5.0)
+    assert estimate.degrees_of_freedom == 1
+
+
+def test_the_average_is_taken_per_pre_training_seed_before_the_statistics():
+    # seed 1: (82 + 61) / 2 = 71.5; seed 2: (72 + 53) / 2 = 62.5
+    assert finetuning.average_per_seed(ARM_A) == {1: 71.5, 2: 62.5}
+    estimate = finetuning.arm_average_estimate(ARM_A)
+    assert estimate.value == pytest.approx(67.0)
+    assert estimate.standard_error == pytest.approx(4.5)  # |71.5 - 62.5| / 2
+
+
+def test_claims_pair_the_two_arms_on_the_pre_training_seed():
+    # B's averages: seed 1 (79 + 60) / 2 = 69.5, seed 2 (70 + 51) / 2 = 60.5
+    # a - b per seed: 2.0 and 2.0: mean 2, SE 0 (the seed-to-seed swing cancels when paired)
+    difference = finetuning.paired_average_difference(ARM_A, ARM_B)
+    assert difference.value == pytest.approx(2.0)
+    assert difference.standard_error == pytest.approx(0.0)
+    one_task = finetuning.paired_average_difference(ARM_A, ARM_B, task="T2")
+    # T2: 61 - 60 = 1 and 53 - 51 = 2: mean 1.5, SE 0.5
+    assert one_task.value == pytest.approx(1.5)
+    assert one_task.standard_error == pytest.approx(0.5)
+
+
+def test_the_report_turns_the_stage_into_rows_baselines_and_verdicts():
+    study = dataclasses.replace(
+        studies.STUDIES["3ml"], seeds=(1, 2),
+        finetune=dataclasses.replace(studies.THREE_ML_FINETUNE, arms=(
+            FinetuneArm("3ml-self-40%", "3ml-self-40%"), FinetuneArm("roberta-15%", "roberta-15%"))),
+        finetune_claims=studies.THREE_ML_FINETUNE_CLAIMS[:1])
+    raw = {"tasks": ["T1", "T2"],
+           "accuracy": {"3ml-self-40%": ARM_A, "roberta-15%": ARM_B},
+           "lr": {arm: {task: {"lr": "1e-3", "scores": {"1e-3": 50.0}} for task in ("T1", "T2")}
+                  for arm in ("3ml-self-40%", "roberta-15%")},
+           "baselines": {"T1": {"majority": {"accuracy": 0.5, "se": 0.02},
+                                "bow_logreg": {"accuracy": 0.7, "se": 0.02}},
+                         "T2": {"majority": {"accuracy": 0.3, "se": 0.02},
+                                "bow_logreg": {"accuracy": 0.6, "se": 0.02}}},
+           "suite": {}, "wall_seconds": 60.0, "run_seconds": 100.0}
+    report = studies.finetune_report(study, raw)
+    self_row = report["arms"][0]
+    assert self_row["average"] == pytest.approx(67.0)
+    assert self_row["average_se"] == pytest.approx(4.5)
+    majority = report["baselines"][0]
+    assert majority["T1"] == pytest.approx(50.0) and majority["average"] == pytest.approx(40.0)
+    assert majority["average_se"] == pytest.approx(math.sqrt(2 * 2.0 ** 2) / 2)
+    (claim,) = report["claims"]
+    assert claim["difference"] == pytest.approx(2.0)
+    # SE 0 over seeds: an interval of zero width above 0 -> the paper's direction holds
+    assert claim["verdict"] == "holds"
+    text = studies.format_finetune(report, 2)
+    assert "67.00 ± 4.50" in text and "bag of words" in text
+    assert "| 3ML-self-40% fine-tunes better than RoBERTa-15%" in studies.markdown_claims(
+        {"claims": [], "finetune": report})
+
+
+def test_on_par_claims_read_the_margin_and_better_claims_the_side():
+    worse = {task: {seed: [v - 3.0 for v in values] for seed, values in per_seed.items()}
+             for task, per_seed in ARM_B.items()}
+    difference = finetuning.paired_average_difference(worse, ARM_B)
+    assert difference.value == pytest.approx(-3.0)
+    flipped = dataclasses.replace(difference, value=-difference.value)
+    assert studies.verdict(flipped, "better") == "fails"
+    close = finetuning.paired_average_difference(ARM_B, ARM_B)
+    assert studies.verdict(close, "on_par", 1.0) == "holds"
+
+
+# ----------------------------------------------------------------------------------------------
+# Plans and recipe inputs
+
+TASK = SuiteTask("GlossPair", Path("suite/GlossPair-bin"), Path("suite/selection/GlossPair-bin"),
+                 train_examples=1000, selection_train_examples=900, baselines={})
+
+
+def test_the_schedule_is_epochs_of_batches_with_a_warmup_share():
+    protocol = studies.THREE_ML_FINETUNE
+    assert finetuning.schedule(protocol, 1000) == (2 * 63, 8)  # ceil(1000 / 16) = 63; 6% of 126
+    assert finetuning.schedule(protocol, 900) == (2 * 57, 7)
+
+
+def test_selection_runs_use_the_held_out_data_bin_and_never_a_study_seed():
+    arm = FinetuneArm("msk_bi r=0", "msk_bi", {"R_BIDIR": "0"})
+    selection = FinetuneRun(arm, 1, TASK, "1e-3", finetuning.SELECTION_SEED, selection=True)
+    model = studies.STUDIES["bidirectional"].model("msk_bi")
+    env, args = finetuning.recipe_inputs(studies.BIDIRECTIONAL_FINETUNE, selection, model,
+                                         Path("ckpt.pt"))
+    assert env["DATA"] == str(TASK.selection) and env["SEED"] == "101"
+    assert env["R_BIDIR"] == "0" and env["CKPT"] == "ckpt.pt"
+    assert env["TOTAL_UPDATES"] == str(2 * 57)  # the selection split's 900 examples
+    assert "--no-save" in args
+    assert selection.directory(Path("R")) == Path("R/finetune/lr-selection/msk_bi_r0/GlossPair/lr1e-3")
+    run = FinetuneRun(arm, 2, TASK, "1e-3", 3)
+    assert run.directory(Path("R")) == Path("R/finetune/msk_bi_r0/seed2/GlossPair/ft3")
+    assert finetuning.SELECTION_SEED not in studies.BIDIRECTIONAL_FINETUNE.seeds
+
+
+def test_an_exported_encoder_s_arch_and_shape_reach_the_recipe():
+    model = studies.STUDIES["3ml"].model("3ml-self-40%")
+    run = FinetuneRun(FinetuneArm("3ml-self-40%", "3ml-self-40%"), 1, TASK, "3e-4", 1)
+    export_args = ["--arch", "roberta_prenorm", "--encoder-layers", "6", "--encoder-embed-dim",
+                   "192", "--max-positions", "64"]
+    env, args = finetuning.recipe_inputs(studies.THREE_ML_FINETUNE, run, model,
+                                         Path("enc.pt"), export_args)
+    assert env["ARCH"] == "roberta_prenorm" and env["MAX_POSITIONS"] == "64"
+    assert args[:4] == ["--encoder-layers", "6", "--encoder-embed-dim", "192"]
+    assert "--max-positions" not in args and "--arch" not in args
+
+
+def test_swishrnn_runs_repeat_the_model_flags_of_pre_training():
+    model = studies.STUDIES["swishrnn"].model("swishrnn-bert-k1")
+    run = FinetuneRun(FinetuneArm(model.name, model.name), 1, TASK, "3e-4", 1)
+    env, args = finetuning.recipe_inputs(studies.SWISHRNN_FINETUNE, run, model, Path("c.pt"))
+    assert env["ARCH"] == "swishrnn_bert_mini"
+    assert args[args.index("--swishrnn-step-sizes") + 1] == "1"
+    assert "--encoder-normalize-before" in args and "--encoder-layers" in args
+    rab = studies.STUDIES["swishrnn"].model("bert-rab")
+    env, _ = finetuning.recipe_inputs(studies.SWISHRNN_FINETUNE,
+                                      FinetuneRun(FinetuneArm("bert-rab", "bert-rab"), 1, TASK,
+                                                  "3e-4", 1), rab, Path("c.pt"))
+    assert env["ARCH"] == "bert_rab_mini"
+
+
+def test_final_accuracy_reads_the_last_validation_not_the_best():
+    lines = ['2026 | INFO | valid | {"epoch": 1, "valid_loss": "0.9", "valid_accuracy": "70.5"}',
+             '2026 | INFO | valid | {"epoch": 2, "valid_loss": "0.8", "valid_accuracy": "68.25", '
+             '"valid_best_accuracy": "70.5"}',
+             '2026 | INFO | train | {"epoch": 2, "train_accuracy": "90"}']
+    assert finetuning.final_accuracy(lines) == 68.25
+    assert finetuning.final_accuracy(lines[2:]) is None
+
+
+def test_a_finished_run_with_other_settings_is_refused(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"accuracy": 70.0, "settings": {"lr": "1e-3"}}))
+    assert finetuning.load_run(path, {"lr": "1e-3"})["accuracy"] == 70.0
+    with pytest.raises(SystemExit, match="other settings"):
+        finetuning.load_run(path, {"lr": "3e-3"})
+    assert finetuning.load_run(tmp_path / "missing.json", {}) is None
+
+
+def test_a_folder_that_is_no_suite_is_told_with_the_command(tmp_path):
+    with pytest.raises(SystemExit, match="scripts/prepare_downstream.sh"):
+        finetuning.load_suite(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Study entries
+
+def test_every_fine_tuning_claim_cites_its_table_and_names_arms_of_its_study():
+    for name in ("3ml", "swishrnn", "bidirectional"):
+        study = studies.STUDIES[name]
+        assert study.finetune is not None and study.finetune_claims
+        arms = {arm.name for arm in study.finetune.arms}
+        assert {arm.model for arm in study.finetune.arms} == {m.name for m in study.models}
+        for claim in study.finetune_claims:
+            assert {claim.a, claim.b} <= arms
+            assert "Table" in claim.source and claim.paper_figure
+    bad = dataclasses.replace(studies.STUDIES["3ml"], finetune_claims=(
+        studies.Claim("x", "better", "nobody", "roberta-15%", studies.FINETUNE_METRIC),))
+    with pytest.raises(SystemExit, match="names arms outside"):
+        studies.check_study(bad)
+    assert studies.STUDIES["bidirectional-flops"].finetune is None
+
+
+def test_bidirectional_arms_fine_tune_with_the_pre_training_attention_and_switched():
+    arms = {arm.name: arm for arm in studies.BIDIRECTIONAL_FINETUNE.arms}
+    assert arms["msk_bi"].env == {"R_BIDIR": "1"} and arms["nxt_uni"].env == {"R_BIDIR": "0"}
+    assert arms["msk_bi r=0"].env == {"R_BIDIR": "0"} and arms["nxt_uni r=1"].model == "nxt_uni"
+
+
+# ----------------------------------------------------------------------------------------------
+# The recipes take the downstream tasks
+
+@pytest.fixture
+def downstream_bin(tmp_path):
+    data = tmp_path / "FortuneTopic-bin"
+    (data / "label").mkdir(parents=True)
+    (data / "label" / "dict.txt").write_text("work 300\npeople 300\nscience 300\nart 300\n")
+    return data
+
+
+def test_the_3ml_recipe_reads_the_classes_of_a_downstream_task(downstream_bin, tmp_path):
+    encoder = tmp_path / "enc.pt"
+    encoder.write_bytes(b"")
+    _, flags = dry_run(REPO_ROOT / "recipes/3ml/finetune_glue.sh", TASK="fortunetopic",
+                       DATA=str(downstream_bin), PRETRAINED=str(encoder), ARCH="roberta_prenorm",
+                       MAX_POSITIONS="64", TRAIN_EXAMPLES="100")
+    assert flags["--num-classes"] == "4"
+    assert flags["--best-checkpoint-metric"] == "accuracy"
+
+
+def test_the_bidirectional_and_swishrnn_recipes_need_updates_for_a_downstream_task(
+        downstream_bin, tmp_path):
+    checkpoint = tmp_path / "c.pt"
+    checkpoint.write_bytes(b"")
+    _, flags = dry_run(REPO_ROOT / "recipes/bidirectional/finetune_glue.sh", TASK="FortuneTopic",
+                       DATA=str(downstream_bin), CKPT=str(checkpoint), R_BIDIR="1",
+                       TOTAL_UPDATES="100")
+    assert flags["--num-classes"] == "4" and flags["--warmup-updates"] == "6"
+    _, flags = dry_run(REPO_ROOT / "recipes/swishrnn/finetune_glue.sh", TASK="FortuneTopic",
+                       DATA=str(downstream_bin), PRETRAINED=str(checkpoint), TOTAL_UPDATES="50")
+    assert flags["--num-classes"] == "4" and flags["--max-update"] == "50"
+    import os
+    import subprocess
+
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "recipes/swishrnn/finetune_glue.sh")],
+        env={"PATH": os.environ["PATH"], "DRY_RUN": "1", "TASK": "FortuneTopic",
+             "DATA": str(downstream_bin), "PRETRAINED": str(checkpoint)},
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "set TOTAL_UPDATES" in proc.stderr
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "recipes/3ml/finetune_glue.sh")],
+        env={"PATH": os.environ["PATH"], "DRY_RUN": "1", "TASK": "NoSuchTask",
+             "DATA": str(downstream_bin), "PRETRAINED": str(checkpoint)},
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "GlossPair" in proc.stderr
