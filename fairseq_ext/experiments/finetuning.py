@@ -161,8 +161,9 @@ def load_suite(suite_dir: Path) -> Tuple[List[SuiteTask], dict]:
         raise SystemExit(f"error: {suite_dir} has no {SUITE_JSON}: build the suite with "
                          f"scripts/prepare_downstream.sh DATA_BIN {suite_dir}")
     summary = json.loads(path.read_text())
+    entries = summary["tasks"]
     tasks = []
-    for entry in summary["tasks"]:
+    for entry in (entries.values() if isinstance(entries, dict) else entries):
         name = entry["name"]
         data = suite_dir / f"{name}-bin"
         selection = suite_dir / "selection" / f"{name}-bin"
@@ -182,8 +183,10 @@ def suite_fingerprint(summary: dict) -> str:
     """What a finished run's score depends on in the suite: its settings and sizes."""
     from hashlib import sha256
 
+    entries = summary["tasks"]
+    entries = entries.values() if isinstance(entries, dict) else entries
     key = {"settings": summary.get("settings"),
-           "tasks": [(t["name"], t["sizes"]) for t in summary["tasks"]]}
+           "tasks": [(t["name"], t["sizes"]["train"], t["sizes"]["dev"]) for t in entries]}
     return sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

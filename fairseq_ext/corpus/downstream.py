@@ -1,0 +1,886 @@
+"""Offline fine-tuning tasks from human-written labelled text on a Debian machine -> data-bins:
+``python -m fairseq_ext.corpus.downstream`` (``scripts/prepare_downstream.sh``).
+
+Three classification tasks, built from what Debian installs (no download), in the layout of
+fairseq's ``sentence_prediction`` task that :mod:`fairseq_ext.corpus.glue` writes (the text
+encoded with the pre-training sentencepiece model, binarized with the pre-training dictionary)::
+
+    OUT_DIR/<TASK>-bin/{input0,input1,label}/...      train = the task's train, valid = its dev
+    OUT_DIR/selection/<TASK>-bin/...                   train = the first 90% of that train,
+                                                       valid = its last 10% (choose the
+                                                       learning rate here, never on dev)
+    OUT_DIR/prep/<TASK>/{train,valid}.raw.input0, .input0 (pieces), .label
+    OUT_DIR/selection/prep/<TASK>/...                  the same for the selection bin
+    OUT_DIR/downstream.json                            sources, sizes, labels, overlap, baselines
+
+* ``DebSection`` (single text): a Debian package's synopsis and the first paragraph of its long
+  description, labelled with its archive section (``admin games graphics net science sound``).
+  The records come from ``apt-cache dumpavail`` (or ``--packages-file``); the long descriptions
+  from the record itself or, as Debian ships them, from the ``Translation-en`` lists
+  (``/var/lib/apt/lists/*_i18n_Translation-en*``, or ``--translations-file``), joined on
+  ``Description-md5``.
+* ``GlossPair`` (sentence pair): a WordNet 3.0 lemma and a definition; ``match`` when the
+  definition is that lemma's synset's, ``other`` when it is another synset's of the same part of
+  speech. Split by synset: each definition is used once, in one split.
+* ``FortuneTopic`` (single text): a fortune (``fortunes`` package) labelled with its category
+  file; the attribution line (``-- Author``) is dropped.
+
+Every task: texts cut at 400 characters; deduplicated on their normalized text (lowercase,
+punctuation and whitespace collapsed; a text found under two labels is dropped); split into dev
+and train pools by a seeded shuffle; dev examples found in the pre-training corpus
+(``DATA_BIN/prep/{train,valid,test}.txt``: the same normalized line, or a shared 13-word window)
+removed, and train examples equal to a dev one; then sized with equal classes. Two baselines are
+scored on dev: train's majority class and a bag-of-words logistic regression (scikit-learn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import glob
+import gzip
+import hashlib
+import json
+import lzma
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from fairseq_ext.training.output_files import OutputError, error_line
+
+from .encoders import TokenizerSpec, count_dictionary_entries, encode_file
+from .errors import CorpusError
+from .glue import run_preprocess, split_prefixes, write_lines
+
+PROG = "prepare_downstream.sh"
+BUILDER_VERSION = 1
+MAX_CHARS = 400
+NGRAM = 13
+SELECTION_SHARE = 0.1
+#: Examples per task: 1,000 train (2 epochs of batch 16 = 126 updates fine-tune the 3ML study's
+#: 6 x 192 encoder in about 40 s on one thread) and 500 dev (an accuracy's SE about 2 points).
+DEFAULT_TRAIN_SIZE, DEFAULT_DEV_SIZE = 1000, 500
+STAMP = "downstream.stamp.json"
+SUMMARY = "downstream.json"
+
+DEFAULT_FORTUNES_DIR = Path("/usr/share/games/fortunes")
+DEFAULT_WORDNET_DIR = Path("/usr/share/wordnet")
+DEFAULT_TRANSLATIONS = "/var/lib/apt/lists/*_i18n_Translation-en*"
+APT_HELPER = "/usr/lib/apt/apt-helper"
+#: Sections whose descriptions are prose about what the program does (not library boilerplate).
+SECTIONS = ("admin", "games", "graphics", "net", "science", "sound")
+#: Fortune categories with 600+ entries of prose (no ASCII art, no translations to do).
+CATEGORIES = ("computers", "people", "politics", "science", "songs-poems", "work")
+WORDNET_FILES = {"noun": "data.noun", "verb": "data.verb", "adj": "data.adj", "adv": "data.adv"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One labelled example: its inputs (one, or a pair) and the text checked for overlap."""
+
+    inputs: tuple[str, ...]
+    label: str
+    group: str = ""  # examples of one group go to one split (DebSection: the source package)
+
+    @property
+    def key(self) -> str:
+        """The normalized text deduplicated and checked against the pre-training corpus: the
+        text, or a pair's second input (the definition)."""
+        return normalize(self.inputs[-1])
+
+
+@dataclasses.dataclass(frozen=True)
+class Synset:
+    pos: str
+    offset: str
+    lemmas: tuple[str, ...]
+    definition: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskInfo:
+    name: str
+    kind: str  # "single" or "pair"
+    source: str
+    license: str
+
+
+TASKS = {task.name: task for task in (
+    TaskInfo("DebSection", "single",
+             "Debian bookworm main package lists: apt-cache dumpavail (Section, synopsis) and "
+             "Translation-en (long descriptions), sections " + " ".join(SECTIONS),
+             "each description is part of its package's metadata; Debian main packages are "
+             "under DFSG-free licenses"),
+    TaskInfo("GlossPair", "pair",
+             "WordNet 3.0 data.noun, data.verb, data.adj, data.adv (Debian package wordnet-base)",
+             "WordNet 3.0 license (Princeton University; BSD-like, redistribution permitted "
+             "with the copyright notice)"),
+    TaskInfo("FortuneTopic", "single",
+             "Debian fortunes (/usr/share/games/fortunes), categories " + " ".join(CATEGORIES),
+             "fortune-mod's fortunes: BSD license (Debian packages fortunes, fortunes-min)"),
+)}
+
+
+# --- text ---------------------------------------------------------------------------------
+
+def normalize(text: str) -> str:
+    """Lowercase, punctuation and whitespace collapsed to single spaces."""
+    return re.sub(r"[\W_]+", " ", text.lower()).strip()
+
+
+def cut(text: str, limit: int = MAX_CHARS) -> str:
+    """``text`` with collapsed whitespace, cut to at most ``limit`` characters (at the last
+    space before the limit, if there is one in its second half)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    space = head.rfind(" ")
+    return head[:space] if space > limit // 2 else head
+
+
+# --- Debian package descriptions -------------------------------------------------------------
+
+def control_paragraphs(text: str) -> Iterator[dict[str, str]]:
+    """The paragraphs of a Debian control-format text (Packages, Translation-en), as
+    {field: value}; continuation lines are kept with their line breaks and leading space."""
+    fields: dict[str, str] = {}
+    name = None
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                yield fields
+            fields, name = {}, None
+        elif line[0] in " \t":
+            if name is not None:
+                fields[name] += "\n" + line
+        else:
+            name, _, value = line.partition(":")
+            fields[name] = value.strip()
+    if fields:
+        yield fields
+
+
+def description_text(description: str) -> tuple[str, str]:
+    """(synopsis, first paragraph of the long description) of a Description field's value,
+    without Debian's leading spaces; " ." lines separate paragraphs."""
+    synopsis, _, rest = description.partition("\n")
+    paragraph = []
+    for line in rest.split("\n"):
+        line = line.strip()
+        if line == ".":
+            if paragraph:
+                break
+            continue
+        if line:
+            paragraph.append(line)
+    return synopsis.strip(), " ".join(paragraph)
+
+
+def section_label(section: str) -> str:
+    """An archive section without its area prefix (contrib/, non-free/, non-free-firmware/)."""
+    return section.rsplit("/", 1)[-1].strip()
+
+
+def read_packages(packages_file: Path | None) -> str:
+    """The package records: ``packages_file``, or ``apt-cache dumpavail``'s output."""
+    if packages_file is not None:
+        if not packages_file.is_file():
+            raise CorpusError(f"debian packages: --packages-file {packages_file}: no such file")
+        return packages_file.read_text(encoding="utf-8", errors="replace")
+    if shutil.which("apt-cache") is None:
+        raise CorpusError("debian packages: apt-cache not found (a Debian system's apt), or give "
+                          "--packages-file")
+    proc = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, check=False)
+    text = proc.stdout.decode("utf-8", errors="replace")
+    if proc.returncode != 0 or "\nPackage:" not in "\n" + text:
+        raise CorpusError("debian packages: apt-cache dumpavail lists no packages; "
+                          "run apt-get update (package lists are empty)")
+    return text
+
+
+def read_compressed(path: Path) -> str:
+    """A plain, .gz, .xz or (through apt-helper) .lz4 apt list file."""
+    if path.suffix == ".gz":
+        data = gzip.decompress(path.read_bytes())
+    elif path.suffix == ".xz":
+        data = lzma.decompress(path.read_bytes())
+    elif path.suffix in (".lz4", ".zst", ".bz2"):
+        proc = subprocess.run([APT_HELPER, "cat-file", str(path)], capture_output=True, check=False)
+        if proc.returncode != 0:
+            raise CorpusError(f"debian packages: cannot read {path} ({APT_HELPER} cat-file failed)")
+        data = proc.stdout
+    else:
+        data = path.read_bytes()
+    return data.decode("utf-8", errors="replace")
+
+
+def translation_files(translations_file: Path | None) -> list[Path]:
+    if translations_file is not None:
+        if not translations_file.is_file():
+            raise CorpusError(f"debian packages: --translations-file {translations_file}: "
+                              "no such file")
+        return [translations_file]
+    return [Path(p) for p in sorted(glob.glob(DEFAULT_TRANSLATIONS))]
+
+
+def read_translations(paths: Iterable[Path]) -> dict[str, str]:
+    """{Description-md5: the Description-en value} of Translation-en files."""
+    long = {}
+    for path in paths:
+        for fields in control_paragraphs(read_compressed(path)):
+            if "Description-md5" in fields and "Description-en" in fields:
+                long[fields["Description-md5"]] = fields["Description-en"]
+    return long
+
+
+def debian_examples(packages_text: str, translations: dict[str, str],
+                    sections: Iterable[str] = SECTIONS) -> tuple[list[Example], dict]:
+    """One example per package record of ``sections``: synopsis + first paragraph of the long
+    description (from the record, else from ``translations``); records without a long
+    description are skipped (counted). The binary packages of a source package are one group
+    (one split: they often share their long description)."""
+    wanted = set(sections)
+    examples, without_long = [], 0
+    for fields in control_paragraphs(packages_text):
+        label = section_label(fields.get("Section", ""))
+        if label not in wanted or "Description" not in fields:
+            continue
+        synopsis, first = description_text(fields["Description"])
+        if not first and fields.get("Description-md5") in translations:
+            synopsis, first = description_text(translations[fields["Description-md5"]])
+        if not first:
+            without_long += 1
+            continue
+        text = synopsis if synopsis.endswith((".", "!", "?", ":")) else synopsis + "."
+        source = (fields.get("Source") or fields.get("Package", "")).split()
+        examples.append(Example((cut(f"{text} {first}"),), label,
+                                group=f"source:{source[0]}" if source else ""))
+    if not examples and without_long:
+        raise CorpusError(
+            "debian packages: the package lists carry no long descriptions (Debian ships them "
+            "in Translation-en lists); fetch them: apt-get update -o Acquire::Languages=en")
+    return examples, {"records_without_long_description": without_long}
+
+
+# --- fortunes -------------------------------------------------------------------------------
+
+ATTRIBUTION = re.compile(r"^\s*--")
+
+
+def fortune_entries(text: str) -> list[str]:
+    """The entries of a fortune file (separated by lines of ``%``)."""
+    entries, current = [], []
+    for line in text.splitlines():
+        if line.strip() == "%":
+            entries.append("\n".join(current))
+            current = []
+        else:
+            current.append(line)
+    entries.append("\n".join(current))
+    return [entry for entry in entries if entry.strip()]
+
+
+def clean_fortune(entry: str) -> str:
+    """A fortune's text: the attribution ("-- Author", and the indented lines that continue
+    it) dropped, whitespace collapsed."""
+    kept, attribution = [], False
+    for line in entry.splitlines():
+        if ATTRIBUTION.match(line):
+            attribution = True
+        elif attribution and line[:1] in (" ", "\t"):
+            continue
+        else:
+            attribution = False
+            if line.strip():
+                kept.append(line.strip())
+    return " ".join(kept)
+
+
+def fortune_examples(fortunes_dir: Path, categories: Iterable[str] = CATEGORIES) -> list[Example]:
+    install = "install them: apt-get install fortunes fortunes-min"
+    if not fortunes_dir.is_dir() or not any(
+            p.is_file() and not p.suffix for p in fortunes_dir.iterdir()):
+        raise CorpusError(f"fortunes: {fortunes_dir} has no category files; {install}")
+    examples = []
+    for category in categories:
+        path = fortunes_dir / category
+        if not path.is_file():
+            raise CorpusError(f"fortunes: no category file {path}; {install}")
+        for entry in fortune_entries(path.read_text(encoding="utf-8", errors="replace")):
+            text = cut(clean_fortune(entry))
+            if text:
+                examples.append(Example((text,), category))
+    return examples
+
+
+# --- WordNet --------------------------------------------------------------------------------
+
+def parse_synset(line: str, pos: str) -> Synset | None:
+    """A data.<pos> line (``offset lex_filenum ss_type w_cnt word lex_id ... | gloss``) ->
+    its lemmas (underscores as spaces, adjective markers like ``(a)`` dropped) and its
+    definition (the gloss before its first ``;``); None for the license header and glossless
+    lines."""
+    if not line or line.startswith(" "):
+        return None
+    head, bar, gloss = line.partition(" | ")
+    fields = head.split()
+    if not bar or len(fields) < 4:
+        return None
+    count = int(fields[3], 16)
+    words = fields[4:4 + 2 * count:2]
+    lemmas = []
+    for word in words:
+        lemma = re.sub(r"\([a-z]+\)$", "", word).replace("_", " ").strip()
+        if lemma and lemma not in lemmas:
+            lemmas.append(lemma)
+    definition = gloss.split(";", 1)[0].strip()
+    if not lemmas or not definition:
+        return None
+    return Synset(pos, fields[0], tuple(lemmas), cut(definition))
+
+
+def read_wordnet(wordnet_dir: Path) -> list[Synset]:
+    """The synsets of WordNet's data files in ``wordnet_dir`` (data.noun must be there; the
+    others are read where they are: wordnet-base installs all four)."""
+    if not (wordnet_dir / WORDNET_FILES["noun"]).is_file():
+        raise CorpusError(f"wordnet: no {wordnet_dir / WORDNET_FILES['noun']}; install it: "
+                          "apt-get install wordnet-base")
+    synsets = []
+    for pos, name in WORDNET_FILES.items():
+        path = wordnet_dir / name
+        if not path.is_file():
+            continue
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            synsets += filter(None, (parse_synset(line.rstrip("\n"), pos) for line in handle))
+    return synsets
+
+
+def lemma_in(lemma: str, definition: str) -> bool:
+    """Whether ``lemma`` appears as words inside ``definition`` (a copy cue)."""
+    return f" {normalize(lemma)} " in f" {normalize(definition)} "
+
+
+def gloss_pairs(synsets: list[Synset], size: int, rng: random.Random) -> list[Example]:
+    """Up to ``size`` examples (half ``match``, half ``other``) from ``synsets`` (in order; all
+    of one split): a ``match`` takes a synset's lemma and its definition; an ``other`` a
+    synset's lemma and the definition of the next unused synset of the same part of speech
+    that does not have that lemma. Lemmas found inside the definition shown are not used.
+    Each synset's definition is shown at most once."""
+    half = size // 2
+    matches: list[Example] = []
+    others: list[Example] = []
+    waiting: dict[str, Synset] = {}  # per part of speech: a synset whose lemma awaits a definition
+    for synset in synsets:
+        if len(matches) >= half and len(others) >= half:
+            break
+        if len(matches) < half and len(matches) <= len(others):
+            lemmas = [lemma for lemma in synset.lemmas if not lemma_in(lemma, synset.definition)]
+            if lemmas:
+                matches.append(Example((rng.choice(lemmas), synset.definition), "match"))
+            continue
+        holder = waiting.pop(synset.pos, None)
+        if holder is None:
+            waiting[synset.pos] = synset
+            continue
+        lemmas = [lemma for lemma in holder.lemmas
+                  if lemma not in synset.lemmas and not lemma_in(lemma, synset.definition)]
+        if lemmas and len(others) < half:
+            others.append(Example((rng.choice(lemmas), synset.definition), "other"))
+        else:
+            waiting[synset.pos] = holder
+    n = min(len(matches), len(others), half)
+    examples = matches[:n] + others[:n]
+    rng.shuffle(examples)
+    return examples
+
+
+# --- overlap with the pre-training corpus ----------------------------------------------------
+
+def word_windows(words: list[str], n: int = NGRAM) -> Iterator[int]:
+    for start in range(len(words) - n + 1):
+        yield hash(" ".join(words[start:start + n]))
+
+
+class CorpusIndex:
+    """The normalized lines of a corpus and the hashes of its ``NGRAM``-word windows (each line's
+    and those crossing the ends of lines within a document), to find texts a corpus holds."""
+
+    def __init__(self, paths: Iterable[Path] = (), n: int = NGRAM):
+        self.n = n
+        self.lines: set[str] = set()
+        self.windows: set[int] = set()
+        digest = hashlib.sha256()
+        for path in paths:
+            tail: list[str] = []
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    digest.update(line.encode("utf-8"))
+                    tail = self.add(line, tail)
+        self.fingerprint = digest.hexdigest()
+
+    def add(self, line: str, tail: list[str] = ()) -> list[str]:
+        """Index ``line`` (following the words ``tail``); returns the tail for the next line."""
+        normal = normalize(line)
+        if not normal:
+            return []
+        self.lines.add(normal)
+        words = list(tail) + normal.split()
+        self.windows.update(word_windows(words, self.n))
+        return words[-(self.n - 1):]
+
+    def overlap(self, text: str) -> str | None:
+        """"line" if the normalized ``text`` is a normalized corpus line, "window" if one of its
+        ``n``-word windows is in the corpus, else None."""
+        normal = normalize(text)
+        if normal in self.lines:
+            return "line"
+        if any(window in self.windows for window in word_windows(normal.split(), self.n)):
+            return "window"
+        return None
+
+
+# --- dedup, split and size ---------------------------------------------------------------
+
+def deduplicate(examples: list[Example]) -> tuple[list[Example], dict]:
+    """The first example of each normalized text; a text found under two labels is dropped."""
+    labels: dict[str, set[str]] = collections.defaultdict(set)
+    for example in examples:
+        labels[example.key].add(example.label)
+    kept, seen, duplicates, conflicting = [], set(), 0, 0
+    for example in examples:
+        key = example.key
+        if not key or len(labels[key]) > 1:
+            conflicting += 1
+        elif key in seen:
+            duplicates += 1
+        else:
+            seen.add(key)
+            kept.append(example)
+    return kept, {"duplicates": duplicates, "label_conflicts": conflicting}
+
+
+def dev_share(train_size: int, dev_size: int) -> float:
+    return dev_size / (train_size + dev_size)
+
+
+def remove_overlap(dev_pool: list, train_pool: list, corpus: CorpusIndex | None,
+                   key=lambda item: item.key) -> tuple[list, list, dict]:
+    """The pools without the dev items the corpus holds, and without train items equal to a dev
+    one or sharing a 13-word window with one; the counts removed for each reason."""
+    removed = {"dev_in_pretraining_line": 0, "dev_in_pretraining_window": 0, "train_equal_dev": 0,
+               "train_window_in_dev": 0}
+    kept_dev = []
+    for item in dev_pool:
+        found = corpus.overlap(key(item)) if corpus is not None else None
+        if found:
+            removed[f"dev_in_pretraining_{found}"] += 1
+        else:
+            kept_dev.append(item)
+    dev_index = CorpusIndex()
+    for item in kept_dev:
+        dev_index.add(key(item))
+    kept_train = []
+    for item in train_pool:
+        found = dev_index.overlap(key(item))
+        if found:
+            removed["train_equal_dev" if found == "line" else "train_window_in_dev"] += 1
+        else:
+            kept_train.append(item)
+    return kept_dev, kept_train, removed
+
+
+def split_single(examples: list[Example], train_size: int, dev_size: int, seed: int,
+                 corpus: CorpusIndex | None) -> tuple[list[Example], list[Example], dict]:
+    """(train, dev, report) of deduplicated single-text examples: the groups (by default each
+    text is one) of each label (a group's first example's) in a seeded order, the first
+    ``dev_share`` of them to the dev pool, the rest to train; overlap removed; then equal
+    classes of at most ``size // classes`` examples each, in a seeded order."""
+    labels = sorted({e.label for e in examples})
+    share = dev_share(train_size, dev_size)
+    groups: dict[str, list[Example]] = {}
+    for example in examples:
+        groups.setdefault(example.group or example.key, []).append(example)
+    by_label: dict[str, list[str]] = collections.defaultdict(list)
+    for group, members in groups.items():
+        by_label[members[0].label].append(group)
+    dev_pool, train_pool = [], []
+    for label in labels:
+        names = sorted(by_label[label])
+        random.Random(f"{seed}:{label}").shuffle(names)
+        n_dev = round(len(names) * share)
+        dev_pool += [e for name in names[:n_dev] for e in groups[name]]
+        train_pool += [e for name in names[n_dev:] for e in groups[name]]
+    dev_pool, train_pool, removed = remove_overlap(dev_pool, train_pool, corpus)
+    per_dev = min([dev_size // len(labels)] + [sum(e.label == lb for e in dev_pool) for lb in labels])
+    per_train = min([train_size // len(labels)]
+                    + [sum(e.label == lb for e in train_pool) for lb in labels])
+    rng = random.Random(seed)
+    dev = [e for label in labels for e in [x for x in dev_pool if x.label == label][:per_dev]]
+    train = [e for label in labels for e in [x for x in train_pool if x.label == label][:per_train]]
+    rng.shuffle(dev)
+    rng.shuffle(train)
+    return train, dev, {"removed": removed, "pools": {"dev": len(dev_pool), "train": len(train_pool)}}
+
+
+def split_pairs(synsets: list[Synset], train_size: int, dev_size: int, seed: int,
+                corpus: CorpusIndex | None) -> tuple[list[Example], list[Example], dict]:
+    """(train, dev, report) of GlossPair: synsets deduplicated on their definition, shuffled,
+    the first ``dev_share`` to the dev pool; dev synsets whose definition the corpus holds
+    removed; then :func:`gloss_pairs` in each pool."""
+    first: dict[str, Synset] = {}
+    duplicates = 0
+    for synset in synsets:
+        key = normalize(synset.definition)
+        if key in first:
+            duplicates += 1
+        else:
+            first[key] = synset
+    pool = sorted(first.values(), key=lambda s: (s.pos, s.offset))
+    random.Random(seed).shuffle(pool)
+    n_dev = round(len(pool) * dev_share(train_size, dev_size))
+    dev_pool, train_pool, removed = remove_overlap(pool[:n_dev], pool[n_dev:], corpus,
+                                                   key=lambda s: normalize(s.definition))
+    dev = gloss_pairs(dev_pool, dev_size, random.Random(f"{seed}:dev"))
+    train = gloss_pairs(train_pool, train_size, random.Random(f"{seed}:train"))
+    return train, dev, {"removed": removed, "dedup": {"duplicates": duplicates, "label_conflicts": 0},
+                        "pools": {"dev": len(dev_pool), "train": len(train_pool)}}
+
+
+def overlap_figures(train: list[Example], dev: list[Example], corpus: CorpusIndex | None) -> dict:
+    """The final check: dev examples whose normalized text (a pair: the definition) is in train,
+    and dev examples the pre-training corpus holds (both 0 after the removal)."""
+    train_keys = {e.key for e in train}
+    return {"dev_in_train": sum(e.key in train_keys for e in dev),
+            "dev_in_pretraining": sum(bool(corpus.overlap(e.inputs[-1])) for e in dev)
+            if corpus is not None else 0}
+
+
+# --- baselines ------------------------------------------------------------------------------
+
+def standard_error(accuracy: float, n: int) -> float:
+    """sqrt(p (1 - p) / n): the binomial standard error of an accuracy over ``n`` rows."""
+    return math.sqrt(accuracy * (1.0 - accuracy) / n) if n else float("nan")
+
+
+def majority_baseline(train_labels: list[str], dev_labels: list[str]) -> dict:
+    """Accuracy on dev of always answering train's most frequent label (ties: the first by
+    name)."""
+    counts = collections.Counter(train_labels)
+    label = min(counts, key=lambda lb: (-counts[lb], lb))
+    accuracy = sum(lb == label for lb in dev_labels) / len(dev_labels)
+    return {"label": label, "accuracy": accuracy, "se": standard_error(accuracy, len(dev_labels)),
+            "n": len(dev_labels)}
+
+
+def bow_logreg_baseline(train: list[Example], dev: list[Example]) -> dict:
+    """scikit-learn LogisticRegression (C=1, max_iter=1000, default solver) on bag-of-words
+    counts (lowercase unigrams; a pair: one vectorizer per input, features side by side),
+    fitted on train, accuracy on dev."""
+    import sklearn
+    from scipy.sparse import hstack
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    n_inputs = len(train[0].inputs)
+    vectorizers = [CountVectorizer(lowercase=True) for _ in range(n_inputs)]
+    x_train = hstack([v.fit_transform([e.inputs[i] for e in train])
+                      for i, v in enumerate(vectorizers)]).tocsr()
+    x_dev = hstack([v.transform([e.inputs[i] for e in dev]) for i, v in enumerate(vectorizers)]).tocsr()
+    model = LogisticRegression(C=1.0, max_iter=1000)
+    model.fit(x_train, [e.label for e in train])
+    predicted = model.predict(x_dev)
+    accuracy = sum(p == e.label for p, e in zip(predicted, dev)) / len(dev)
+    return {"accuracy": accuracy, "se": standard_error(accuracy, len(dev)), "n": len(dev),
+            "library": f"scikit-learn {sklearn.__version__}",
+            "model": "LogisticRegression(C=1.0, max_iter=1000) on CountVectorizer(lowercase=True) "
+                     "unigram counts" + (", one vectorizer per input, hstack" if n_inputs > 1 else "")}
+
+
+# --- sources -> examples ---------------------------------------------------------------------
+
+def source_examples(task: str, args: argparse.Namespace) -> tuple[list, dict]:
+    """The task's candidates (examples, or GlossPair's synsets) and notes on reading them."""
+    if task == "DebSection":
+        text = read_packages(args.packages_file)
+        return debian_examples(text, read_translations(translation_files(args.translations_file)))
+    if task == "FortuneTopic":
+        return fortune_examples(args.fortunes_dir), {}
+    return read_wordnet(args.wordnet_dir), {}
+
+
+def fingerprint(candidates: list) -> str:
+    digest = hashlib.sha256()
+    for item in candidates:
+        digest.update(json.dumps(dataclasses.astuple(item)).encode("utf-8"))
+    return digest.hexdigest()
+
+
+def build_examples(task: str, candidates: list, train_size: int, dev_size: int, seed: int,
+                   corpus: CorpusIndex | None) -> tuple[list[Example], list[Example], dict]:
+    """(train, dev, report) of a task's candidates."""
+    if task == "GlossPair":
+        return split_pairs(candidates, train_size, dev_size, seed, corpus)
+    kept, dedup = deduplicate(candidates)
+    train, dev, report = split_single(kept, train_size, dev_size, seed, corpus)
+    report["dedup"] = dedup
+    return train, dev, report
+
+
+# --- data-bins --------------------------------------------------------------------------------
+
+def write_prep(prep: Path, splits: dict[str, list[Example]], spec: TokenizerSpec,
+               workers: int) -> dict[str, list[Path]]:
+    """``prep/{split}.raw.inputN`` (text), ``{split}.inputN`` (pieces) and ``{split}.label`` for
+    ``splits`` {"train": ..., "valid": ...}; returns the files to binarize per input."""
+    shutil.rmtree(prep, ignore_errors=True)
+    prep.mkdir(parents=True)
+    n_inputs = len(splits["train"][0].inputs)
+    names = [f"input{i}" for i in range(n_inputs)]
+    encoded: dict[str, list[Path]] = {name: [] for name in [*names, "label"]}
+    for split, examples in splits.items():
+        for i, name in enumerate(names):
+            raw, pieces = prep / f"{split}.raw.{name}", prep / f"{split}.{name}"
+            write_lines(raw, [e.inputs[i] for e in examples])
+            encode_file(raw, pieces, spec, workers)
+            encoded[name].append(pieces)
+        write_lines(prep / f"{split}.label", [e.label for e in examples])
+        encoded["label"].append(prep / f"{split}.label")
+    return encoded
+
+
+def binarize(encoded: dict[str, list[Path]], destdir: Path, dictionary: Path, workers: int,
+             label_dict: Path | None, stamp: dict) -> None:
+    """fairseq-preprocess each input with ``dictionary`` and the labels with ``label_dict``
+    (None: their own, from train) into a temporary folder, renamed onto ``destdir``."""
+    building = destdir.parent / f".{destdir.name}.building"
+    shutil.rmtree(building, ignore_errors=True)
+    try:
+        for name, files in encoded.items():
+            srcdict = label_dict if name == "label" else dictionary
+            run_preprocess(split_prefixes(files), building / name, workers, srcdict=srcdict)
+        (building / STAMP).write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
+        if destdir.exists():
+            shutil.rmtree(destdir)
+        destdir.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(building, destdir)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def label_counts(train: list[Example], dev: list[Example]) -> dict:
+    train_counts = collections.Counter(e.label for e in train)
+    dev_counts = collections.Counter(e.label for e in dev)
+    return {label: {"train": train_counts[label], "dev": dev_counts[label]}
+            for label in sorted(set(train_counts) | set(dev_counts))}
+
+
+def bins(out_dir: Path, task: str) -> tuple[Path, Path]:
+    return out_dir / f"{task}-bin", out_dir / "selection" / f"{task}-bin"
+
+
+def read_stamp(destdir: Path) -> dict | None:
+    try:
+        return json.loads((destdir / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def check_existing(out_dir: Path, task: str, settings: dict, force: bool) -> dict | None:
+    """The summary of a finished build of ``task`` with these ``settings`` (to skip it), None if
+    there is none (or ``force``); an :class:`OutputError` for a build with other settings."""
+    paths = bins(out_dir, task)
+    if force or not any(p.exists() for p in paths):
+        return None
+    stamps = [read_stamp(p) for p in paths]
+    if all(s is not None and s.get("settings") == settings for s in stamps):
+        return stamps[0]["summary"]
+    old = next((s.get("settings") for s in stamps if s is not None), None)
+    if old is None:
+        why = "was not built by this command (or is unfinished)"
+    else:
+        changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        why = "was built with other settings (" + ", ".join(changed) + ")"
+    raise OutputError(f"{paths[0]} {why}; pass --force to rebuild it, or give another OUT_DIR")
+
+
+def prepare_task(task: str, candidates: list, notes: dict, settings: dict, args: argparse.Namespace,
+                 corpus: CorpusIndex, spec: TokenizerSpec) -> dict:
+    """Build ``OUT_DIR/<task>-bin`` and its selection bin; returns the task's summary."""
+    info = TASKS[task]
+    out_dir, workers = args.out_dir, max(1, args.workers)
+    train, dev, report = build_examples(task, candidates, args.train_size, args.dev_size,
+                                        args.seed, corpus)
+    if not train or not dev:
+        raise CorpusError(f"{task}: too few examples ({len(train)} train, {len(dev)} dev) from "
+                          f"{len(candidates)} candidates")
+    n_select = max(1, round(len(train) * SELECTION_SHARE))
+    selection = {"train": train[:-n_select], "valid": train[-n_select:]}
+    overlap = overlap_figures(train, dev, corpus)
+    overlap["removed"] = report["removed"]
+    labels = label_counts(train, dev)
+    sizes = {"train": len(train), "dev": len(dev), "selection_train": len(selection["train"]),
+             "selection_valid": len(selection["valid"]), "candidates": len(candidates),
+             "requested": {"train": args.train_size, "dev": args.dev_size},
+             "pools_after_removal": report["pools"]}
+    short = [f"{split} {len(items)} < {want}" for split, items, want in
+             (("train", train, args.train_size), ("dev", dev, args.dev_size))
+             if len(items) < want - len(labels) + 1]
+    if short:
+        sizes["note"] = ("fewer than asked (" + ", ".join(short) + "): the source has no more "
+                         "after deduplication, overlap removal and equal classes")
+    main_bin, selection_bin = bins(out_dir, task)
+    summary = {
+        "name": task, "kind": info.kind,
+        "settings": {k: settings[k] for k in ("seed", "train_size", "dev_size")},
+        "source": info.source, "license": info.license,
+        "num_classes": len(labels), "labels": labels, "sizes": sizes, "metric": "accuracy",
+        "deduplication": report["dedup"], "source_notes": notes, "overlap": overlap,
+        "baselines": {"majority": majority_baseline([e.label for e in train], [e.label for e in dev]),
+                      "bow_logreg": bow_logreg_baseline(train, dev)},
+        "data_bin": str(main_bin.relative_to(out_dir)),
+        "selection_bin": str(selection_bin.relative_to(out_dir)),
+        "prep": str(Path("prep") / task), "selection_prep": str(Path("selection/prep") / task),
+    }
+    stamp = {"settings": settings, "summary": summary}
+    encoded = write_prep(out_dir / "prep" / task, {"train": train, "valid": dev}, spec, workers)
+    binarize(encoded, main_bin, args.dictionary, workers, None, stamp)
+    encoded = write_prep(out_dir / "selection" / "prep" / task, selection, spec, workers)
+    binarize(encoded, selection_bin, args.dictionary, workers, main_bin / "label" / "dict.txt", stamp)
+    return summary
+
+
+def summary_line(summary: dict, skipped: bool = False) -> str:
+    sizes, base, overlap = summary["sizes"], summary["baselines"], summary["overlap"]
+    labels = " ".join(f"{lb}={c['train']}/{c['dev']}" for lb, c in summary["labels"].items())
+    removed = ", ".join(f"{k} {v}" for k, v in overlap["removed"].items())
+    dedup = ", ".join(f"{k} {v}" for k, v in summary["deduplication"].items())
+    line = (f"{summary['name']}: train {sizes['train']}, dev {sizes['dev']} (selection "
+            f"{sizes['selection_train']}/{sizes['selection_valid']}); labels train/dev {labels}; "
+            f"majority {base['majority']['accuracy']:.3f}±{base['majority']['se']:.3f}, "
+            f"bow_logreg {base['bow_logreg']['accuracy']:.3f}±{base['bow_logreg']['se']:.3f}; "
+            f"overlap dev-in-train {overlap['dev_in_train']}, dev-in-pretraining "
+            f"{overlap['dev_in_pretraining']} (removed: {removed}; dedup: {dedup})")
+    if "note" in sizes:
+        line += f"; {sizes['note']}"
+    return ("skip (already built with these settings): " if skipped else "") + line
+
+
+# --- CLI ----------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Build offline fine-tuning tasks (DebSection, GlossPair, FortuneTopic) from "
+                    "Debian's package descriptions, WordNet and fortunes, into fairseq's "
+                    "sentence_prediction layout with the pre-training sentencepiece model and "
+                    "dictionary.")
+    parser.add_argument("data_bin", type=Path, metavar="DATA_BIN",
+                        help="the pre-training data-bin (spm.model, dict.txt, prep/{train,valid,"
+                             "test}.txt), e.g. data-bin/python-docs-spm8000")
+    parser.add_argument("out_dir", type=Path, metavar="OUT_DIR")
+    parser.add_argument("tasks", nargs="*", metavar="TASK", help=f"any of {' '.join(TASKS)} (default: all)")
+    parser.add_argument("--train-size", type=int, default=DEFAULT_TRAIN_SIZE,
+                        help="train examples per task (default: %(default)s, sized so that a "
+                             "study fine-tunes every checkpoint on every task within its time)")
+    parser.add_argument("--dev-size", type=int, default=DEFAULT_DEV_SIZE,
+                        help="dev examples per task (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1, help="(default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
+                        help="encoding and fairseq-preprocess processes (default: %(default)s)")
+    parser.add_argument("--force", action="store_true", help="rebuild tasks already built")
+    parser.add_argument("--fortunes-dir", type=Path, default=DEFAULT_FORTUNES_DIR,
+                        help="fortune category files (default: %(default)s)")
+    parser.add_argument("--wordnet-dir", type=Path, default=DEFAULT_WORDNET_DIR,
+                        help="WordNet's data.noun, ... (default: %(default)s)")
+    parser.add_argument("--packages-file", type=Path, default=None,
+                        help="a Packages-format file read instead of `apt-cache dumpavail`")
+    parser.add_argument("--translations-file", type=Path, default=None,
+                        help=f"a Translation-en file of long descriptions (default: {DEFAULT_TRANSLATIONS})")
+    return parser
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run(args: argparse.Namespace) -> dict:
+    unknown = [t for t in args.tasks if t not in TASKS]
+    if unknown:
+        raise CorpusError(f"unknown task {unknown[0]!r}; one of {' '.join(TASKS)}")
+    if args.train_size < 2 or args.dev_size < 2:
+        raise CorpusError("--train-size and --dev-size must be at least 2")
+    tasks = list(dict.fromkeys(args.tasks)) or list(TASKS)
+    args.spm_model, args.dictionary = args.data_bin / "spm.model", args.data_bin / "dict.txt"
+    corpus_files = [args.data_bin / "prep" / f"{split}.txt" for split in ("train", "valid", "test")]
+    for path in [args.spm_model, args.dictionary, *corpus_files]:
+        if not path.is_file():
+            raise CorpusError(f"DATA_BIN {args.data_bin}: no {path.relative_to(args.data_bin)} "
+                              "(a sentencepiece data-bin of scripts/prepare_corpus.sh)")
+    count_dictionary_entries(args.dictionary)
+    corpus = CorpusIndex(corpus_files)
+    base_settings = {"builder_version": BUILDER_VERSION, "seed": args.seed,
+                     "train_size": args.train_size, "dev_size": args.dev_size, "max_chars": MAX_CHARS,
+                     "ngram": NGRAM, "selection_share": SELECTION_SHARE,
+                     "spm_model_sha256": sha256_file(args.spm_model),
+                     "dictionary_sha256": sha256_file(args.dictionary),
+                     "pretraining_corpus_sha256": corpus.fingerprint}
+    # read every source and check every existing bin before the first is built
+    plans = []
+    for task in tasks:
+        candidates, notes = source_examples(task, args)
+        settings = {**base_settings, "task": task, "source_sha256": fingerprint(candidates)}
+        plans.append((task, candidates, notes, settings,
+                      check_existing(args.out_dir, task, settings, args.force)))
+    spec = TokenizerSpec("spm", spm_model=str(args.spm_model))
+    summary_path = args.out_dir / SUMMARY
+    try:
+        previous = json.loads(summary_path.read_text())["tasks"]
+    except (OSError, ValueError, KeyError):
+        previous = {}
+    summaries = {}
+    for task, candidates, notes, settings, done in plans:
+        if done is not None:
+            summaries[task] = done
+            print(summary_line(done, skipped=True), flush=True)
+            continue
+        summaries[task] = prepare_task(task, candidates, notes, settings, args, corpus, spec)
+        print(summary_line(summaries[task]), flush=True)
+    document = {
+        "settings": {"seed": args.seed, "train_size": args.train_size, "dev_size": args.dev_size,
+                     "max_chars": MAX_CHARS, "ngram": NGRAM, "selection_share": SELECTION_SHARE},
+        "data_bin": str(args.data_bin),
+        "tokenizer": {"kind": "spm", "model": str(args.spm_model),
+                      "sha256": base_settings["spm_model_sha256"]},
+        "dictionary": {"path": str(args.dictionary), "sha256": base_settings["dictionary_sha256"]},
+        "pretraining_corpus": {"files": [str(p) for p in corpus_files],
+                               "sha256": corpus.fingerprint},
+        "tasks": {**previous, **summaries},
+    }
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    temporary = summary_path.with_name(f".{SUMMARY}.tmp")
+    temporary.write_text(json.dumps(document, indent=1) + "\n")
+    os.replace(temporary, summary_path)
+    return document
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Returns 0 on success, 2 on a user error (one line on stderr)."""
+    args = build_parser().parse_intermixed_args(argv)
+    try:
+        run(args)
+    except (CorpusError, OutputError) as error:
+        print(error_line(PROG, error), file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

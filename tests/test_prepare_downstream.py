@@ -1,0 +1,296 @@
+"""scripts/prepare_downstream.sh (fairseq_ext.corpus.downstream): Debian package descriptions,
+WordNet glosses and fortunes -> sentence_prediction data-bins, with the overlap check and the
+baselines.
+
+The sources are small real samples in tests/data/downstream/ (see its README); the pre-training
+data-bin is a tiny one made here (a sentencepiece model trained on the samples' text, its
+dictionary, and prep/{train,valid,test}.txt of made-up documents).
+"""
+import collections
+import json
+import random
+
+import pytest
+
+from conftest import REPO_ROOT, write_documents
+from fairseq_ext.corpus import downstream as ds
+
+SAMPLES = REPO_ROOT / "tests/data/downstream"
+SIZES = ["--train-size", "24", "--dev-size", "12"]
+
+
+def sample_args(out_dir=None, data_bin=None, *extra):
+    return ([str(data_bin), str(out_dir)] if data_bin else []) + [
+        "--fortunes-dir", str(SAMPLES / "fortunes"), "--wordnet-dir", str(SAMPLES / "wordnet"),
+        "--packages-file", str(SAMPLES / "Packages"),
+        "--translations-file", str(SAMPLES / "Translation-en"), "--workers", "1", *extra]
+
+
+def debian_sample():
+    packages = (SAMPLES / "Packages").read_text()
+    return ds.debian_examples(packages, ds.read_translations([SAMPLES / "Translation-en"]))[0]
+
+
+def wordnet_sample(pos_files=("noun", "verb")):
+    synsets = []
+    for pos in pos_files:
+        for line in (SAMPLES / "wordnet" / f"data.{pos}").read_text().splitlines():
+            synset = ds.parse_synset(line, pos)
+            if synset:
+                synsets.append(synset)
+    return synsets
+
+
+@pytest.fixture(scope="module")
+def pretraining_bin(tmp_path_factory):
+    """spm.model + dict.txt (trained on the samples' text and made-up documents) and the
+    pre-training text in prep/."""
+    from fairseq_ext.corpus.encoders import train_sentencepiece, write_sentencepiece_dictionary
+
+    root = tmp_path_factory.mktemp("downstream_pretraining")
+    dest = root / "data-bin"
+    (dest / "prep").mkdir(parents=True)
+    write_documents(dest / "prep" / "train.txt", 40, seed=3)
+    write_documents(dest / "prep" / "valid.txt", 4, seed=4)
+    write_documents(dest / "prep" / "test.txt", 4, seed=5)
+    text = root / "spm_train.txt"
+    lines = (dest / "prep" / "train.txt").read_text().splitlines()
+    for path in [SAMPLES / "Translation-en", *sorted((SAMPLES / "fortunes").iterdir()),
+                 *sorted((SAMPLES / "wordnet").iterdir())]:
+        lines += path.read_text().splitlines()
+    text.write_text("\n".join(line for line in lines if line.strip()) + "\n")
+    train_sentencepiece(text, dest / "spm.model", vocab_size=400, model_type="unigram",
+                        character_coverage=1.0, input_sentence_size=100000, threads=1)
+    write_sentencepiece_dictionary(dest / "spm.model", dest / "dict.txt")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def built(pretraining_bin, tmp_path_factory):
+    """OUT_DIR of a build of the three tasks on the samples, and its stdout."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("downstream") / "out"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert ds.main(sample_args(out, pretraining_bin, *SIZES)) == 0
+    return out, stdout.getvalue()
+
+
+# --- builders ------------------------------------------------------------------------------
+
+def test_debian_descriptions_and_sections_as_read_by_hand():
+    examples = {e.inputs[0].split(".")[0]: e for e in debian_sample()}
+    assert examples["DNS Lookup Utility"].label == "net"
+    assert examples["DNS Lookup Utility"].inputs[0] == (
+        "DNS Lookup Utility. This package provides the 'host' DNS lookup utility in the form that "
+        "is bundled with the BIND 9 sources.")
+    assert examples["DNS Lookup Utility"].group == "source:bind9"
+    assert examples["peg elimination solitaire game"].label == "games"
+    # only the chosen sections (the sample has libs and python packages too)
+    assert collections.Counter(e.label for e in examples.values()) == {
+        section: 5 for section in ds.SECTIONS}
+
+
+def test_debian_long_description_first_paragraph_and_area_prefix():
+    record = ("Package: foo\nSection: contrib/sound\nDescription: a synth\n"
+              " First paragraph,\n on two lines.\n .\n Second paragraph.\n")
+    (example,), notes = ds.debian_examples(record, {})
+    assert example == ds.Example(("a synth. First paragraph, on two lines.",), "sound",
+                                 group="source:foo")
+    assert notes == {"records_without_long_description": 0}
+
+
+def test_debian_without_long_descriptions_says_how_to_get_them():
+    with pytest.raises(ds.CorpusError, match="apt-get update -o Acquire::Languages=en"):
+        ds.debian_examples((SAMPLES / "Packages").read_text(), {})
+
+
+def test_fortunes_as_read_by_hand():
+    examples = ds.fortune_examples(SAMPLES / "fortunes")
+    by_text = {e.inputs[0]: e.label for e in examples}
+    # the attribution line "-- Joe Martin" is dropped, the lines joined
+    assert by_text["One of the most overlooked advantages to computers is... If they do foul up, "
+                   "there's no law against whacking them around a little."] == "computers"
+    assert by_text["You're never too old to become younger."] == "people"
+    assert not any("--" in text for text in by_text)
+    assert collections.Counter(by_text.values()) == {c: 8 for c in ds.CATEGORIES}  # not art
+    assert ds.clean_fortune('"Quote."\n\t\t-- A. Person, on closing\n\t\t   the Chamber.\nMore.') == (
+        '"Quote." More.')
+
+
+def test_wordnet_lemmas_and_definitions_as_read_by_hand():
+    synsets = {s.offset: s for s in wordnet_sample()}
+    assert synsets["01824035"] == ds.Synset(
+        "noun", "01824035", ("roadrunner", "chaparral cock", "Geococcyx californianus"),
+        "speedy largely terrestrial bird found from California and Mexico to Texas")
+    assert synsets["00095329"].definition == "something done or paid in expiation of a wrong"
+    assert synsets["02704213"].lemmas == ("line up",)
+    assert len(synsets) == 60  # the license header is skipped
+    assert ds.parse_synset("00001740 00 a 01 able(p) 0 000 | having means; \"able to swim\"",
+                           "adj") == ds.Synset("adj", "00001740", ("able",), "having means")
+
+
+def test_gloss_pairs_balanced_split_by_synset_no_copy_cue():
+    synsets = wordnet_sample()
+    train, dev, report = ds.split_pairs(synsets, 16, 8, seed=1, corpus=None)
+    assert collections.Counter(e.label for e in dev) == {"match": 4, "other": 4}
+    assert collections.Counter(e.label for e in train) == {"match": 8, "other": 8}
+    by_definition = {s.definition: s for s in synsets}
+    for example in train + dev:
+        lemma, definition = example.inputs
+        owner = by_definition[definition]
+        assert (lemma in owner.lemmas) == (example.label == "match")
+        assert not ds.lemma_in(lemma, definition)
+    # no definition of a dev example appears in train; each shown once
+    dev_definitions = [e.inputs[1] for e in dev]
+    assert not set(dev_definitions) & {e.inputs[1] for e in train}
+    assert len(set(dev_definitions)) == len(dev_definitions)
+    assert ds.split_pairs(synsets, 16, 8, seed=1, corpus=None)[:2] == (train, dev)
+
+
+def test_single_split_balanced_deterministic_disjoint():
+    examples, dedup = ds.deduplicate(ds.fortune_examples(SAMPLES / "fortunes"))
+    train, dev, _ = ds.split_single(examples, 24, 12, seed=1, corpus=None)
+    assert collections.Counter(e.label for e in dev) == {c: 2 for c in ds.CATEGORIES}
+    assert collections.Counter(e.label for e in train) == {c: 4 for c in ds.CATEGORIES}
+    assert not {e.key for e in dev} & {e.key for e in train}
+    assert ds.split_single(examples, 24, 12, seed=1, corpus=None)[:2] == (train, dev)
+    assert ds.split_single(examples, 24, 12, seed=2, corpus=None)[:2] != (train, dev)
+
+
+def test_deduplicate_normalized_text_and_label_conflicts():
+    examples = [ds.Example(("Hello, World!",), "a"), ds.Example(("hello world",), "a"),
+                ds.Example(("Same text",), "a"), ds.Example(("same  TEXT.",), "b"),
+                ds.Example(("other",), "b")]
+    kept, stats = ds.deduplicate(examples)
+    assert [e.inputs[0] for e in kept] == ["Hello, World!", "other"]
+    assert stats == {"duplicates": 1, "label_conflicts": 2}
+
+
+def test_overlap_with_pretraining_corpus_removed_and_reported(tmp_path):
+    examples, _ = ds.deduplicate(debian_sample())
+    train, dev, report = ds.split_single(examples, 24, 12, seed=1, corpus=None)
+    assert report["removed"]["dev_in_pretraining_line"] == 0
+    exact, windowed = dev[0].inputs[0], dev[1].inputs[0]
+    window = " ".join(ds.normalize(windowed).split()[2:2 + ds.NGRAM])
+    corpus_file = tmp_path / "train.txt"
+    corpus_file.write_text(f"Some other line.\n{exact.upper()}\nbefore {window} after\n")
+    corpus = ds.CorpusIndex([corpus_file])
+    assert corpus.overlap(exact) == "line" and corpus.overlap(windowed) == "window"
+    assert corpus.overlap(dev[2].inputs[0]) is None
+    train2, dev2, report2 = ds.split_single(examples, 24, 12, seed=1, corpus=corpus)
+    assert report2["removed"]["dev_in_pretraining_line"] == 1
+    assert report2["removed"]["dev_in_pretraining_window"] == 1
+    assert exact not in {e.inputs[0] for e in dev2} and windowed not in {e.inputs[0] for e in dev2}
+    assert ds.overlap_figures(train2, dev2, corpus) == {"dev_in_train": 0, "dev_in_pretraining": 0}
+    assert ds.overlap_figures(train, dev, corpus)["dev_in_pretraining"] == 2
+
+
+# --- baselines -----------------------------------------------------------------------------
+
+def test_majority_baseline_by_hand():
+    result = ds.majority_baseline(["a", "b", "b", "c"], ["b", "a", "b", "c", "b"])
+    assert result["label"] == "b" and result["accuracy"] == pytest.approx(3 / 5)
+    assert result["se"] == pytest.approx((0.6 * 0.4 / 5) ** 0.5)
+    assert ds.majority_baseline(["y", "x"], ["x", "y", "y"])["label"] == "x"  # ties: by name
+
+
+def test_bow_logreg_beats_majority_on_separable_toy():
+    rng = random.Random(0)
+    words = {"pos": ["sunny", "bright", "warm"], "neg": ["rainy", "dark", "cold"]}
+
+    def make(n):
+        return [ds.Example((" ".join(rng.choice(words[lb]) for _ in range(4)) + " day",), lb)
+                for lb in ("pos", "neg") for _ in range(n)]
+    train, dev = make(20), make(10)
+    result = ds.bow_logreg_baseline(train, dev)
+    assert result["accuracy"] == 1.0 > ds.majority_baseline(
+        [e.label for e in train], [e.label for e in dev])["accuracy"]
+    assert result["library"].startswith("scikit-learn ")
+    pairs = [ds.Example((a, b), "match" if (a == "xx") == (b == "yy") else "other")
+             for a in ("xx", "zz") for b in ("yy", "ww") for _ in range(5)]
+    assert ds.bow_logreg_baseline(pairs, pairs)["n"] == 20  # separate vectorizers per input
+
+
+# --- the command -----------------------------------------------------------------------------
+
+def test_databins_read_by_fairseq_sentence_prediction(built):
+    from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
+
+    out, stdout = built
+    summary = json.loads((out / "downstream.json").read_text())
+    assert set(summary["tasks"]) == {"DebSection", "GlossPair", "FortuneTopic"}
+    for name, n_inputs in (("DebSection", 1), ("GlossPair", 2), ("FortuneTopic", 1)):
+        task_summary = summary["tasks"][name]
+        assert task_summary["overlap"]["dev_in_train"] == 0
+        assert task_summary["overlap"]["dev_in_pretraining"] == 0
+        assert f"{name}: train " in stdout
+        for data, prep, split_sizes in (
+                (out / f"{name}-bin", out / "prep" / name,
+                 {"train": task_summary["sizes"]["train"], "valid": task_summary["sizes"]["dev"]}),
+                (out / "selection" / f"{name}-bin", out / "selection" / "prep" / name,
+                 {"train": task_summary["sizes"]["selection_train"],
+                  "valid": task_summary["sizes"]["selection_valid"]})):
+            assert sorted(p.name for p in data.iterdir() if p.is_dir()) == sorted(
+                [f"input{i}" for i in range(n_inputs)] + ["label"])
+            cfg = SentencePredictionConfig(data=str(data), num_classes=task_summary["num_classes"],
+                                           regression_target=False, seed=1,
+                                           classification_head_name="head")
+            task = SentencePredictionTask.setup_task(cfg)
+            for split, rows in split_sizes.items():
+                task.load_dataset(split)
+                dataset = task.dataset(split)
+                labels = (prep / f"{split}.label").read_text().splitlines()
+                assert len(dataset) == rows == len(labels)
+                names = [task.label_dictionary[int(dataset[i]["target"]) + task.label_dictionary.nspecial]
+                         for i in range(len(dataset))]
+                assert names == labels
+    selection_valid = (out / "selection/prep/FortuneTopic/valid.raw.input0").read_text().splitlines()
+    train = (out / "prep/FortuneTopic/train.raw.input0").read_text().splitlines()
+    assert train[-len(selection_valid):] == selection_valid  # the last 10% of train
+
+
+def test_rerun_skips_and_other_settings_are_refused(built, pretraining_bin, capsys):
+    out, _ = built
+    stamp = out / "GlossPair-bin" / "input0" / "train.bin"
+    before = stamp.stat().st_mtime_ns
+    assert ds.main(sample_args(out, pretraining_bin, *SIZES, "GlossPair")) == 0
+    assert "skip (already built with these settings): GlossPair" in capsys.readouterr().out
+    assert stamp.stat().st_mtime_ns == before
+    assert ds.main(sample_args(out, pretraining_bin, *SIZES, "GlossPair", "--seed", "2")) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("prepare_downstream.sh: error: ") and error.count("\n") == 1
+    assert "was built with other settings (seed, source_sha256)" not in error  # source unchanged
+    assert "was built with other settings (seed)" in error and "--force" in error
+    assert "another OUT_DIR" in error
+    assert stamp.stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--fortunes-dir", "fortunes: {path} has no category files; install them: "
+                       "apt-get install fortunes fortunes-min"),
+    ("--wordnet-dir", "wordnet: no {path}/data.noun; install it: apt-get install wordnet-base"),
+])
+def test_missing_source_says_what_to_install(flag, message, pretraining_bin, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    task = "FortuneTopic" if flag == "--fortunes-dir" else "GlossPair"
+    argv = sample_args(tmp_path / "out", pretraining_bin, task) + [flag, str(empty)]
+    assert ds.main(argv) == 2
+    error = capsys.readouterr().err
+    assert error == f"prepare_downstream.sh: error: {message.format(path=empty)}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_package_lists_say_run_apt_get_update(monkeypatch, pretraining_bin, tmp_path, capsys):
+    import subprocess
+
+    monkeypatch.setattr(ds.shutil, "which", lambda name: "/usr/bin/apt-cache")
+    monkeypatch.setattr(ds.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, b"", b""))
+    argv = [str(pretraining_bin), str(tmp_path / "out"), "DebSection"]
+    assert ds.main(argv) == 2
+    assert capsys.readouterr().err == (
+        "prepare_downstream.sh: error: debian packages: apt-cache dumpavail lists no packages; "
+        "run apt-get update (package lists are empty)\n")
