@@ -210,7 +210,9 @@ def test_bidirectional_arms_fine_tune_with_the_pre_training_attention_and_switch
 def downstream_bin(tmp_path):
     data = tmp_path / "FortuneTopic-bin"
     (data / "label").mkdir(parents=True)
-    (data / "label" / "dict.txt").write_text("work 300\npeople 300\nscience 300\nart 300\n")
+    # as fairseq-preprocess writes it: padded to 8 entries with the 4 specials it adds on load
+    (data / "label" / "dict.txt").write_text("work 300\npeople 300\nscience 300\nart 300\n"
+                                             "madeupword0000 0\nmadeupword0001 0\n")
     return data
 
 
@@ -250,3 +252,77 @@ def test_the_bidirectional_and_swishrnn_recipes_need_updates_for_a_downstream_ta
              "DATA": str(downstream_bin), "PRETRAINED": str(checkpoint)},
         capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "GlossPair" in proc.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# End to end: a tiny pre-trained RoBERTa fine-tuned on a suite built from the shipped samples
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    """(suite dir, {(model, seed): checkpoint}, runs dir): a GlossPair suite of the samples, and
+    roberta_tiny pre-trained for a few updates on text encoded with the suite's dictionary."""
+    import sentencepiece
+    from test_prepare_downstream import sample_args
+
+    from conftest import TINY_SHELL_ENV, fairseq_cli, run_cli, write_documents
+    from fairseq_ext.corpus import downstream
+    from fairseq_ext.corpus.encoders import train_sentencepiece, write_sentencepiece_dictionary
+
+    root = tmp_path_factory.mktemp("finetune_e2e")
+    data = root / "data-bin"
+    (data / "prep").mkdir(parents=True)
+    for split, seed in (("train", 3), ("valid", 4), ("test", 5)):
+        write_documents(data / "prep" / f"{split}.txt", 40 if split == "train" else 4, seed)
+    samples = REPO_ROOT / "tests/data/downstream/wordnet"
+    text = root / "spm.txt"
+    text.write_text((data / "prep/train.txt").read_text() + "".join(
+        path.read_text() for path in sorted(samples.iterdir())))
+    train_sentencepiece(text, data / "spm.model", vocab_size=300, model_type="unigram",
+                        character_coverage=1.0, input_sentence_size=100000, threads=1)
+    write_sentencepiece_dictionary(data / "spm.model", data / "dict.txt")
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(data / "spm.model"))
+    for split in ("train", "valid"):
+        lines = (data / "prep" / f"{split}.txt").read_text().splitlines()
+        (root / f"{split}.spm").write_text("".join(
+            " ".join(processor.encode(line, out_type=str)) + "\n" for line in lines))
+    run_cli([fairseq_cli("fairseq-preprocess"), "--only-source", "--srcdict", data / "dict.txt",
+             "--trainpref", root / "train.spm", "--validpref", root / "valid.spm",
+             "--destdir", data, "--workers", "1"])
+    suite = root / "suite"
+    assert downstream.main(sample_args(suite, data, "GlossPair", "--train-size", "40",
+                                       "--dev-size", "20")) == 0
+    save = root / "pretrained"
+    run_cli([REPO_ROOT / "recipes/roberta/demo.sh", "--log-format", "json", "--no-progress-bar"],
+            env=dict(TINY_SHELL_ENV, DATA=str(data), SAVE_DIR=str(save), TOTAL_UPDATES="4"))
+    return suite, {("roberta-15%", 1): save / "checkpoint_last.pt"}, root / "runs"
+
+
+@pytest.mark.slow
+def test_the_stage_fine_tunes_a_checkpoint_end_to_end_and_reads_it_back(tiny_study, capsys):
+    suite, checkpoints, runs_dir = tiny_study
+    protocol = dataclasses.replace(
+        studies.THREE_ML_FINETUNE, arms=(FinetuneArm("roberta-15%", "roberta-15%"),),
+        lrs=("1e-4", "1e-3"), seeds=(1, 2), epochs=1)
+    models = {"roberta-15%": studies.STUDIES["3ml"].model("roberta-15%")}
+    raw = finetuning.run_stage(protocol, models, (1,), checkpoints, suite, runs_dir, workers=2)
+    assert raw["tasks"] == ["GlossPair"] and raw["runs_now"] == 4  # 2 rates + 2 seeds
+    selection = raw["lr"]["roberta-15%"]["GlossPair"]
+    assert set(selection["scores"]) == {"1e-4", "1e-3"}
+    assert selection["scores"][selection["lr"]] == max(selection["scores"].values())
+    scores = raw["accuracy"]["roberta-15%"]["GlossPair"][1]
+    summary = json.loads((suite / "downstream.json").read_text())["tasks"]["GlossPair"]
+    dev = summary["sizes"]["dev"]
+    # each score is a whole number of the dev rows right, as fairseq counts them
+    for score in scores:
+        assert 0 <= score <= 100 and abs(score / 100 * dev - round(score / 100 * dev)) < 0.02
+    # the exported encoder took the pre-trained weights, the recipe the export's arch
+    export = runs_dir / "finetune/exports/roberta-15pct/seed1"
+    assert not (export / "encoder.pt").exists()  # RoBERTa's checkpoint is fine-tuned as it is
+    assert "--arch roberta_tiny" in (export / "finetune_args.txt").read_text()
+    log = (runs_dir / "finetune/roberta-15pct/seed1/GlossPair/ft2/train.log").read_text()
+    assert "--seed 2" in log and f"--lr {selection['lr']}" in log and "--num-classes 2" in log
+    assert "Loaded checkpoint" in log and "input1" in log  # restored; a sentence-pair task
+    # a second call reads every run back: nothing is fine-tuned again, the figures repeat
+    again = finetuning.run_stage(protocol, models, (1,), checkpoints, suite, runs_dir, workers=2)
+    assert again["runs_now"] == 0 and again["accuracy"] == raw["accuracy"]
+    assert again["wall_seconds"] == pytest.approx(raw["wall_seconds"])

@@ -33,7 +33,7 @@ model, possibly with other recipe settings, such as the bidirectional LMs' atten
 Layout, under the study's runs directory (a run is finished when its ``result.json`` exists;
 it is never redone, and one fine-tuned with other settings is refused)::
 
-    finetune/exports/<model>/seed<S>/encoder.pt, finetune_args.txt   (protocols that export)
+    finetune/exports/<model>/seed<S>/finetune_args.txt, [encoder.pt]  (arch read off the checkpoint)
     finetune/lr-selection/<arm>/<TASK>/lr<LR>/{train.log,result.json}
     finetune/<arm>/seed<S>/<TASK>/ft<F>/{train.log,result.json}
     finetune/wall.json                                               the stage's wall time
@@ -83,19 +83,25 @@ class FinetuneArm:
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneProtocol:
-    """How a study fine-tunes: the family's recipe, the environment variable that takes the
-    checkpoint, whether the checkpoint is exported first (``scripts/export_encoder.py``: 3ML's
-    decoder dropped, RoBERTa's encoder as fairseq's ``roberta``), the recipe settings of every
-    run, which of the study model's settings carry over (its environment keys, and its
-    pre-training flags when they are model flags the recipe needs again), the schedule (epochs
-    of batch ``batch``, the total updates and a ``warmup_share`` of them passed to the recipe
-    as ``TOTAL_UPDATES`` / ``WARMUP_UPDATES``), the arms and where the schedule comes from."""
+    """How a study fine-tunes:
+
+    * the family's recipe and the environment variable that takes the checkpoint;
+    * whether the fine-tuning arch and shape are read off the checkpoint
+      (``scripts/export_encoder.py --print-finetune-args``), and which pre-training recipes'
+      checkpoints are exported first (3ML's: the decoder dropped, the encoder as fairseq's
+      ``roberta``; a RoBERTa checkpoint is fine-tuned as it is);
+    * the recipe settings of every run, and which of the study model's settings carry over (its
+      environment keys, its pre-training flags when they are model flags the recipe needs);
+    * the schedule: ``epochs`` of batch ``batch``, the total updates and a ``warmup_share`` of
+      them passed to the recipe as ``TOTAL_UPDATES`` / ``WARMUP_UPDATES``;
+    * the arms, the lr grid, the fine-tuning seeds, and where the schedule comes from."""
 
     recipe: str
     checkpoint_env: str
     arms: Tuple[FinetuneArm, ...]
     env: Dict[str, str] = dataclasses.field(default_factory=dict)
-    export: bool = False
+    arch_from_checkpoint: bool = False
+    export_recipes: Tuple[str, ...] = ()
     model_env_keys: Tuple[str, ...] = ()
     model_args: bool = False
     extra_args: Tuple[str, ...] = ()
@@ -232,26 +238,30 @@ def schedule(protocol: FinetuneProtocol, train_examples: int) -> Tuple[int, int]
 # ----------------------------------------------------------------------------------------------
 # Run
 
-def export_encoder(checkpoint: Path, out_dir: Path) -> Tuple[Path, List[str]]:
-    """``scripts/export_encoder.py`` of a checkpoint into ``out_dir/encoder.pt`` and the
-    fine-tuning flags it prints (``--arch ... --max-positions N``), kept in
-    ``finetune_args.txt``; an export done earlier is read back."""
-    encoder, args_file = out_dir / "encoder.pt", out_dir / "finetune_args.txt"
+def prepare_checkpoint(checkpoint: Path, out_dir: Path,
+                       export: bool) -> Tuple[Path, List[str]]:
+    """The checkpoint to fine-tune and its fine-tuning flags (``--arch ... --max-positions N``,
+    as ``scripts/export_encoder.py --print-finetune-args`` prints them, kept in
+    ``out_dir/finetune_args.txt``); ``export``: first export the encoder into
+    ``out_dir/encoder.pt`` (a 3ML checkpoint). Done once: a later call reads it back."""
+    source = out_dir / "encoder.pt" if export else checkpoint
+    args_file = out_dir / "finetune_args.txt"
     if not args_file.is_file():
         out_dir.mkdir(parents=True, exist_ok=True)
         script = str(demo.REPO_ROOT / "scripts" / "export_encoder.py")
         env = {**demo.recipe_env(demo.DemoRun("export", ""), Path(".")), **demo.ONE_THREAD}
-        encoder.unlink(missing_ok=True)  # a half-done export: the args file is written last
-        done = subprocess.run([sys.executable, script, str(checkpoint), str(encoder)], env=env,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"error: exporting {checkpoint} failed: {done.stderr[-2000:]}")
-        done = subprocess.run([sys.executable, script, "--print-finetune-args", str(encoder)],
+        if export:
+            source.unlink(missing_ok=True)  # a half-done export: the args file is written last
+            done = subprocess.run([sys.executable, script, str(checkpoint), str(source)],
+                                  env=env, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"error: exporting {checkpoint} failed: {done.stderr[-2000:]}")
+        done = subprocess.run([sys.executable, script, "--print-finetune-args", str(source)],
                               env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            raise SystemExit(f"error: reading {encoder}'s arch failed: {done.stderr[-2000:]}")
+            raise SystemExit(f"error: reading {source}'s arch failed: {done.stderr[-2000:]}")
         write_text(args_file, done.stdout.strip().splitlines()[-1] + "\n", force=True)
-    return encoder, shlex.split(args_file.read_text())
+    return source, shlex.split(args_file.read_text())
 
 
 def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: Path,
@@ -356,12 +366,13 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
     # 0. what each (model, seed) fine-tunes: its checkpoint, or its exported encoder
     needed = sorted({(arm.model, seed) for arm in protocol.arms for seed in seeds})
     sources: Dict[Tuple[str, int], Tuple[Path, List[str]]] = {}
-    if protocol.export:
-        def export(key):
+    if protocol.arch_from_checkpoint:
+        def prepare(key):
             out = stage_dir / "exports" / safe(key[0]) / f"seed{key[1]}"
-            sources[key] = export_encoder(checkpoints[key], out)
+            export = models[key[0]].recipe in protocol.export_recipes
+            sources[key] = prepare_checkpoint(checkpoints[key], out, export)
 
-        list(pool.map(export, needed))
+        list(pool.map(prepare, needed))
     else:
         sources = {key: (checkpoints[key], []) for key in needed}
 

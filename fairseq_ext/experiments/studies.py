@@ -308,7 +308,8 @@ THREE_ML_MODELS = ("roberta-15%", "roberta-40%", "3ml-self-40%", "3ml-cross-40%"
 #: 3ML fine-tunes the exported encoder (the decoder dropped, §2.2) with App. B's schedule shape
 #: (Table 5, borrowed from 24hBERT): AdamW, weight decay 0.1, 6% warmup, linear decay.
 THREE_ML_FINETUNE = FinetuneProtocol(
-    recipe="recipes/3ml/finetune_glue.sh", checkpoint_env="PRETRAINED", export=True,
+    recipe="recipes/3ml/finetune_glue.sh", checkpoint_env="PRETRAINED",
+    arch_from_checkpoint=True, export_recipes=("recipes/3ml/demo.sh",),
     arms=tuple(FinetuneArm(name, name) for name in THREE_ML_MODELS),
     schedule="3ML App. B (Table 5): AdamW, weight decay 0.1, warmup 6%, linear decay; the "
              "exported encoder (decoder dropped)")

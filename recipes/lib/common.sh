@@ -260,12 +260,13 @@ finetune_task_name() {
   return 2
 }
 
-# label_classes DATA: the number of classes of a classification data-bin (the lines of its
-# label/dict.txt, one per label).
+# label_classes DATA: the number of classes of a classification data-bin: the labels in its
+# label/dict.txt (fairseq-preprocess pads a dictionary to a multiple of 8 entries with
+# madeupword0000, ...: those are no classes).
 label_classes() {
   local labels="$1/label/dict.txt"
   [[ -f "${labels}" ]] || { echo "error: ${labels} not found: DATA must be a sentence_prediction data-bin (scripts/prepare_downstream.sh makes one)" >&2; return 2; }
-  wc -l < "${labels}" | tr -d ' '
+  grep -cv '^madeupword[0-9]* ' "${labels}"
 }
 
 # glue_superglue_task_name NAME: glue_task_name, plus SuperGLUE's BoolQ and MultiRC (the ten
