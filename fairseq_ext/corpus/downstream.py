@@ -305,7 +305,7 @@ def clean_fortune(entry: str) -> str:
 
 
 def fortune_examples(fortunes_dir: Path, categories: Iterable[str] = CATEGORIES) -> list[Example]:
-    install = "install them: apt-get install fortunes fortunes-min"
+    install = "install them: apt-get install fortunes fortunes-min (or pass --fetch)"
     if not fortunes_dir.is_dir() or not any(
             p.is_file() and not p.suffix for p in fortunes_dir.iterdir()):
         raise CorpusError(f"fortunes: {fortunes_dir} has no category files; {install}")
@@ -352,7 +352,7 @@ def read_wordnet(wordnet_dir: Path) -> list[Synset]:
     others are read where they are: wordnet-base installs all four)."""
     if not (wordnet_dir / WORDNET_FILES["noun"]).is_file():
         raise CorpusError(f"wordnet: no {wordnet_dir / WORDNET_FILES['noun']}; install it: "
-                          "apt-get install wordnet-base")
+                          "apt-get install wordnet-base (or pass --fetch)")
     synsets = []
     for pos, name in WORDNET_FILES.items():
         path = wordnet_dir / name
@@ -612,8 +612,28 @@ def source_examples(task: str, args: argparse.Namespace) -> tuple[list, dict]:
         text = read_packages(args.packages_file)
         return debian_examples(text, read_translations(translation_files(args.translations_file)))
     if task == "FortuneTopic":
-        return fortune_examples(args.fortunes_dir), {}
-    return read_wordnet(args.wordnet_dir), {}
+        return fortune_examples(fetched_if_missing(args, "fortunes_dir")), {}
+    return read_wordnet(fetched_if_missing(args, "wordnet_dir")), {}
+
+
+#: The Debian package and the folder in it of each source ``--fetch`` can download.
+FETCHABLE = {"fortunes_dir": ("fortunes", "usr/share/games/fortunes"),
+             "wordnet_dir": ("wordnet-base", "usr/share/wordnet")}
+
+
+def fetched_if_missing(args: argparse.Namespace, source: str) -> Path:
+    """The source folder ``args.<source>``; with ``--fetch``, when it is empty or missing, the
+    folder of its Debian package downloaded and unpacked into ``--cache-dir`` (``apt-get
+    download`` and ``dpkg -x``: no root install; done once, then reused)."""
+    folder = getattr(args, source)
+    if not getattr(args, "fetch", False) or (folder.is_dir() and any(folder.iterdir())):
+        return folder
+    from .python_docs import ensure_package
+
+    package, subdir = FETCHABLE[source]
+    unpacked, _ = ensure_package(package, subdir, Path(args.cache_dir),
+                                 lambda line: print(line, flush=True))
+    return unpacked
 
 
 def fingerprint(candidates: list) -> str:
@@ -800,6 +820,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="fortune category files (default: %(default)s)")
     parser.add_argument("--wordnet-dir", type=Path, default=DEFAULT_WORDNET_DIR,
                         help="WordNet's data.noun, ... (default: %(default)s)")
+    parser.add_argument("--fetch", action="store_true",
+                        help="download the fortunes or WordNet package into --cache-dir when its "
+                             "folder is missing (apt-get download and dpkg -x: no root install)")
+    parser.add_argument("--cache-dir", type=Path, default=Path("data/cache"),
+                        help="where --fetch keeps the packages (default: %(default)s, as "
+                             "scripts/prepare_corpus.sh)")
     parser.add_argument("--packages-file", type=Path, default=None,
                         help="a Packages-format file read instead of `apt-cache dumpavail`")
     parser.add_argument("--translations-file", type=Path, default=None,

@@ -55,8 +55,18 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
+# the recipe-running helpers, here too under their old names (demo.say, demo.REPO_ROOT, ...)
+from fairseq_ext.experiments.recipe_runs import (  # noqa: F401
+    BIN_DIR,
+    ONE_THREAD,
+    REPO_ROOT,
+    WORKERS,
+    recipe_environment,
+    say,
+    stream,
+)
 from fairseq_ext.reporting import figures
 from fairseq_ext.reporting.log_records import parse_json_record
 from fairseq_ext.reporting.text_tables import ascii_table
@@ -67,8 +77,6 @@ if TYPE_CHECKING:  # imported where used: fairseq and matplotlib load slowly
     from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
     from fairseq_ext.reporting.curves import CurvePoint
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: recipes/, scripts/
-BIN_DIR = Path(sys.executable).parent
 DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
 #: Checkpoints scored per masked-LM run (the points of its [MASK]-loss curve), the last included.
 CURVE_POINTS = 4
@@ -83,9 +91,6 @@ MIN_BITS_BELOW_UNIGRAM = 0.3
 #: 3ML-self-40%'s seed-1 figure over 9 such variants, 0.09 bits (docs/demo.md, "Reproducing the
 #: figures"). The tables' errors are over sequences and leave it out.
 TRAINING_PATH_SD_BITS = 0.09
-#: Runs trained and scored at the same time, one torch thread each (a 2-core machine's cores).
-WORKERS = 2
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,17 +158,6 @@ BIDIRECTIONAL_INFILL_POSITIONS = 4
 SUMMARY, PLOT = "summary.json", "curves.png"
 
 
-_OUTPUT = threading.Lock()
-
-
-def say(line: str) -> None:
-    """Print one whole line: runs print from two threads at once, and ``print`` may interleave
-    its text and newline with another thread's."""
-    with _OUTPUT:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-
-
 def seconds_per_update(train_inner: List[dict]) -> float:
     """Mean seconds per update from fairseq's per-interval ``ups`` (updates per second).
 
@@ -184,22 +178,6 @@ def seconds_per_update(train_inner: List[dict]) -> float:
     if total_updates == 0:
         return math.nan
     return sum(n / ups for n, ups in intervals) / total_updates
-
-
-def stream(cmd: List[str], env: dict, log_path: Path) -> Iterator[str]:
-    """Run ``cmd``, tee stdout+stderr into ``log_path``, yield its lines; raise on failure."""
-    with open(log_path, "w") as log, subprocess.Popen(
-        cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        bufsize=1,
-    ) as proc:
-        tail: List[str] = []
-        for line in proc.stdout:
-            log.write(line)
-            tail = (tail + [line])[-40:]
-            yield line
-        if proc.wait() != 0:
-            sys.stdout.write("".join(tail))
-            raise SystemExit(f"error: {cmd[0]} failed (exit {proc.returncode}); full log: {log_path}")
 
 
 class Progress:
@@ -233,9 +211,7 @@ class Progress:
 
 
 def recipe_env(run: DemoRun, data: Path, **extra: str) -> dict:
-    env = {**os.environ, "DATA": str(data), **run.env, **extra}  # extra wins over run.env
-    env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
-    return env
+    return recipe_environment(data, {**run.env, **extra})  # extra wins over run.env
 
 
 def planned_command(run: DemoRun, data: Path, updates: Optional[int] = None) -> List[str]:

@@ -55,7 +55,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from fairseq_ext.experiments import demo
+from fairseq_ext.experiments import recipe_runs
 from fairseq_ext.reporting.log_records import parse_json_record
 from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
 from fairseq_ext.training.output_files import write_text
@@ -248,8 +248,8 @@ def prepare_checkpoint(checkpoint: Path, out_dir: Path,
     args_file = out_dir / "finetune_args.txt"
     if not args_file.is_file():
         out_dir.mkdir(parents=True, exist_ok=True)
-        script = str(demo.REPO_ROOT / "scripts" / "export_encoder.py")
-        env = {**demo.recipe_env(demo.DemoRun("export", ""), Path(".")), **demo.ONE_THREAD}
+        script = str(recipe_runs.REPO_ROOT / "scripts" / "export_encoder.py")
+        env = recipe_runs.recipe_environment(Path("."), recipe_runs.ONE_THREAD)
         if export:
             source.unlink(missing_ok=True)  # a half-done export: the args file is written last
             done = subprocess.run([sys.executable, script, str(checkpoint), str(source)],
@@ -278,7 +278,7 @@ def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoin
            "MAX_SENTENCES": str(protocol.batch), "EPOCHS": str(protocol.epochs),
            "TOTAL_UPDATES": str(total), "WARMUP_UPDATES": str(warmup),
            "EVAL_INTERVAL_UPDATES": str(total), "CPU": "1", "NUM_WORKERS": "0",
-           "LOG_INTERVAL": str(max(1, total // 4)), "LOG_FILE": "", **demo.ONE_THREAD}
+           "LOG_INTERVAL": str(max(1, total // 4)), "LOG_FILE": "", **recipe_runs.ONE_THREAD}
     args = list(protocol.extra_args) + (list(model.args) if protocol.model_args else [])
     if export_args:  # --arch A [shape flags] --max-positions N, as export_encoder.py prints
         words = list(export_args)
@@ -331,10 +331,9 @@ def fine_tune(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: P
         shutil.rmtree(run_dir)  # an unfinished run (no result.json): redone
     run_dir.mkdir(parents=True)
     env, args = recipe_inputs(protocol, run, model, checkpoint, export_args)
-    full_env = demo.recipe_env(demo.DemoRun(run.arm.name, protocol.recipe), Path(env["DATA"]),
-                               **env)
+    full_env = recipe_runs.recipe_environment(Path(env["DATA"]), env)
     start = time.time()
-    lines = list(demo.stream(["bash", str(demo.REPO_ROOT / protocol.recipe), *args], full_env,
+    lines = list(recipe_runs.stream(["bash", str(recipe_runs.REPO_ROOT / protocol.recipe), *args], full_env,
                              run_dir / "train.log"))
     seconds = time.time() - start
     accuracy = final_accuracy(lines)
@@ -347,7 +346,7 @@ def fine_tune(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: P
 
 def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequence[int],
               checkpoints: Dict[Tuple[str, int], Path], suite_dir: Path, runs_dir: Path,
-              workers: int = demo.WORKERS,
+              workers: int = recipe_runs.WORKERS,
               printer: Callable[[str], None] = print) -> dict:
     """The whole stage (module docstring): exports, learning rates, runs, in ``workers``
     parallel runs of one torch thread each; finished runs read back. ``checkpoints``: the
@@ -386,7 +385,7 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
                                run_dir, settings)
             with lock:
                 ran[0] += 1
-            demo.say(f"== fine-tune {run.arm.name} seed{run.seed} {run.task.name} "
+            recipe_runs.say(f"== fine-tune {run.arm.name} seed{run.seed} {run.task.name} "
                      f"{'lr-selection ' if run.selection else ''}lr {run.lr} ft{run.ft_seed}: "
                      f"{result['accuracy']:.1f}% in {result['seconds']:.0f} s")
         return run, result
