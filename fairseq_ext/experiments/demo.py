@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 # the recipe-running helpers, here too under their old names (demo.say, demo.REPO_ROOT, ...)
+from fairseq_ext.experiments import finetuning
 from fairseq_ext.experiments.recipe_runs import (  # noqa: F401
     BIN_DIR,
     ONE_THREAD,
@@ -741,8 +742,14 @@ def main(argv=None) -> None:
     plan = plan_masked_lm_runs(runs, data, args.updates)
     bidirectional_plan = plan_group("bidirectional", bidirectional_runs, data, args.updates)
     results = run_all(plan, bidirectional_plan, data, runs_dir, clock)
+    finetune_text = None
+    if all(name in results for name in FINETUNE_MODELS):
+        with clock.stage(f"fine-tuning on {finetuning.DEMO_TASK}"):
+            finetune_rows, finetune_text = fine_tune(runs, data, runs_dir)
     summary: Dict[str, object] = {"masked_lm": [], "unigram": {}, "bidirectional": [],
                                   "warnings": []}
+    if finetune_text is not None:
+        summary["finetune"] = {"task": finetuning.DEMO_TASK, "rows": finetune_rows}
     lines: List[str] = []
     groups: Dict[str, List[dict]] = {}
     for name, group in MASKED_LM_GROUPS.items():
@@ -781,6 +788,8 @@ def main(argv=None) -> None:
         if baseline["rows"]:
             lines += format_bidirectional_baseline(baseline)
             summary["warnings"].extend(bidirectional_warnings(baseline))
+    if finetune_text is not None:
+        lines += ["", finetune_text]
     print("\n".join(lines))
     if summary["warnings"]:
         print()
@@ -798,6 +807,25 @@ def main(argv=None) -> None:
     print(f"demo wall time: {(time.time() - clock.started) / 60:.1f} min")
     if args.compare is not None:
         sys.exit(figures.compare_files(args.compare, runs_dir / SUMMARY, args.tolerance))
+
+
+#: The models of the demo's fine-tuning table, the baseline first.
+FINETUNE_MODELS = tuple(arm.model for arm in finetuning.DEMO_PROTOCOL.arms)
+
+
+def fine_tune(runs: List[DemoRun], data: Path, runs_dir: Path) -> Tuple[List[dict], str]:
+    """The demo's fine-tuning table (:data:`fairseq_ext.experiments.finetuning.DEMO_TASK`):
+    the suite's task built beside the data-bin once (its package fetched if missing), then
+    each of :data:`FINETUNE_MODELS`' last checkpoint fine-tuned with 3 seeds, two at a time."""
+    suite = finetuning.suite_dir_for(data)
+    say(f"== fine-tuning: {finetuning.DEMO_TASK} of the downstream suite ({suite})")
+    finetuning.build_suite(data, suite, [finetuning.DEMO_TASK], runs_dir / "downstream.log")
+    models = {run.name: run for run in runs}
+    checkpoints = {(name, 1): run_dir_of(runs_dir, models[name]) / "checkpoints"
+                   / "checkpoint_last.pt" for name in FINETUNE_MODELS}
+    raw = finetuning.run_stage(finetuning.DEMO_PROTOCOL, models, (1,), checkpoints, suite,
+                               runs_dir, printer=say, only=[finetuning.DEMO_TASK])
+    return finetuning.demo_table(raw)
 
 
 def demo_figures(summary: Dict[str, object]) -> Dict[str, dict]:
@@ -836,6 +864,14 @@ def demo_figures(summary: Dict[str, object]) -> Dict[str, dict]:
                 out[f"bidirectional/{name}/infill_minus_commonest@R={float(r):g}"] = (
                     figures.figure(Estimate(values["difference"], values["difference_se"]),
                                    "points"))
+    finetune = summary.get("finetune") or {}
+    for row in finetune.get("rows", []):
+        prefix = f"finetune/{finetune['task']}/{row['name']}"
+        out[f"{prefix}/accuracy"] = figures.figure(
+            Estimate(row["accuracy"], row["accuracy_se"], row.get("accuracy_dof")), "%")
+        if "vs_first" in row:
+            out[f"{prefix}/vs_{FINETUNE_MODELS[0]}"] = figures.figure(
+                Estimate(row["vs_first"], row["vs_first_se"], row.get("vs_first_dof")), "points")
     return out
 
 

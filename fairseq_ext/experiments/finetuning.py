@@ -159,9 +159,11 @@ class SuiteTask:
     baselines: Dict[str, dict]
 
 
-def load_suite(suite_dir: Path) -> Tuple[List[SuiteTask], dict]:
-    """The tasks of a suite built by ``scripts/prepare_downstream.sh`` (its ``downstream.json``)
-    and the summary itself; a one-line error naming the command when it is not one."""
+def load_suite(suite_dir: Path,
+               only: Optional[Sequence[str]] = None) -> Tuple[List[SuiteTask], dict]:
+    """The tasks of a suite built by ``scripts/prepare_downstream.sh`` (its ``downstream.json``;
+    ``only``: those tasks) and the summary itself; a one-line error naming the command when it
+    is not one."""
     path = suite_dir / SUITE_JSON
     if not path.is_file():
         raise SystemExit(f"error: {suite_dir} has no {SUITE_JSON}: build the suite with "
@@ -171,6 +173,8 @@ def load_suite(suite_dir: Path) -> Tuple[List[SuiteTask], dict]:
     tasks = []
     for entry in (entries.values() if isinstance(entries, dict) else entries):
         name = entry["name"]
+        if only is not None and name not in only:
+            continue
         data = suite_dir / f"{name}-bin"
         selection = suite_dir / "selection" / f"{name}-bin"
         for folder in (data, selection):
@@ -181,7 +185,8 @@ def load_suite(suite_dir: Path) -> Tuple[List[SuiteTask], dict]:
         tasks.append(SuiteTask(name, data, selection, int(sizes["train"]),
                                int(sizes["selection_train"]), entry.get("baselines", {})))
     if not tasks:
-        raise SystemExit(f"error: {path} lists no tasks")
+        raise SystemExit(f"error: {path} lists no tasks"
+                         + ("" if only is None else f" of {', '.join(only)}"))
     return tasks, summary
 
 
@@ -347,13 +352,15 @@ def fine_tune(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: P
 def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequence[int],
               checkpoints: Dict[Tuple[str, int], Path], suite_dir: Path, runs_dir: Path,
               workers: int = recipe_runs.WORKERS,
-              printer: Callable[[str], None] = print) -> dict:
+              printer: Callable[[str], None] = print,
+              only: Optional[Sequence[str]] = None) -> dict:
     """The whole stage (module docstring): exports, learning rates, runs, in ``workers``
     parallel runs of one torch thread each; finished runs read back. ``checkpoints``: the
     last checkpoint of each (model, pre-training seed). Returns the stage's raw results:
     ``{"lr": {arm: {task: {"lr", "scores"}}}, "accuracy": {arm: {task: {seed: [acc per ft
-    seed]}}}, "wall_seconds", "runs_now"}``."""
-    tasks, summary = load_suite(suite_dir)
+    seed]}}}, "wall_seconds", "runs_now"}``. ``only``: those tasks of the suite. A protocol with
+    one learning rate fine-tunes at it, with no selection runs."""
+    tasks, summary = load_suite(suite_dir, only)
     fingerprint = suite_fingerprint(summary)
     start = time.time()
     stage_dir = runs_dir / FINETUNE_DIR
@@ -392,17 +399,22 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
 
     # 1. the learning rate of each (arm, task), on held-out training data
     selection_runs = [FinetuneRun(arm, seeds[0], task, lr, SELECTION_SEED, selection=True)
-                      for arm in protocol.arms for task in tasks for lr in protocol.lrs]
-    printer(f"== fine-tuning: learning rates {', '.join(protocol.lrs)} for {len(protocol.arms)} "
-            f"arms x {len(tasks)} tasks ({len(selection_runs)} runs on the suite's selection "
-            "data-bins: the training split's last 10% held out)")
+                      for arm in protocol.arms for task in tasks for lr in protocol.lrs
+                      if len(protocol.lrs) > 1]
+    if selection_runs:
+        printer(f"== fine-tuning: learning rates {', '.join(protocol.lrs)} for "
+                f"{len(protocol.arms)} arms x {len(tasks)} tasks ({len(selection_runs)} runs on "
+                "the suite's selection data-bins: the training split's last 10% held out)")
     chosen: Dict[str, Dict[str, dict]] = {arm.name: {} for arm in protocol.arms}
     for run, result in pool.map(one, selection_runs):
         entry = chosen[run.arm.name].setdefault(run.task.name, {"scores": {}})
         entry["scores"][run.lr] = result["accuracy"]
     for arm in protocol.arms:
         for task in tasks:
-            entry = chosen[arm.name][task.name]
+            entry = chosen[arm.name].setdefault(task.name, {"scores": {}})
+            if not selection_runs:
+                entry["lr"] = protocol.lrs[0]
+                continue
             entry["lr"] = max(protocol.lrs, key=lambda lr: (entry["scores"][lr],
                                                             -protocol.lrs.index(lr)))
 
@@ -479,3 +491,83 @@ def paired_average_difference(per_task_a: Dict[str, Dict[int, Sequence[float]]],
         a, b = seed_means(per_task_a[task]), seed_means(per_task_b[task])
     seeds = sorted(a)
     return paired_over_seeds([a[s] for s in seeds], [b[s] for s in seeds])
+
+
+# ----------------------------------------------------------------------------------------------
+# The demo's table
+
+#: ``make demo``'s fine-tuning table: RoBERTa-15% against 3ML-self-40% on one task of the suite,
+#: one the demo can fetch without root (the ``fortunes`` package), at one fixed lr (no selection:
+#: 90 s of the demo), 3 fine-tuning seeds of each model's one pre-trained checkpoint.
+DEMO_TASK = "FortuneTopic"
+DEMO_LR = "1e-3"
+DEMO_PROTOCOL = FinetuneProtocol(
+    recipe="recipes/3ml/finetune_glue.sh", checkpoint_env="PRETRAINED",
+    arms=(FinetuneArm("roberta-15%", "roberta-15%"), FinetuneArm("3ml-self-40%", "3ml-self-40%")),
+    arch_from_checkpoint=True, export_recipes=("recipes/3ml/demo.sh",), lrs=(DEMO_LR,),
+    schedule="3ML App. B (Table 5) shape: AdamW, weight decay 0.1, warmup 6%, linear decay")
+
+
+def suite_dir_for(data: Path) -> Path:
+    """Where the suite of a pre-training data-bin goes: beside it, ``<data-bin>-downstream``
+    (its texts are encoded with that data-bin's sentencepiece model and dictionary)."""
+    return data.with_name(f"{data.name}-downstream")
+
+
+def build_suite(data: Path, suite_dir: Path, tasks: Sequence[str], log: Path) -> None:
+    """``scripts/prepare_downstream.sh DATA SUITE TASKS --fetch`` (finished tasks are skipped;
+    a missing fortunes or WordNet package is downloaded into ``data/cache``, no root)."""
+    command = ["bash", str(recipe_runs.REPO_ROOT / "scripts" / "prepare_downstream.sh"),
+               str(data), str(suite_dir), *tasks, "--fetch",
+               "--cache-dir", str(recipe_runs.REPO_ROOT / "data" / "cache")]
+    for line in recipe_runs.stream(command, recipe_runs.recipe_environment(data, {}), log):
+        if not line.startswith(("INFO", "WARNING")) and "Warning" not in line:
+            recipe_runs.say(line.rstrip())
+
+
+def demo_table(raw: dict, task: str = DEMO_TASK) -> Tuple[List[dict], str]:
+    """The demo's rows (each model's dev accuracy, mean ± SE over its fine-tuning seeds; the
+    second against the first, paired over the fine-tuning seeds; the suite's baselines) and
+    the table's text."""
+    from fairseq_ext.reporting.text_tables import ascii_table
+
+    names = list(raw["accuracy"])
+    per_seed = {name: [value for seed in sorted(raw["accuracy"][name][task])
+                       for value in raw["accuracy"][name][task][seed]] for name in names}
+    rows = []
+    for name in names:
+        estimate = mean_over_seeds(per_seed[name])
+        row = {"name": name, "accuracy": estimate.value, "accuracy_se": estimate.standard_error,
+               "accuracy_dof": estimate.degrees_of_freedom, "per_seed": per_seed[name],
+               "lr": raw["lr"][name][task]["lr"]}
+        if name != names[0]:
+            difference = paired_over_seeds(per_seed[name], per_seed[names[0]])
+            row.update({"vs_first": difference.value, "vs_first_se": difference.standard_error,
+                        "vs_first_dof": difference.degrees_of_freedom})
+        rows.append(row)
+    baselines = []
+    for key, label in (("majority", "majority class (train)"),
+                       ("bow_logreg", "bag of words, logistic regression")):
+        entry = raw["baselines"][task].get(key)
+        if entry is not None:
+            scale = 100.0 if float(entry["accuracy"]) <= 1.0 else 1.0
+            baselines.append({"name": label, "accuracy": float(entry["accuracy"]) * scale,
+                              "accuracy_se": float(entry["se"]) * scale})
+
+    def shown(value, error, signed=False):
+        if value is None or not math.isfinite(value):
+            return "-"
+        sign = "+" if signed else ""
+        return f"{value:{sign}.2f} ± {error:.2f}"
+
+    table = [[row["name"], shown(row["accuracy"], row["accuracy_se"]),
+              shown(row.get("vs_first"), row.get("vs_first_se"), True)] for row in rows]
+    table += [[row["name"], shown(row["accuracy"], row["accuracy_se"]), "-"] for row in baselines]
+    seeds = len(per_seed[names[0]])
+    text = "\n".join([
+        f"fine-tuning on {task} (scripts/prepare_downstream.sh; docs/downstream.md): dev "
+        f"accuracy %, mean ± SE over {seeds} fine-tuning seeds of each pre-trained model (its "
+        f"pre-training noise is not in the error); lr {rows[0]['lr']} fixed, 2 epochs of batch "
+        "16; the baselines ± SE over dev rows",
+        ascii_table(["model", "dev accuracy", f"vs {names[0]}, paired over seeds"], table)])
+    return rows + baselines, text
