@@ -326,3 +326,60 @@ def test_the_stage_fine_tunes_a_checkpoint_end_to_end_and_reads_it_back(tiny_stu
     again = finetuning.run_stage(protocol, models, (1,), checkpoints, suite, runs_dir, workers=2)
     assert again["runs_now"] == 0 and again["accuracy"] == raw["accuracy"]
     assert again["wall_seconds"] == pytest.approx(raw["wall_seconds"])
+
+
+# ----------------------------------------------------------------------------------------------
+# The demo's table and the suite's fetch
+
+def test_the_demo_table_pairs_3ml_with_roberta_over_fine_tuning_seeds():
+    raw = {"accuracy": {"roberta-15%": {"FortuneTopic": {1: [24.0, 26.0, 25.0]}},
+                        "3ml-self-40%": {"FortuneTopic": {1: [27.0, 27.0, 30.0]}}},
+           "lr": {name: {"FortuneTopic": {"lr": "1e-3", "scores": {}}}
+                  for name in ("roberta-15%", "3ml-self-40%")},
+           "baselines": {"FortuneTopic": {"majority": {"accuracy": 1 / 6, "se": 0.0167},
+                                          "bow_logreg": {"accuracy": 0.45, "se": 0.022}}}}
+    rows, text = finetuning.demo_table(raw)
+    assert rows[0]["accuracy"] == pytest.approx(25.0)
+    assert rows[0]["accuracy_se"] == pytest.approx(1 / math.sqrt(3))  # sd 1 over 3 seeds
+    # per seed: +3, +1, +5 -> mean 3, sd 2, SE 2 / sqrt(3)
+    assert rows[1]["vs_first"] == pytest.approx(3.0)
+    assert rows[1]["vs_first_se"] == pytest.approx(2 / math.sqrt(3))
+    assert rows[2]["name"].startswith("majority") and rows[2]["accuracy"] == pytest.approx(100 / 6)
+    assert "+3.00 ± 1.15" in text and "45.00 ± 2.20" in text
+
+
+def test_the_demo_skips_fine_tuning_on_a_data_bin_without_a_sentencepiece_model(tmp_path):
+    from fairseq_ext.experiments import demo
+
+    assert "no spm.model" in demo.finetune_skip_reason(tmp_path)
+    (tmp_path / "spm.model").write_bytes(b"x")
+    (tmp_path / "prep").mkdir()
+    (tmp_path / "prep" / "train.txt").write_text("x\n")
+    assert demo.finetune_skip_reason(tmp_path) is None
+    assert finetuning.suite_dir_for(Path("data-bin/python-docs-spm8000")) == Path(
+        "data-bin/python-docs-spm8000-downstream")
+
+
+def test_fetch_downloads_a_missing_source_and_leaves_a_present_one(tmp_path, monkeypatch):
+    import argparse
+
+    from fairseq_ext.corpus import downstream, python_docs
+
+    calls = []
+
+    def fake_ensure(package, subdir, cache_dir, log, **_):
+        calls.append((package, subdir, cache_dir))
+        return cache_dir / package / subdir, True
+
+    monkeypatch.setattr(python_docs, "ensure_package", fake_ensure)
+    present = tmp_path / "fortunes"
+    present.mkdir()
+    (present / "work").write_text("a\n%\n")
+    args = argparse.Namespace(fortunes_dir=present, wordnet_dir=tmp_path / "none", fetch=True,
+                              cache_dir=tmp_path / "cache")
+    assert downstream.fetched_if_missing(args, "fortunes_dir") == present and not calls
+    assert downstream.fetched_if_missing(args, "wordnet_dir") == (
+        tmp_path / "cache/wordnet-base/usr/share/wordnet")
+    assert calls == [("wordnet-base", "usr/share/wordnet", tmp_path / "cache")]
+    args.fetch = False
+    assert downstream.fetched_if_missing(args, "wordnet_dir") == tmp_path / "none"
