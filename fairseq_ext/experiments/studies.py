@@ -1377,6 +1377,30 @@ def format_finetune(report: dict, seeds: int) -> str:
     return "\n".join(lines)
 
 
+def markdown_finetune(report: dict) -> str:
+    """The fine-tuning table as docs/studies.md shows it: dev accuracy (%) per arm and task and
+    the average, mean over pre-training seeds ± SE over them, the chosen lr per task; the
+    suite's baselines; the stage's wall time."""
+    finetune = report["finetune"]
+    tasks = finetune["tasks"]
+    lines = ["| arm | " + " | ".join(tasks) + " | average |",
+             "| --- | " + " | ".join("---" for _ in tasks) + " | --- |"]
+    for row in finetune["arms"]:
+        lines.append(f"| {row['name']} | " + " | ".join(
+            f"{field(row, task, 2)} (lr {row['lr'][task]})" for task in tasks)
+            + f" | {field(row, 'average', 2)} |")
+    for row in finetune["baselines"]:
+        lines.append(f"| *{row['name']}* | " + " | ".join(
+            field(row, task, 2) if task in row else "-" for task in tasks)
+            + f" | {field(row, 'average', 2) if 'average' in row else '-'} |")
+    lines.append("")
+    lines.append(f"Fine-tuning wall time {finetune['wall_seconds'] / 60:.1f} min "
+                 f"({len(finetune['arms'])} arms, {len(report['seeds'])} pre-training seeds x "
+                 f"{len(finetune['finetune_seeds'])} fine-tuning seeds x {len(tasks)} tasks, and "
+                 f"{len(finetune['lrs'])} learning rates per arm and task).")
+    return "\n".join(lines)
+
+
 def study_figures(study: Study, report: dict) -> Dict[str, dict]:
     """The study's figures for a later run to be compared with
     (:mod:`fairseq_ext.reporting.figures`): per model its updates and each column's mean over
@@ -1528,7 +1552,11 @@ def main(argv=None) -> None:
     status = run(study, data, runs_dir, args.updates, args.seeds, args.workers,
                  args.keep_checkpoints, downstream=downstream)
     if status == 0 and args.markdown:
-        print(markdown_claims(json.loads((runs_dir / STUDY_JSON).read_text())))
+        report = json.loads((runs_dir / STUDY_JSON).read_text())
+        print(markdown_claims(report))
+        if report.get("finetune"):
+            print()
+            print(markdown_finetune(report))
     if status == 0 and args.compare is not None:
         status = figures.compare_files(args.compare, runs_dir / STUDY_JSON, args.tolerance)
     sys.exit(status)
