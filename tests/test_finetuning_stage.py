@@ -383,3 +383,15 @@ def test_fetch_downloads_a_missing_source_and_leaves_a_present_one(tmp_path, mon
     assert calls == [("wordnet-base", "usr/share/wordnet", tmp_path / "cache")]
     args.fetch = False
     assert downstream.fetched_if_missing(args, "wordnet_dir") == tmp_path / "none"
+
+
+def test_the_suite_fingerprint_ignores_the_order_tasks_were_built_in():
+    tasks = {name: {"name": name, "sizes": {"train": 10, "dev": 5}}
+             for name in ("FortuneTopic", "DebSection", "GlossPair")}
+    settings = {"seed": 1, "train_size": 10, "dev_size": 5}
+    one = {"settings": settings, "tasks": tasks}
+    other = {"settings": settings, "tasks": dict(reversed(list(tasks.items())))}
+    assert finetuning.suite_fingerprint(one) == finetuning.suite_fingerprint(other)
+    smaller = {"settings": settings, "tasks": {**tasks, "GlossPair": {
+        "name": "GlossPair", "sizes": {"train": 8, "dev": 5}}}}
+    assert finetuning.suite_fingerprint(smaller) != finetuning.suite_fingerprint(one)

@@ -194,8 +194,13 @@ def suite_fingerprint(summary: dict) -> str:
     """What a finished run's score depends on in the suite: its settings and sizes."""
     from hashlib import sha256
 
+    from fairseq_ext.corpus.downstream import TASKS
+
     entries = summary["tasks"]
     entries = entries.values() if isinstance(entries, dict) else entries
+    # in the builder's task order, whatever order the tasks were built in
+    order = {name: index for index, name in enumerate(TASKS)}
+    entries = sorted(entries, key=lambda t: (order.get(t["name"], len(order)), t["name"]))
     key = {"settings": summary.get("settings"),
            "tasks": [(t["name"], t["sizes"]["train"], t["sizes"]["dev"]) for t in entries]}
     return sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
