@@ -395,3 +395,17 @@ def test_the_suite_fingerprint_ignores_the_order_tasks_were_built_in():
     smaller = {"settings": settings, "tasks": {**tasks, "GlossPair": {
         "name": "GlossPair", "sizes": {"train": 8, "dev": 5}}}}
     assert finetuning.suite_fingerprint(smaller) != finetuning.suite_fingerprint(one)
+
+
+def test_study_cli_refuses_a_wrong_downstream_before_any_training(tmp_path, capsys):
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    (data / "dict.txt").write_text("a 1\n")
+    with pytest.raises(SystemExit) as exit_info:
+        studies.main(["bidirectional-flops", "--data", str(data), "--downstream", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "has no fine-tuning protocol" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="scripts/prepare_downstream.sh"):
+        studies.main(["3ml", "--data", str(data), "--downstream", str(tmp_path / "none"),
+                      "--runs-dir", str(tmp_path / "runs")])
+    assert not (tmp_path / "runs").exists()  # nothing planned, nothing trained
