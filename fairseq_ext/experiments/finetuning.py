@@ -184,6 +184,10 @@ def load_suite(suite_dir: Path,
         sizes = entry["sizes"]
         tasks.append(SuiteTask(name, data, selection, int(sizes["train"]),
                                int(sizes["selection_train"]), entry.get("baselines", {})))
+    from fairseq_ext.corpus.downstream import TASKS
+
+    order = {name: index for index, name in enumerate(TASKS)}  # the builder's, as built or not
+    tasks.sort(key=lambda task: (order.get(task.name, len(order)), task.name))
     if not tasks:
         raise SystemExit(f"error: {path} lists no tasks"
                          + ("" if only is None else f" of {', '.join(only)}"))
