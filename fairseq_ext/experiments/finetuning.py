@@ -45,6 +45,7 @@ import dataclasses
 import json
 import math
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -340,15 +341,13 @@ def fine_tune(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: P
               export_args: Sequence[str], run_dir: Path, settings: dict) -> dict:
     """One run through the family's recipe; writes and returns its ``result.json``."""
     if run_dir.exists():
-        import shutil
-
         shutil.rmtree(run_dir)  # an unfinished run (no result.json): redone
     run_dir.mkdir(parents=True)
     env, args = recipe_inputs(protocol, run, model, checkpoint, export_args)
     full_env = recipe_runs.recipe_environment(Path(env["DATA"]), env)
     start = time.time()
-    lines = list(recipe_runs.stream(["bash", str(recipe_runs.REPO_ROOT / protocol.recipe), *args], full_env,
-                             run_dir / "train.log"))
+    command = ["bash", str(recipe_runs.REPO_ROOT / protocol.recipe), *args]
+    lines = list(recipe_runs.stream(command, full_env, run_dir / "train.log"))
     seconds = time.time() - start
     accuracy = final_accuracy(lines)
     if accuracy is None:
@@ -402,8 +401,9 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
             with lock:
                 ran[0] += 1
             recipe_runs.say(f"== fine-tune {run.arm.name} seed{run.seed} {run.task.name} "
-                     f"{'lr-selection ' if run.selection else ''}lr {run.lr} ft{run.ft_seed}: "
-                     f"{result['accuracy']:.1f}% in {result['seconds']:.0f} s")
+                            f"{'lr-selection ' if run.selection else ''}lr {run.lr} "
+                            f"ft{run.ft_seed}: {result['accuracy']:.1f}% in "
+                            f"{result['seconds']:.0f} s")
         return run, result
 
     # 1. the learning rate of each (arm, task), on held-out training data
