@@ -270,8 +270,9 @@ def test_rerun_skips_and_other_settings_are_refused(built, pretraining_bin, caps
 
 @pytest.mark.parametrize("flag, message", [
     ("--fortunes-dir", "fortunes: {path} has no category files; install them: "
-                       "apt-get install fortunes fortunes-min"),
-    ("--wordnet-dir", "wordnet: no {path}/data.noun; install it: apt-get install wordnet-base"),
+                       "apt-get install fortunes fortunes-min (or pass --fetch)"),
+    ("--wordnet-dir", "wordnet: no {path}/data.noun; install it: apt-get install wordnet-base "
+                      "(or pass --fetch)"),
 ])
 def test_missing_source_says_what_to_install(flag, message, pretraining_bin, tmp_path, capsys):
     empty = tmp_path / "empty"
