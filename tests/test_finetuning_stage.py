@@ -4,6 +4,8 @@ the study entries' fine-tuning protocols."""
 import dataclasses
 import json
 import math
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -237,21 +239,20 @@ def test_the_bidirectional_and_swishrnn_recipes_need_updates_for_a_downstream_ta
     _, flags = dry_run(REPO_ROOT / "recipes/swishrnn/finetune_glue.sh", TASK="FortuneTopic",
                        DATA=str(downstream_bin), PRETRAINED=str(checkpoint), TOTAL_UPDATES="50")
     assert flags["--num-classes"] == "4" and flags["--max-update"] == "50"
-    import os
-    import subprocess
 
-    proc = subprocess.run(
-        ["bash", str(REPO_ROOT / "recipes/swishrnn/finetune_glue.sh")],
-        env={"PATH": os.environ["PATH"], "DRY_RUN": "1", "TASK": "FortuneTopic",
-             "DATA": str(downstream_bin), "PRETRAINED": str(checkpoint)},
-        capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "set TOTAL_UPDATES" in proc.stderr
-    proc = subprocess.run(
-        ["bash", str(REPO_ROOT / "recipes/3ml/finetune_glue.sh")],
-        env={"PATH": os.environ["PATH"], "DRY_RUN": "1", "TASK": "NoSuchTask",
-             "DATA": str(downstream_bin), "PRETRAINED": str(checkpoint)},
-        capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "GlossPair" in proc.stderr
+    def refusal(recipe: str, task: str):
+        """(exit status, stderr) of a recipe's dry run that should refuse ``task``."""
+        proc = subprocess.run(
+            ["bash", str(REPO_ROOT / recipe)],
+            env={"PATH": os.environ["PATH"], "DRY_RUN": "1", "TASK": task,
+                 "DATA": str(downstream_bin), "PRETRAINED": str(checkpoint)},
+            capture_output=True, text=True, timeout=60)
+        return proc.returncode, proc.stderr
+
+    status, stderr = refusal("recipes/swishrnn/finetune_glue.sh", "FortuneTopic")
+    assert status == 2 and "set TOTAL_UPDATES" in stderr
+    status, stderr = refusal("recipes/3ml/finetune_glue.sh", "NoSuchTask")
+    assert status == 2 and "GlossPair" in stderr
 
 
 # ----------------------------------------------------------------------------------------------

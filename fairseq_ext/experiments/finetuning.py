@@ -117,6 +117,25 @@ class FinetuneProtocol:
         return next(arm for arm in self.arms if arm.name == name)
 
 
+def not_positive(rates: Sequence[str]) -> List[str]:
+    """The learning rates of ``rates`` that are not positive numbers."""
+    def positive(rate: str) -> bool:
+        try:
+            return float(rate) > 0
+        except ValueError:
+            return False
+
+    return [rate for rate in rates if not positive(rate)]
+
+
+def baseline_estimate(entry: dict) -> Estimate:
+    """A suite baseline's dev accuracy (%) ± its SE over dev rows, as downstream.json records
+    it (a fraction, or a percentage, with ``se`` in the same unit)."""
+    value, error = float(entry["accuracy"]), float(entry.get("se", math.nan))
+    scale = 100.0 if value <= 1.0 else 1.0
+    return Estimate(value * scale, error * scale)
+
+
 def check_protocol(protocol: FinetuneProtocol, model_names: Sequence[str]) -> List[str]:
     """What is wrong with a protocol, as lines for the study's one error."""
     problems = []
@@ -131,12 +150,8 @@ def check_protocol(protocol: FinetuneProtocol, model_names: Sequence[str]) -> Li
         problems.append(f"fine-tuning seeds must be distinct, at least one: {protocol.seeds}")
     if SELECTION_SEED in protocol.seeds:
         problems.append(f"fine-tuning seed {SELECTION_SEED} is the selection runs' seed")
-    for lr in protocol.lrs:
-        try:
-            if not float(lr) > 0:
-                raise ValueError
-        except ValueError:
-            problems.append(f"fine-tuning lr {lr!r} is not a positive learning rate")
+    for lr in not_positive(protocol.lrs):
+        problems.append(f"fine-tuning lr {lr!r} is not a positive learning rate")
     if protocol.batch < 1 or protocol.epochs < 1:
         problems.append(f"fine-tuning batch {protocol.batch} and epochs {protocol.epochs} must "
                         "be positive")
@@ -559,9 +574,9 @@ def demo_table(raw: dict, task: str = DEMO_TASK) -> Tuple[List[dict], str]:
                        ("bow_logreg", "bag of words, logistic regression")):
         entry = raw["baselines"][task].get(key)
         if entry is not None:
-            scale = 100.0 if float(entry["accuracy"]) <= 1.0 else 1.0
-            baselines.append({"name": label, "accuracy": float(entry["accuracy"]) * scale,
-                              "accuracy_se": float(entry["se"]) * scale})
+            estimate = baseline_estimate(entry)
+            baselines.append({"name": label, "accuracy": estimate.value,
+                              "accuracy_se": estimate.standard_error})
 
     def shown(value, error, signed=False):
         if value is None or not math.isfinite(value):

@@ -193,12 +193,8 @@ def check_study(study: Study) -> None:
         problems.append(f"kind must be {MASKED_LM} or {BIDIRECTIONAL}, got {study.kind!r}")
     if study.budget not in (EQUAL_FLOPS, EQUAL_TOKENS):
         problems.append(f"budget must be {EQUAL_FLOPS} or {EQUAL_TOKENS}, got {study.budget!r}")
-    for lr in study.lr_grid:
-        try:
-            if not float(lr) > 0:
-                raise ValueError
-        except ValueError:
-            problems.append(f"lr_grid: {lr!r} is not a positive learning rate")
+    for lr in finetuning.not_positive(study.lr_grid):
+        problems.append(f"lr_grid: {lr!r} is not a positive learning rate")
     if study.baseline_updates < 1:
         problems.append(f"baseline_updates must be positive, got {study.baseline_updates}")
     for claim in study.claims:
@@ -305,6 +301,16 @@ FINETUNE_DIFFERS = ("the downstream suite (3 tasks of real text from the machine
                     "place of GLUE; 2 epochs of at most 1,000 examples on the CPU; the lr of a "
                     "3-point grid chosen on held-out training data, not the best dev score")
 THREE_ML_MODELS = ("roberta-15%", "roberta-40%", "3ml-self-40%", "3ml-cross-40%")
+
+
+def finetune_claims(*claims: Claim, differs: str = FINETUNE_DIFFERS) -> Tuple[Claim, ...]:
+    """Fine-tuning claims, each saying what differs from its paper: ``differs`` (the suite,
+    the schedule), then the claim's own difference if it has one."""
+    return tuple(dataclasses.replace(claim, differs="; ".join(
+        part for part in (differs, claim.differs) if part)) for claim in claims)
+
+
+
 #: 3ML fine-tunes the exported encoder (the decoder dropped, §2.2) with App. B's schedule shape
 #: (Table 5, borrowed from 24hBERT): AdamW, weight decay 0.1, 6% warmup, linear decay.
 THREE_ML_FINETUNE = FinetuneProtocol(
@@ -313,8 +319,7 @@ THREE_ML_FINETUNE = FinetuneProtocol(
     arms=tuple(FinetuneArm(name, name) for name in THREE_ML_MODELS),
     schedule="3ML App. B (Table 5): AdamW, weight decay 0.1, warmup 6%, linear decay; the "
              "exported encoder (decoder dropped)")
-THREE_ML_FINETUNE_CLAIMS = tuple(dataclasses.replace(claim, differs=FINETUNE_DIFFERS + (
-    "; " + claim.differs if claim.differs else "")) for claim in (
+THREE_ML_FINETUNE_CLAIMS = finetune_claims(
     Claim("3ML-self-40% fine-tunes better than RoBERTa-15% at equal pre-training FLOPs",
           "better", "3ml-self-40%", "roberta-15%", FINETUNE_METRIC,
           source="3ML, Table 3 (first block)", paper_metric="GLUE dev average",
@@ -333,7 +338,7 @@ THREE_ML_FINETUNE_CLAIMS = tuple(dataclasses.replace(claim, differs=FINETUNE_DIF
           "roberta-40%", FINETUNE_METRIC, source="3ML, Table 3 (first block)",
           paper_metric="GLUE dev average", paper_figure="84.8 against 85.0, at speedup 1.37",
           margin=ON_PAR_POINTS, differs="on par = within 1 point (ours, fixed in advance)"),
-))
+)
 
 register_study(Study(
     name="3ml",
@@ -411,8 +416,7 @@ SWISHRNN_FINETUNE = FinetuneProtocol(
     env={"ARCH": "swishrnn_bert_mini", "MAX_POSITIONS": "64"}, model_env_keys=("ARCH",),
     model_args=True, extra_args=("--encoder-normalize-before",),
     schedule="SwishRNN App. B: Adam without weight decay, fixed lr after a 6% linear warmup")
-SWISHRNN_FINETUNE_CLAIMS = tuple(dataclasses.replace(claim, differs=FINETUNE_DIFFERS + (
-    "; " + claim.differs if claim.differs else "")) for claim in (
+SWISHRNN_FINETUNE_CLAIMS = finetune_claims(
     Claim("SwishRNN-BERT (steps 1,2,4) fine-tunes better than BERT-rab", "better",
           "swishrnn-bert", "bert-rab", FINETUNE_METRIC, source="SwishRNN, Table 1",
           paper_metric="GLUE and SuperGLUE dev average (base)",
@@ -429,7 +433,7 @@ SWISHRNN_FINETUNE_CLAIMS = tuple(dataclasses.replace(claim, differs=FINETUNE_DIF
           FINETUNE_METRIC, source="SwishRNN, Table 1",
           paper_metric="GLUE and SuperGLUE dev average (base)",
           paper_figure="81.9% against 81.0%"),
-))
+)
 
 register_study(Study(
     name="swishrnn",
@@ -559,30 +563,28 @@ BIDIRECTIONAL_FINETUNE = FinetuneProtocol(
     env={"SIZE": "mini", "MAX_TARGET_POSITIONS": "64", "NO_SAVE": "1"},
     schedule="Bidirectionality §3.2 / App. B: a new head on the final </s>, Adam, weight decay "
              "0.1, polynomial (linear) decay after a 6% warmup")
-BIDIRECTIONAL_FINETUNE_CLAIMS = tuple(
-    dataclasses.replace(claim, differs=FINETUNE_DIFFERS + "; " + BIDIRECTIONAL_DIFFERS)
-    for claim in (
-        Claim("MskBi (r = 1) fine-tunes better than NxtUni (r = 0)", "better", "msk_bi",
-              "nxt_uni", FINETUNE_METRIC, source="Bidirectionality, Table 10",
-              paper_metric="GLUE dev accuracy, average of 6 tasks",
-              paper_figure="84.4 against 83.6 (125M)"),
-        Claim("MskBi fine-tunes better than MskUni (bidirectional attention pays)", "better",
-              "msk_bi", "msk_uni", FINETUNE_METRIC, source="Bidirectionality, Table 10",
-              paper_metric="GLUE dev accuracy, average of 6 tasks",
-              paper_figure="84.4 against 82.7 (125M)"),
-        Claim("HybPre fine-tunes better than HybUni", "better", "hyb_pre", "hyb_uni",
-              FINETUNE_METRIC, source="Bidirectionality, Table 10",
-              paper_metric="GLUE dev accuracy, average of 6 tasks",
-              paper_figure="84.8 against 83.5 (125M)"),
-        Claim("NxtUni fine-tunes better with its own causal attention than with r = 1", "better",
-              "nxt_uni", "nxt_uni r=1", FINETUNE_METRIC, source="Bidirectionality, Table 9",
-              paper_metric="average fine-tuning accuracy",
-              paper_figure="83.6 (r = 0) against 75.9 (r = 1) (125M)"),
-        Claim("MskBi fine-tunes better with its own bidirectional attention than with r = 0",
-              "better", "msk_bi", "msk_bi r=0", FINETUNE_METRIC,
-              source="Bidirectionality, Table 9", paper_metric="average fine-tuning accuracy",
-              paper_figure="84.4 (r = 1) against 79.6 (r = 0) (125M)"),
-    ))
+BIDIRECTIONAL_FINETUNE_CLAIMS = finetune_claims(
+    Claim("MskBi (r = 1) fine-tunes better than NxtUni (r = 0)", "better", "msk_bi",
+          "nxt_uni", FINETUNE_METRIC, source="Bidirectionality, Table 10",
+          paper_metric="GLUE dev accuracy, average of 6 tasks",
+          paper_figure="84.4 against 83.6 (125M)"),
+    Claim("MskBi fine-tunes better than MskUni (bidirectional attention pays)", "better",
+          "msk_bi", "msk_uni", FINETUNE_METRIC, source="Bidirectionality, Table 10",
+          paper_metric="GLUE dev accuracy, average of 6 tasks",
+          paper_figure="84.4 against 82.7 (125M)"),
+    Claim("HybPre fine-tunes better than HybUni", "better", "hyb_pre", "hyb_uni",
+          FINETUNE_METRIC, source="Bidirectionality, Table 10",
+          paper_metric="GLUE dev accuracy, average of 6 tasks",
+          paper_figure="84.8 against 83.5 (125M)"),
+    Claim("NxtUni fine-tunes better with its own causal attention than with r = 1", "better",
+          "nxt_uni", "nxt_uni r=1", FINETUNE_METRIC, source="Bidirectionality, Table 9",
+          paper_metric="average fine-tuning accuracy",
+          paper_figure="83.6 (r = 0) against 75.9 (r = 1) (125M)"),
+    Claim("MskBi fine-tunes better with its own bidirectional attention than with r = 0",
+          "better", "msk_bi", "msk_bi r=0", FINETUNE_METRIC,
+          source="Bidirectionality, Table 9", paper_metric="average fine-tuning accuracy",
+          paper_figure="84.4 (r = 1) against 79.6 (r = 0) (125M)"),
+    differs=FINETUNE_DIFFERS + "; " + BIDIRECTIONAL_DIFFERS)
 
 for _name, _budget, _format, _title in (
         ("bidirectional", EQUAL_TOKENS, "lines",
@@ -1283,14 +1285,6 @@ def markdown_claims(report: dict) -> str:
     return "\n".join(lines)
 
 
-def suite_baseline(entry) -> Estimate:
-    """A baseline's dev accuracy (%) ± its standard error over dev rows, as downstream.json
-    records it (a fraction or a percentage, with ``se``)."""
-    value, error = float(entry["accuracy"]), float(entry.get("se", math.nan))
-    scale = 100.0 if value <= 1.0 else 1.0
-    return Estimate(value * scale, error * scale)
-
-
 def finetune_report(study: Study, raw: dict) -> dict:
     """The fine-tuning section of ``study.json``: per arm and task the dev accuracy (%) over
     pre-training seeds (each the mean over its fine-tuning seeds) ± SE over pre-training seeds,
@@ -1318,7 +1312,7 @@ def finetune_report(study: Study, raw: dict) -> dict:
         for task in tasks:
             entry = raw["baselines"][task].get(key)
             if entry is not None:
-                estimate = suite_baseline(entry)
+                estimate = finetuning.baseline_estimate(entry)
                 row.update(estimate_fields(task, estimate))
                 estimates.append(estimate)
         if len(estimates) == len(tasks):  # independent dev sets: the errors add in quadrature
