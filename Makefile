@@ -12,9 +12,11 @@ EXTRAS_STAMP := $(VENV)/.installed-extras
 PYTEST_ARGS ?=
 # The suite runs on this many pytest-xdist processes, one torch thread each (most tests drive
 # one single-threaded fairseq subprocess at a time, so 2 processes halve the wall time on CI's 2
-# cores); PYTEST_WORKERS=0 runs it in this process.
+# cores); PYTEST_WORKERS=0 runs it in this process. Work stealing: a worker that runs out takes
+# half of the other's queue, so neither ends alone with the long tests (tests/conftest.py starts
+# those first; docs/testing.md).
 PYTEST_WORKERS ?= 2
-PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS))
+PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist worksteal)
 
 .PHONY: install demo lint test test-fast clean-venv
 
@@ -26,7 +28,7 @@ FAIRSEQ_WHEEL_DIR := build/fairseq-wheel
 # Re-runs only when a requirement file, the fairseq patch or setup.py changed: a second
 # `make install` does nothing.
 $(STAMP): requirements.txt requirements-fairseq.txt constraints.txt setup.py \
-		patches/ve-fairseq-0.12.3.patch scripts/build_fairseq_wheel.sh $(wildcard fairseq_ext/csrc/*)
+		patches/ve-fairseq-0.12.3.patch scripts/build_fairseq_wheel.sh $(wildcard fairseq_ext/ops/csrc/*)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements.txt -c constraints.txt
 	rm -rf $(FAIRSEQ_WHEEL_DIR)

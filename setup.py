@@ -53,10 +53,10 @@ class OptionalBuildExtension(BuildExtension):
 # The fp32 CPU kernels (swish_recurrence_cpu_vec.h) are compiled portable and, on x86-64, for
 # AVX2+FMA and for AVX-512; the widest the CPU runs is chosen at run time, so the build runs
 # on any x86-64.
-CPU_SOURCES = ["fairseq_ext/csrc/swish_recurrence.cpp",
-               "fairseq_ext/csrc/swish_recurrence_cpu_default.cpp",
-               "fairseq_ext/csrc/swish_recurrence_cpu_avx2.cpp",
-               "fairseq_ext/csrc/swish_recurrence_cpu_avx512.cpp"]
+CPU_SOURCES = ["fairseq_ext/ops/csrc/swish_recurrence.cpp",
+               "fairseq_ext/ops/csrc/swish_recurrence_cpu_default.cpp",
+               "fairseq_ext/ops/csrc/swish_recurrence_cpu_avx2.cpp",
+               "fairseq_ext/ops/csrc/swish_recurrence_cpu_avx512.cpp"]
 SOURCE_FLAGS = {}
 if platform.machine().lower() in ("x86_64", "amd64"):
     SOURCE_FLAGS["swish_recurrence_cpu_avx2.cpp"] = [
@@ -64,8 +64,8 @@ if platform.machine().lower() in ("x86_64", "amd64"):
     SOURCE_FLAGS["swish_recurrence_cpu_avx512.cpp"] = [
         "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
         "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"]
-CUDA_SOURCES = ["fairseq_ext/csrc/swish_recurrence_cuda.cpp",
-                "fairseq_ext/csrc/swish_recurrence_kernels.cu"]
+CUDA_SOURCES = ["fairseq_ext/ops/csrc/swish_recurrence_cuda.cpp",
+                "fairseq_ext/ops/csrc/swish_recurrence_kernels.cu"]
 COMPILE_ARGS = {"cxx": ["-O3", "-fopenmp"], "nvcc": ["-O3", "--use_fast_math"]}
 # The GPU architectures the CUDA kernels are compiled for, in torch's TORCH_CUDA_ARCH_LIST syntax
 # (a TORCH_CUDA_ARCH_LIST set by the user wins): machine code for Ampere (A100, A10/RTX 30),
@@ -76,13 +76,18 @@ COMPILE_ARGS = {"cxx": ["-O3", "-fopenmp"], "nvcc": ["-O3", "--use_fast_math"]}
 CUDA_ARCH_LIST = "8.0;8.6;8.9;9.0+PTX"
 if torch.version.cuda is not None and CUDA_HOME is not None:
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", CUDA_ARCH_LIST)
-    native_ops = CUDAExtension("fairseq_ext._C", CPU_SOURCES + CUDA_SOURCES,
+    native_ops = CUDAExtension("fairseq_ext.ops._C", CPU_SOURCES + CUDA_SOURCES,
                                extra_compile_args=COMPILE_ARGS, extra_link_args=["-fopenmp"],
                                optional=True)
 else:
-    native_ops = CppExtension("fairseq_ext._C", CPU_SOURCES,
+    native_ops = CppExtension("fairseq_ext.ops._C", CPU_SOURCES,
                               extra_compile_args={"cxx": COMPILE_ARGS["cxx"]},
                               extra_link_args=["-fopenmp"], optional=True)
+
+# FAIRSEQ_EXT_NATIVE=0 installs without compiling the op (no compiler needed; the pure-PyTorch
+# reference runs, as when the compile fails).
+if os.environ.get("FAIRSEQ_EXT_NATIVE", "1") == "0":
+    native_ops = None
 
 setup(
     name="fairseq-ext",
@@ -97,7 +102,7 @@ setup(
     # The Hugging Face export (scripts/export_hf.py), left out of the core install; the same pin
     # as requirements-hf.txt.
     extras_require={"hf": ["transformers==5.23.0"], "sharding": ["fairscale==0.4.13"]},
-    ext_modules=[native_ops],
+    ext_modules=[native_ops] if native_ops is not None else [],
     cmdclass={"build_ext": OptionalBuildExtension.with_options(use_ninja=False)},
     entry_points={
         "console_scripts": [

@@ -38,20 +38,86 @@ SLOW_FIXTURES = frozenset({
 })
 
 
+#: The longest tests (minutes of a fresh clone's suite between them; docs/testing.md): they start
+#: first, so that no pytest-xdist worker is left running one of them alone at the end.
+LONGEST_FIRST = (
+    "test_readme_commands.py::test_readme_commands_run_on_the_demo_outputs",
+    "test_demo.py::test_demo_end_to_end_on_a_tiny_data_bin",
+    "test_studies.py::test_a_tiny_study_end_to_end_then_resumed_after_a_kill",
+    "test_torch_compile.py::test_compiled_3ml_has_eagers_losses_and_compiles_each_bucket_once",
+    "test_bidirectional_eval.py::test_fairseq_validate_end_to_end",
+    "test_registration.py::test_fairseq_train_help_from_an_installed_copy",
+    "test_studies.py::test_a_fixed_seed_repeats_its_figures_exactly_on_one_machine",
+    "test_checkpoint_faults.py::test_kills_during_checkpoint_writes_leave_complete_checkpoints",
+)
+
+
+def run_order(item) -> tuple:
+    """The longest tests first (:data:`LONGEST_FIRST`), then the slow ones, then the rest, each
+    group in collection order (stable sort)."""
+    name = item.nodeid.split("/")[-1].split("[")[0]
+    for rank, longest in enumerate(LONGEST_FIRST):
+        if name.startswith(longest):
+            return (0, rank)
+    return (1 if item.get_closest_marker("slow") else 2, 0)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=run_order)
 
 
-def fairseq_cli(name: str) -> str:
-    """Path of a fairseq console script installed beside this interpreter."""
+_ZYGOTE = []
+
+
+def cli_zygote():
+    """This pytest process's fork server of fairseq's CLIs (``tests/cli_zygote.py``), started on
+    first use; its environment (``FAIRSEQ_BIN``, the socket) goes into ``os.environ``, so that
+    every run a test starts, recipes and scripts included, forks from it instead of importing
+    torch and fairseq again. ``FAIRSEQ_EXT_TEST_ZYGOTE=0`` turns it off (every run real)."""
+    if not _ZYGOTE and os.environ.get("FAIRSEQ_EXT_TEST_ZYGOTE", "1") != "0":
+        import tempfile
+
+        from cli_zygote import CliZygote
+
+        zygote = CliZygote(tempfile.mkdtemp(prefix="fairseq-ext-cli-"), str(BIN_DIR))
+        os.environ.update(zygote.environment())
+        _ZYGOTE.append(zygote)
+    return _ZYGOTE[0] if _ZYGOTE else None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for zygote in _ZYGOTE:
+        zygote.close()
+
+
+def fairseq_cli(name: str, real: bool = False) -> str:
+    """Path of a fairseq console script: the zygote's shim (:func:`cli_zygote`), or with
+    ``real`` (a test of the console script itself) the one installed beside this interpreter."""
+    zygote = None if real else cli_zygote()
+    if zygote is not None and (Path(zygote.shims) / name).is_file():
+        return str(Path(zygote.shims) / name)
     return str(BIN_DIR / name)
 
 
+def search_path() -> str:
+    """The ``PATH`` a test's commands run with: the zygote's shims (:func:`cli_zygote`), then
+    this interpreter's console scripts, then the inherited ``PATH``."""
+    zygote = cli_zygote()
+    first = [zygote.shims] if zygote is not None else []
+    return os.pathsep.join([*first, str(BIN_DIR), os.environ.get("PATH", "")])
+
+
 def run_cli(args, cwd=None, env=None, timeout=600, check=True):
-    """Run a command; on failure show its output in the assertion message."""
-    full_env = dict(os.environ, PATH=f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}")
+    """Run a command; on failure show its output in the assertion message. fairseq's CLIs and
+    the plugin's Python programs it runs, directly or through recipes, fork from
+    :func:`cli_zygote`."""
+    full_env = dict(os.environ, PATH=search_path())
+    zygote = cli_zygote()
+    if zygote is not None and args and str(args[0]) == sys.executable:
+        args = [os.path.join(zygote.shims, "python"), *args[1:]]  # served, or run for real
     full_env.update(env or {})
     proc = subprocess.run(
         [str(a) for a in args], cwd=cwd, env=full_env, capture_output=True, text=True,

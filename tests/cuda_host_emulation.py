@@ -1,6 +1,6 @@
 """Build and load the host emulation of the SwishRNN CUDA kernels (test only).
 
-The kernels of ``fairseq_ext/csrc/swish_recurrence_kernels.cu`` and their torch binding
+The kernels of ``fairseq_ext/ops/csrc/swish_recurrence_kernels.cu`` and their torch binding
 ``swish_recurrence_cuda.cpp`` are compiled as plain C++ against ``tests/cuda_host/`` (a shim of
 the CUDA they use: ``cuda_host_shim.h``), and their grid runs as a loop over (block, thread). The
 .cu is read as it is in the repository, and its launches ``kernel<<<grid, block, shmem,
@@ -28,7 +28,7 @@ import torch
 from torch.utils import cpp_extension
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CSRC = REPO_ROOT / "fairseq_ext" / "csrc"
+CSRC = REPO_ROOT / "fairseq_ext" / "ops" / "csrc"
 KERNELS = CSRC / "swish_recurrence_kernels.cu"
 BINDING_SOURCES = (CSRC / "swish_recurrence_cuda.cpp", CSRC / "swish_recurrence_checks.h")
 SHIM = Path(__file__).resolve().parent / "cuda_host"

@@ -36,7 +36,7 @@ def printed_range(text: str):
 
 
 @pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,
-                    reason="fairseq_ext._C is not built (make install)")
+                    reason="fairseq_ext.ops._C is not built (make install)")
 def test_part_b_tiny_prints_the_ratio_to_the_fair_loop_and_the_bandwidth_roofline(capsys):
     """Each row: the ratio to the fair loop from the printed times, the op's bandwidth = the 6 N
     elements it must move / its time, the copy's bandwidth beside it, their ratio, and verdicts
@@ -73,7 +73,7 @@ def test_part_b_tiny_prints_the_ratio_to_the_fair_loop_and_the_bandwidth_rooflin
 
 
 @pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,
-                    reason="fairseq_ext._C is not built (make install)")
+                    reason="fairseq_ext.ops._C is not built (make install)")
 def test_part_c_tiny_on_cpu_prints_both_timings_and_the_ratio(capsys):
     threads = torch.get_num_threads()
     try:  # one thread: a busy shared host stalls small multi-threaded ops
@@ -128,7 +128,7 @@ def test_part_a_exit_code_from_the_command_line():
 
 
 @pytest.mark.skipif("cpu" not in swish_rnn.NATIVE_OP_DEVICES,
-                    reason="fairseq_ext._C is not built (make install)")
+                    reason="fairseq_ext.ops._C is not built (make install)")
 def test_part_a_table_with_cuda_faked_on_the_cpu(monkeypatch, capsys):
     """Part (a)'s bookkeeping (bytes, bound, ratios, verdicts, the steady-state division by
     REPEATS), run on the CPU kernel under a fake clock: a call of the op through autograd, or of

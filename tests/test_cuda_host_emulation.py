@@ -1,4 +1,4 @@
-"""The SwishRNN CUDA kernels (``fairseq_ext/csrc/swish_recurrence_kernels.cu``), line by line, on
+"""The SwishRNN CUDA kernels (``fairseq_ext/ops/csrc/swish_recurrence_kernels.cu``), line by line, on
 the CPU: the .cu as committed and its torch binding compiled as plain C++ against a shim of CUDA
 (``tests/cuda_host/``, built by ``tests/cuda_host_emulation.py``), each grid run as a loop over
 (block, thread). Checked against the pure-PyTorch reference and the CPU op in fp64 (to 1e-12),
@@ -20,7 +20,7 @@ from fairseq_ext.ops import swish_recurrence as swish_ops
 from fairseq_ext.ops.swish_recurrence import swish_recurrence_reference
 
 native = pytest.mark.skipif(not swish_ops.NATIVE_OP_AVAILABLE,
-                            reason="fairseq_ext._C not built (run make install)")
+                            reason="fairseq_ext.ops._C not built (run make install)")
 cuda_kernel = pytest.mark.skipif(
     "cuda" not in swish_ops.NATIVE_OP_DEVICES or not torch.cuda.is_available(),
     reason="no CUDA kernel built (or no GPU)")

@@ -24,7 +24,7 @@ from torch.utils import cpp_extension
 from conftest import REPO_ROOT
 from fairseq_ext.ops.swish_recurrence import COLUMNS_PER_THREAD_ENV
 
-KERNELS = REPO_ROOT / "fairseq_ext" / "csrc" / "swish_recurrence_kernels.cu"
+KERNELS = REPO_ROOT / "fairseq_ext" / "ops" / "csrc" / "swish_recurrence_kernels.cu"
 NVCC_WHEEL = "nvidia-cuda-nvcc"
 DTYPE_SUFFIXES = ("f32", "f64", "f16", "bf16")
 
@@ -151,7 +151,7 @@ def test_ci_uses_the_wheels_nvcc(nvcc):
         pytest.skip(f"{NVCC_WHEEL} is not installed here; compiling with {nvcc}")
 
 
-HOST_SOURCE = REPO_ROOT / "fairseq_ext" / "csrc" / "swish_recurrence_cuda.cpp"
+HOST_SOURCE = REPO_ROOT / "fairseq_ext" / "ops" / "csrc" / "swish_recurrence_cuda.cpp"
 
 
 def test_cuda_host_code_parses_against_torchs_headers(nvcc, tmp_path):

@@ -15,7 +15,7 @@ from fairseq.criterions.masked_lm import MaskedLmConfig
 from fairseq.data import Dictionary
 
 import fairseq_ext  # noqa: F401  (registers archs and criteria)
-from conftest import BIN_DIR, REPO_ROOT, USER_DIR, fairseq_cli, json_log_records
+from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, search_path
 from fairseq_ext import flops
 from fairseq_ext.criterions.masked_lm_flops import MaskedLmFlopsLoss
 from fairseq_ext.flops import ModelSpec, NoFlopsFormula, Stack, training_metrics
@@ -464,8 +464,7 @@ def fairseq_train(data, save_dir, arch, max_update, log_path):
             "--max-update", str(max_update), "--save-dir", save_dir, "--no-epoch-checkpoints",
             "--cpu", "--num-workers", "0", "--seed", "1", "--log-format", "json",
             "--log-interval", "1", "--no-progress-bar"]
-    env = dict(os.environ, PATH=f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
-               OMP_NUM_THREADS="1")  # two runs side by side on 2 cores
+    env = dict(os.environ, PATH=search_path(), OMP_NUM_THREADS="1")  # two runs on 2 cores
     with open(log_path, "w") as log:
         proc = subprocess.Popen([str(a) for a in args], env=env, stdout=log,
                                 stderr=subprocess.STDOUT)

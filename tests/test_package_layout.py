@@ -6,6 +6,11 @@ graph is read from the source (``ast``): every ``import fairseq_ext.X...`` and `
 (.X...) import ...``, at module level or inside functions, as an edge between subpackages. Each
 subpackage's docstring says what it may import ("May import: ..."), and that sentence must name
 every subpackage it does import, and only lower (or same-layer) ones.
+
+The package root sits above every layer: its ``__init__`` imports the registering subpackages
+(and Python imports it before any module of the package runs, so every module already runs with
+everything registered). A module that imports the root itself (``import fairseq_ext``, or ``from
+fairseq_ext import NAME`` where NAME is not a subpackage) therefore points up, as :data:`ROOT`.
 """
 import ast
 import functools
@@ -32,8 +37,8 @@ LAYERS = (
     ("cli", "compat"),  # one-line errors; the old import paths
 )
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
-#: Native extension module of ops/ (built by setup.py into the package root).
-NATIVE = {"_C": "ops"}
+#: The package root as an import target: above every layer (module docstring).
+ROOT = "fairseq_ext (the package root)"
 
 
 def subpackages():
@@ -41,11 +46,12 @@ def subpackages():
                   if p.is_dir() and (p / "__init__.py").is_file())
 
 
-def imported_subpackages(path: Path, own: str):
-    """The subpackages ``path`` imports (``_C`` counts as ops; ``import fairseq_ext`` alone,
-    the registration, counts as nothing)."""
+def imported_subpackages(path: Path, own: str, source: str = None):
+    """The subpackages ``path`` imports (its text, or ``source``); :data:`ROOT` where it
+    imports the package root itself."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    subs = set(subpackages())
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -62,9 +68,9 @@ def imported_subpackages(path: Path, own: str):
                 names = [node.module]
         for name in names:
             parts = name.split(".")
-            if parts[0] != "fairseq_ext" or len(parts) < 2:
+            if parts[0] != "fairseq_ext":
                 continue
-            target = NATIVE.get(parts[1], parts[1])
+            target = parts[1] if len(parts) > 1 and parts[1] in subs else ROOT
             if target != own:
                 found.add(target)
     return found
@@ -89,10 +95,41 @@ def test_every_subpackage_has_a_layer_and_every_layer_a_subpackage():
     assert sorted(LAYER_OF) == subpackages()
 
 
+def upward_edges(graph):
+    """``source -> target`` for each import from a layer to a higher one (the root included)."""
+    return sorted(f"{source} -> {target}" for source, targets in graph.items()
+                  for target in targets if LAYER_OF.get(target, -1) < LAYER_OF[source])
+
+
 def test_subpackages_import_downwards_only():
-    upward = [f"{source} -> {target}" for source, targets in import_graph().items()
-              for target in targets if LAYER_OF[target] < LAYER_OF[source]]
+    upward = upward_edges(import_graph())
     assert upward == [], f"imports from a lower layer to a higher one: {upward}"
+
+
+@pytest.mark.parametrize("planted", [
+    "import fairseq_ext",
+    "import fairseq_ext as plugin",
+    "from fairseq_ext import __version__",
+    "from .. import REGISTERING_SUBPACKAGES",
+    "def f():\n    import fairseq_ext  # noqa: F401",
+    "from fairseq_ext import tasks",
+])
+def test_a_planted_upward_import_is_caught(planted):
+    """One planted line in flops/ (a low layer) makes the check fail: an import of the package
+    root (above every layer) or of a higher subpackage."""
+    path = PACKAGE / "flops" / "planted.py"
+    graph = {sub: set(targets) for sub, targets in import_graph().items()}
+    graph["flops"] |= imported_subpackages(path, "flops", source=planted)
+    assert upward_edges(graph), f"{planted!r} in fairseq_ext/flops/ was not caught"
+
+
+def test_downward_and_subpackage_imports_are_not_root_imports():
+    """``from fairseq_ext import ops`` names a subpackage, and a relative import inside a
+    subpackage stays in it: neither is an import of the root."""
+    path = PACKAGE / "models" / "planted.py"
+    assert imported_subpackages(path, "models", source="from fairseq_ext import ops") == {"ops"}
+    assert imported_subpackages(path, "models", source="from . import validation") == set()
+    assert imported_subpackages(path, "models", source="from .. import flops") == {"flops"}
 
 
 def test_the_subpackage_graph_has_no_cycle():

@@ -47,7 +47,7 @@ import torch
 from recipe_checks import flag_values, printed_commands
 
 import fairseq_ext  # noqa: F401  (fairseq checkpoints load with torch's weights-only unpickler)
-from conftest import BIN_DIR, REPO_ROOT, WORDS, json_log_records
+from conftest import REPO_ROOT, WORDS, json_log_records, search_path
 from fairseq_ext.experiments import demo
 
 README = REPO_ROOT / "README.md"
@@ -129,8 +129,7 @@ class Run:
 
 
 def run_shell(command: str, work: Work, timeout: int = 900) -> Run:
-    env = dict(os.environ, PATH=f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
-               OMP_NUM_THREADS="1")
+    env = dict(os.environ, PATH=search_path(), OMP_NUM_THREADS="1")
     for name in ("DRY_RUN", "NUM_GPUS", "DATA", "SAVE_DIR", "LOG_FILE"):  # the README's alone
         env.pop(name, None)
     proc = subprocess.run(["bash", "-c", command], cwd=work.root, env=env, capture_output=True,

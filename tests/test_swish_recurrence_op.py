@@ -15,7 +15,7 @@ from fairseq_ext.ops import swish_recurrence as ops
 from fairseq_ext.ops.swish_recurrence import swish_recurrence, swish_recurrence_reference
 
 native = pytest.mark.skipif(not ops.NATIVE_OP_AVAILABLE,
-                            reason="fairseq_ext._C not built (run make install)")
+                            reason="fairseq_ext.ops._C not built (run make install)")
 
 
 def _inputs(length, k_batch=3, hidden=5, dtype=torch.float64, seed=0):
@@ -204,7 +204,7 @@ def test_cuda_layer_matches_cpu_layer_with_padding():
 
 KERNEL_CHECK = """
 import json, sys, torch
-from fairseq_ext import _C
+from fairseq_ext.ops import _C
 from fairseq_ext.ops.swish_recurrence import swish_recurrence_reference
 torch.manual_seed(0)
 errors = []

@@ -95,7 +95,6 @@ from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 from fairseq.criterions.masked_lm import MaskedLmConfig
 from fairseq.data import ListDataset, TokenBlockDataset
 
-import fairseq_ext  # noqa: F401  (registers the archs and the criterion)
 from fairseq_ext.benchmarks.common import (
     environment,
     interleaved_rounds,

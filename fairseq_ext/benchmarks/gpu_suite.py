@@ -13,10 +13,10 @@ bench_* stages, `all` = every stage; default: all of them; also the STAGES varia
                   start every device call with it. A venv rather than a bare --target folder
                   on PYTHONPATH, so that fairseq's console scripts sit beside the interpreter,
                   where tests/conftest.py (fairseq_cli) and the recipes look for them.
-  build           compile fairseq_ext._C with its CUDA kernels (setup.py build_ext --inplace),
+  build           compile fairseq_ext.ops._C with its CUDA kernels (setup.py build_ext --inplace),
                   check that fairseq_ext::swish_recurrence has a CUDA kernel; copies the built
                   module to OUTDIR/prebuilt/, which a later call can carry as .gpu-build/ to
-                  skip the compile (it is reused only if setup.py, fairseq_ext/csrc/*, torch
+                  skip the compile (it is reused only if setup.py, fairseq_ext/ops/csrc/*, torch
                   and the GPU's compute capability are the same).
   step            scripts/bench_step.py on CUDA in bf16 at base/512 (issue 43): fairseq's own
                   Trainer.train_step for RoBERTa, 3ML-self and 3ML-cross, eager and
@@ -734,7 +734,7 @@ KERNEL_CHECK = """\
 import sys
 import torch
 from fairseq_ext.ops import swish_recurrence as ops
-print("fairseq_ext._C:", getattr(ops.EXTENSION, "__file__", None))
+print("fairseq_ext.ops._C:", getattr(ops.EXTENSION, "__file__", None))
 print("kernels of fairseq_ext::swish_recurrence for:", ops.NATIVE_OP_DEVICES,
       "| CPU kernels:", ops.cpu_kernels())
 want = "cuda" if sys.argv[1] == "1" else "cpu"
@@ -762,10 +762,10 @@ def copy_into_place(source, target) -> None:
 
 
 def build_key(py: str) -> str:
-    """What the compiled module depends on, hashed: setup.py, fairseq_ext/csrc/*, the torch
+    """What the compiled module depends on, hashed: setup.py, fairseq_ext/ops/csrc/*, the torch
     version and the GPU's compute capability. A prebuilt module is used only if this matches."""
     digest = hashlib.sha256((REPO / "setup.py").read_bytes())
-    for source in sorted((REPO / "fairseq_ext" / "csrc").iterdir()):
+    for source in sorted((REPO / "fairseq_ext" / "ops" / "csrc").iterdir()):
         if source.is_file():
             digest.update(source.read_bytes())
     digest.update(capture([py, "-c", TORCH_AND_DEVICE]).encode())
@@ -773,7 +773,7 @@ def build_key(py: str) -> str:
 
 
 def stage_build(run: StageRun) -> None:
-    """Compile fairseq_ext._C with its CUDA kernels (or take the carried prebuilt one, or the one
+    """Compile fairseq_ext.ops._C with its CUDA kernels (or take the carried prebuilt one, or the one
     built in this machine already, when its key matches), check the op's kernel, and copy the
     module and its key to OUTDIR/prebuilt/."""
     s = run.settings
@@ -783,7 +783,7 @@ def stage_build(run: StageRun) -> None:
     if not s.dry_run:
         suffix = capture([py, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"])
         suffix, key = suffix.strip(), build_key(py)
-    so, prebuilt = f"fairseq_ext/_C{suffix}", s.prebuilt / f"_C{suffix}"
+    so, prebuilt = f"fairseq_ext/ops/_C{suffix}", s.prebuilt / f"_C{suffix}"
     build_stamp = s.gpu_env / ".build-key"
     if prebuilt.is_file() and read_stamp(s.prebuilt / "key") == key:
         print(f"using the prebuilt {prebuilt} (key {key})", flush=True)
@@ -1181,7 +1181,7 @@ class Stage:
 #: The stage table, in the order the suite runs them.
 STAGES: Dict[str, Stage] = {stage.name: stage for stage in (
     Stage("setup", stage_setup, "install the carried wheels beside the machine's torch"),
-    Stage("build", stage_build, "compile fairseq_ext._C with its CUDA kernels, check the op"),
+    Stage("build", stage_build, "compile fairseq_ext.ops._C with its CUDA kernels, check the op"),
     Stage("step", stage_step, "scripts/bench_step.py: the train step at base/512, eager and "
           "compiled, micro-batch 32/64/128, MFU, device timeline"),
     Stage("tests", stage_tests, "pytest on the tests that exercise CUDA; CUDA skips fail"),

@@ -55,7 +55,6 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-import fairseq_ext  # noqa: F401  (registers the op and the archs)
 from fairseq_ext.benchmarks.common import interleaved_rounds, load_average, quartiles, timed
 from fairseq_ext.ops import swish_recurrence as swish_rnn
 from fairseq_ext.training.model_building import corrupted_batch, masked_lm_task
@@ -118,7 +117,7 @@ def cpu_sigmoid_seconds(elements: int, rounds: int = 9) -> float:
 
 def part_b(args) -> int:
     if not swish_rnn.NATIVE_OP_AVAILABLE:
-        raise SystemExit("error: fairseq_ext._C is not built; run `make install`")
+        raise SystemExit("error: fairseq_ext.ops._C is not built; run `make install`")
     op = torch.ops.fairseq_ext.swish_recurrence
     verdicts = []  # (>= 10x the loop, >= 60% of the copy bandwidth) per configuration and k
     for dtype_name in args.dtype:
@@ -176,7 +175,7 @@ def cuda_unavailable_reason():
         return (f"CUDA is not available (torch {torch.__version__}, "
                 f"built with CUDA {torch.version.cuda})")
     if not swish_rnn.NATIVE_OP_AVAILABLE:
-        return "fairseq_ext._C is not built (run `make install` with a CUDA torch)"
+        return "fairseq_ext.ops._C is not built (run `make install` with a CUDA torch)"
     if "cuda" not in swish_rnn.NATIVE_OP_DEVICES:
         return (f"fairseq_ext::swish_recurrence has no CUDA kernel (kernels for: "
                 f"{', '.join(swish_rnn.NATIVE_OP_DEVICES)}); rebuild `make install` with a CUDA "

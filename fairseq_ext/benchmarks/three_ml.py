@@ -70,7 +70,6 @@ from fairseq.criterions.masked_lm import MaskedLmConfig
 from fairseq.data import Dictionary, ListDataset, MaskTokensDataset, data_utils
 from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 
-import fairseq_ext  # noqa: F401  (registers the archs and the criterion)
 from fairseq_ext.benchmarks.common import (
     environment,
     interleaved_rounds,

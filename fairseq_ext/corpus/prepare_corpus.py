@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..training.fairseq_bin import python_executable
 from . import python_docs, rst_cleaner
 from .documents import (
     INPUT_FORMATS,
@@ -502,7 +503,7 @@ class CorpusPipeline:
             shutil.rmtree(stale)
         temporary_dir = self.destdir / f"{PREPROCESS_TEMPORARY_PREFIX}{os.getpid()}"
         command = [
-            sys.executable,
+            python_executable(),
             "-m",
             "fairseq_cli.preprocess",
             "--only-source",

@@ -60,10 +60,10 @@ from fairseq_ext.reporting.uncertainty import (
     paired_accuracy_difference,
     paired_perplexity_difference,
 )
+from fairseq_ext.training.fairseq_bin import console_script
 from fairseq_ext.training.output_files import OutputError, error_line, refused, write_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
-BIN_DIR = Path(sys.executable).parent
 #: A column of the tables: ``(mode, group label)``; its figure and whether lower is better.
 Column = Tuple[str, str]
 FIGURE_OF_MODE = {"full_doc_ppl": "full_ppl", "suffix_ppl": "suffix_ppl", "infill": "infill_acc"}
@@ -73,7 +73,6 @@ LOWER_IS_BETTER = {"full_doc_ppl": True, "suffix_ppl": True, "infill": False}
 def checkpoint_capabilities(path: Path) -> Dict[str, object]:
     """``{"variant": ..., "trained": frozenset}`` of a ``bidirectional_lm`` checkpoint, from its
     saved task config (:meth:`ObjectiveSampler.trained_capabilities`)."""
-    import fairseq_ext  # noqa: F401  (the checkpoint allow-list)
     from fairseq_ext.evaluation.sequence_scoring import checkpoint_capabilities as trained_on
     from fairseq_ext.training.checkpoint_loading import load_checkpoint_to_cpu
 
@@ -102,7 +101,7 @@ def run_validate(data: Path, checkpoint: Path, mode: str, r_values: Optional[str
                  env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
     """One stock ``fairseq-validate`` run (``env``: variables to add to its environment); its
     final JSON record's ``valid_*`` values."""
-    cmd = [str(BIN_DIR / "fairseq-validate"), str(data), "--user-dir", str(PACKAGE_DIR),
+    cmd = [console_script("fairseq-validate"), str(data), "--user-dir", str(PACKAGE_DIR),
            "--task", "bidirectional_lm", "--path", str(checkpoint), "--eval-mode", mode,
            "--valid-subset", subset, "--batch-size", str(batch_size), "--log-format", "json"]
     if r_values is not None:

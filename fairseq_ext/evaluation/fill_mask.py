@@ -121,11 +121,9 @@ def score(model, mask_idx: int, pad_idx: int, blocks: Sequence[torch.Tensor],
 
 def load_hub(directory: Path):
     """A hub directory (``scripts/export_encoder.py``) through fairseq's
-    ``RobertaModel.from_pretrained``; 3ML ones (``--keep-decoder``) need the plugin, imported
-    here."""
+    ``RobertaModel.from_pretrained``; 3ML ones (``--keep-decoder``) need the plugin's archs,
+    registered by the package root that importing this module imported."""
     from fairseq.models.roberta import RobertaModel
-
-    import fairseq_ext  # noqa: F401  (registers the 3ML archs)
 
     if not (directory / "model.pt").is_file():
         raise FillMaskError(f"{directory}: not a hub directory (no model.pt; write one with "

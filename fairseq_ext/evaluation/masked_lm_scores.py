@@ -181,8 +181,6 @@ def load_for_scoring(checkpoint: Path, data: Path, mask_prob: float, seed: int):
     masking of this evaluation."""
     from fairseq import checkpoint_utils
 
-    import fairseq_ext  # noqa: F401  (registers the models; the checkpoint allow-list)
-
     overrides = {"data": str(data), "mask_prob": mask_prob, "leave_unmasked_prob": 0.1,
                  "random_token_prob": 0.1, "seed": seed, "mask_whole_words": False}
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(

@@ -119,7 +119,6 @@ def load_scoring_model(path, data, flag: str = "--path", device: Optional[torch.
     (module docstring). Errors are :class:`ScoringError` s naming ``flag``."""
     from fairseq import tasks
 
-    import fairseq_ext  # noqa: F401  (registers the task and model; the checkpoint allow-list)
     from fairseq_ext.training.checkpoint_loading import CheckpointLoadError, load_checkpoint_to_cpu
 
     overrides = {"data": str(data), **(arg_overrides or {})}

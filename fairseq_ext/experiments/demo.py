@@ -72,6 +72,7 @@ from fairseq_ext.reporting import figures
 from fairseq_ext.reporting.log_records import parse_json_record
 from fairseq_ext.reporting.text_tables import ascii_table
 from fairseq_ext.reporting.uncertainty import RESOLVED_AT, Estimate
+from fairseq_ext.training.fairseq_bin import python_executable
 from fairseq_ext.training.output_files import write_text
 
 if TYPE_CHECKING:  # imported where used: fairseq and matplotlib load slowly
@@ -399,7 +400,7 @@ def score_run(data: Path, run_dir: Path, final_updates: int) -> Dict[int, "Seque
 
     checkpoints = checkpoints_to_score(run_dir, final_updates)
     out = run_dir / "scores.json"
-    cmd = [sys.executable, "-m", "fairseq_ext.evaluation.masked_lm_scores", str(data),
+    cmd = [python_executable(), "-m", "fairseq_ext.evaluation.masked_lm_scores", str(data),
            *map(str, checkpoints.values()), "--mask-prob", str(SCORING_MASK_PROB),
            "--out", str(out)]
     for _ in stream(cmd, dict(os.environ, **ONE_THREAD), run_dir / "scores.log"):

@@ -47,7 +47,6 @@ import math
 import shlex
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +58,7 @@ import numpy as np
 from fairseq_ext.experiments import recipe_runs
 from fairseq_ext.reporting.log_records import parse_json_record
 from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
+from fairseq_ext.training.fairseq_bin import python_executable
 from fairseq_ext.training.output_files import write_text
 
 #: The suite's summary, written by ``scripts/prepare_downstream.sh``.
@@ -282,11 +282,11 @@ def prepare_checkpoint(checkpoint: Path, out_dir: Path,
         env = recipe_runs.recipe_environment(Path("."), recipe_runs.ONE_THREAD)
         if export:
             source.unlink(missing_ok=True)  # a half-done export: the args file is written last
-            done = subprocess.run([sys.executable, script, str(checkpoint), str(source)],
+            done = subprocess.run([python_executable(), script, str(checkpoint), str(source)],
                                   env=env, capture_output=True, text=True)
             if done.returncode != 0:
                 raise SystemExit(f"error: exporting {checkpoint} failed: {done.stderr[-2000:]}")
-        done = subprocess.run([sys.executable, script, "--print-finetune-args", str(source)],
+        done = subprocess.run([python_executable(), script, "--print-finetune-args", str(source)],
                               env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"error: reading {source}'s arch failed: {done.stderr[-2000:]}")

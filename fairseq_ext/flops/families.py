@@ -448,8 +448,6 @@ def spec_for_arch(arch: str, **overrides) -> ModelSpec:
     """Apply a registered architecture's defaults (after ``overrides``, as fairseq does)."""
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
-    import fairseq_ext  # noqa: F401  (registers our architectures)
-
     if arch not in ARCH_CONFIG_REGISTRY:
         from fairseq_ext.training.model_building import unknown_arch_message
 

@@ -149,8 +149,6 @@ def model_args(flags: argparse.Namespace) -> argparse.Namespace:
     """The arch's full config (its function run on the flags, as fairseq-train does)."""
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
-    import fairseq_ext  # noqa: F401  (registers our archs)
-
     if flags.arch not in ARCH_CONFIG_REGISTRY:
         from fairseq_ext.training.model_building import unknown_arch_message
 

@@ -22,7 +22,7 @@ recurrence; ``"reverse"`` runs it right to left; ``"bidirectional"`` runs the fi
 parameter count and FLOPs do not change.
 
 :func:`~fairseq_ext.ops.swish_recurrence.swish_recurrence` runs the recurrence: the custom op
-``fairseq_ext::swish_recurrence`` (C++/CUDA kernels in ``fairseq_ext/csrc/``; loading, fake
+``fairseq_ext::swish_recurrence`` (C++/CUDA kernels in ``fairseq_ext/ops/csrc/``; loading, fake
 kernels and autograd in :mod:`fairseq_ext.ops.swish_recurrence`), or its pure-PyTorch reference
 where the op has no kernel.
 """

@@ -1,9 +1,9 @@
 """``fairseq_ext::swish_recurrence``: the recurrence of SwishRNN (Lei et al., Eq. 3) as a custom
 op, laid out as pytorch/extension-cpp does.
 
-* The C++/CUDA kernels (``fairseq_ext/csrc/``) register the op and its backward,
+* The C++/CUDA kernels (``fairseq_ext/ops/csrc/``) register the op and its backward,
   ``fairseq_ext::swish_recurrence_backward``, with ``TORCH_LIBRARY`` when the compiled
-  extension ``fairseq_ext._C`` is imported (here, once).
+  extension ``fairseq_ext.ops._C`` is imported (here, once).
 * This module registers their fake kernels (``torch.library.register_fake``, shapes checked
   with ``torch._check``, contiguous outputs as the real kernels return) and the autograd
   formula (``torch.library.register_autograd``), so autograd, ``torch.compile`` (inductor
@@ -78,7 +78,7 @@ def swish_recurrence_reference(x1: torch.Tensor, alpha: torch.Tensor, beta: torc
 def _load_extension():
     """Import the compiled extension (its import registers the op); None if it is not built."""
     try:
-        from fairseq_ext import _C
+        from fairseq_ext.ops import _C
     except ImportError:
         return None
     return _C
@@ -158,6 +158,6 @@ def swish_recurrence(x1: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
     if NATIVE_OP_AVAILABLE and x1.device.type in NATIVE_OP_DEVICES:
         return torch.ops.fairseq_ext.swish_recurrence(x1, alpha, beta, step_size)
     _warn_reference_in_use(
-        "the fairseq_ext._C extension is not built (run `make install`)" if not NATIVE_OP_AVAILABLE
+        "the fairseq_ext.ops._C extension is not built (run `make install`)" if not NATIVE_OP_AVAILABLE
         else f"the {OP_NAME} op has no {x1.device.type} kernel yet")
     return swish_recurrence_reference(x1, alpha, beta, step_size)

@@ -2,8 +2,9 @@
 weights-only unpickling kept on (:mod:`.checkpoint_loading`), outputs written atomically and
 never over what the user saved without ``--force`` (:mod:`.output_files`), an arch built outside
 fairseq-train (:mod:`.model_building`), the apex / torch fused-kernel choice
-(:mod:`.fused_kernels`) and the ``${fairseq_ext.user_dir:}`` resolver the hydra YAMLs register
-(:mod:`.hydra_config`). The memory plan, which needs the FLOP formulas' parameter counts, is
+(:mod:`.fused_kernels`), the ``${fairseq_ext.user_dir:}`` resolver the hydra YAMLs register
+(:mod:`.hydra_config`) and where fairseq's console scripts are (``FAIRSEQ_BIN``,
+:mod:`.fairseq_bin`). The memory plan, which needs the FLOP formulas' parameter counts, is
 :mod:`fairseq_ext.flops.memory_plan`.
 
 May import: cli.

@@ -16,6 +16,8 @@ fairseq-hydra-train resolves the config in the job, so the resolver is there whe
 Building the callback imports the installed ``fairseq_ext``, so ``common.user_dir`` cannot name
 another copy of it (fairseq refuses a second package of the same name): install that one.
 """
+from pathlib import Path
+
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
@@ -25,9 +27,7 @@ USER_DIR_RESOLVER = "fairseq_ext.user_dir"
 def installed_user_dir() -> str:
     """The folder of the ``fairseq_ext`` package this process imports: what fairseq's
     ``--user-dir`` must name so that it imports this very package (not a second copy)."""
-    import fairseq_ext
-
-    return fairseq_ext.__path__[0]
+    return str(Path(__file__).parent.parent)  # not resolved: as the package's own __path__
 
 
 def register_resolvers() -> None:

@@ -30,9 +30,8 @@ class MaskedLmTaskStub:
 
 def unknown_arch_message(arch: str) -> str:
     """Why ``arch`` cannot be built, with the registered names closest to it (fairseq-ext's
-    archs are registered: this runs with the plugin imported)."""
-    import fairseq_ext  # noqa: F401  (registers our architectures)
-
+    archs are registered: importing any module of the package imports its root, which registers
+    them)."""
     close = difflib.get_close_matches(arch, ARCH_MODEL_REGISTRY, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     return (f"unknown arch '{arch}': registered neither by fairseq nor by fairseq-ext{hint} "

@@ -1,4 +1,4 @@
-// Host emulation of the CUDA that fairseq_ext/csrc/swish_recurrence_kernels.cu uses, as plain
+// Host emulation of the CUDA that fairseq_ext/ops/csrc/swish_recurrence_kernels.cu uses, as plain
 // C++, so that the kernels' own lines run on the CPU (tests/test_cuda_host_emulation.py). Test
 // only. cuda_runtime.h, cuda_fp16.h and cuda_bf16.h beside this file forward here, so the .cu
 // compiles unchanged but for its `kernel<<<grid, block, shmem, stream>>>(args)` launches, which

@@ -1,5 +1,5 @@
 // The test build of the SwishRNN CUDA kernels and of their torch binding on the CPU: the very
-// lines of fairseq_ext/csrc/swish_recurrence_kernels.cu and swish_recurrence_cuda.cpp, on the
+// lines of fairseq_ext/ops/csrc/swish_recurrence_kernels.cu and swish_recurrence_cuda.cpp, on the
 // CUDA emulated by cuda_host_shim.h. tests/cuda_host_emulation.py compiles this file into a
 // library that torch.ops.load_library loads; tests/test_cuda_host_emulation.py drives it.
 //

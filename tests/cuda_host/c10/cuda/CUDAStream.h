@@ -1,5 +1,5 @@
 // Host emulation in place of c10's CUDAStream.h, for the test build of the SwishRNN CUDA binding
-// (fairseq_ext/csrc/swish_recurrence_cuda.cpp) on the CPU (tests/cuda_host_emulation.py):
+// (fairseq_ext/ops/csrc/swish_recurrence_cuda.cpp) on the CPU (tests/cuda_host_emulation.py):
 // getCurrentCUDAStream().stream() returns a stream handle that is not the default stream (0), so
 // the test can check that the launchers launch on the stream the binding hands them.
 #pragma once

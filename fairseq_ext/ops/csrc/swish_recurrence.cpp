@@ -251,7 +251,7 @@ TORCH_LIBRARY_IMPL(fairseq_ext, CPU, m) {
 
 }  // namespace fairseq_ext
 
-// An importable module (``fairseq_ext._C``) whose import runs the registrations above;
+// An importable module (``fairseq_ext.ops._C``) whose import runs the registrations above;
 // ``_C.cpu_kernels()`` names the fp32 CPU kernels in use ("AVX2" or "portable").
 namespace {
 PyObject* cpu_kernels_name(PyObject*, PyObject*) {

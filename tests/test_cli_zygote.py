@@ -1,0 +1,179 @@
+"""The suite's fork server of fairseq's CLIs (``tests/cli_zygote.py``): a run it serves is the run
+a fresh process makes (same log, same exit status, signals and kills reach it), and what it
+cannot serve exactly (no plugin in a fresh process, another copy of the plugin) it declines, so
+the real console script runs."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+from cli_zygote import loads_this_plugin
+
+from conftest import REPO_ROOT, USER_DIR, cli_zygote, fairseq_cli, json_log_records, search_path
+
+PLUGIN = str(USER_DIR)
+
+
+def request(cli, *args, cwd=REPO_ROOT):
+    return {"cli": cli, "args": list(args), "cwd": str(cwd)}
+
+
+def test_what_is_served_and_what_is_declined(tmp_path):
+    link = tmp_path / "fairseq_ext"
+    link.symlink_to(USER_DIR)
+    copy = tmp_path / "copy" / "fairseq_ext"
+    copy.mkdir(parents=True)
+    (tmp_path / "with_plugin.yaml").write_text("common:\n  user_dir: ${fairseq_ext.user_dir:}\n")
+    (tmp_path / "bare.yaml").write_text("common:\n  log_interval: 1\n")
+    (tmp_path / "uses.py").write_text("import fairseq_ext\n")
+    (tmp_path / "plain.py").write_text("import json\n")
+    served = [
+        request("fairseq-train", "data", "--user-dir", "fairseq_ext"),
+        request("fairseq-validate", "data", f"--user-dir={PLUGIN}"),
+        request("fairseq-train", "data", "--user-dir", "fairseq_ext", cwd=tmp_path),  # a link
+        request("fairseq-hydra-train", "--config-dir", str(tmp_path), "--config-name",
+                "with_plugin"),
+        request("fairseq-preprocess", "--only-source"),
+        request("python", "-m", "fairseq_ext.flops", "--arch", "roberta_base"),
+        request("python", "uses.py", "x", cwd=tmp_path),
+        request("python", "-m", "fairseq_cli.preprocess", "--only-source"),
+        request("python", "-m", "fairseq_cli.validate", "data", "--user-dir", "fairseq_ext"),
+    ]
+    declined = [
+        request("fairseq-train", "data"),  # a fresh process has no plugin registered
+        request("fairseq-train", "data", "--user-dir", str(copy)),  # another copy of it
+        request("fairseq-hydra-train", "--config-dir", str(tmp_path), "--config-name", "bare"),
+        request("fairseq-hydra-train", "-m", "--config-dir", str(tmp_path), "--config-name",
+                "with_plugin"),
+        request("python", "-c", "import fairseq_ext"),
+        request("python", "-m", "fairseq_cli.train"),
+        request("python", "plain.py", cwd=tmp_path),
+        request("python", "missing.py", cwd=tmp_path),
+    ]
+    assert [loads_this_plugin(r, PLUGIN) for r in served] == [True] * len(served)
+    assert [loads_this_plugin(r, PLUGIN) for r in declined] == [False] * len(declined)
+
+
+def train_args(data, save):
+    return [data, "--user-dir", USER_DIR, "--task", "masked_lm", "--criterion", "masked_lm",
+            "--arch", "roberta_tiny", "--tokens-per-sample", "64", "--batch-size", "8",
+            "--optimizer", "adam", "--lr", "1e-3", "--max-update", "4", "--save-dir", save,
+            "--no-epoch-checkpoints", "--cpu", "--num-workers", "0", "--seed", "2",
+            "--log-format", "json", "--log-interval", "1", "--no-progress-bar"]
+
+
+def served_lines(zygote):
+    with open(zygote.log) as log:
+        return [line for line in log if line.startswith(("served:", "declined:"))]
+
+
+@pytest.mark.slow
+def test_a_served_run_logs_what_the_console_script_logs(tiny_data_bin, tmp_path):
+    """The same fairseq-train through the shim and through the real console script: the same
+    training records and checkpoints' losses, the same lines but for timings, and the zygote's
+    log says it served the one and never saw the other."""
+    zygote = cli_zygote()
+    env = dict(os.environ, PATH=search_path(), OMP_NUM_THREADS="1")
+    outputs = {}
+    for real in (False, True):
+        before = len(served_lines(zygote))
+        proc = subprocess.run([fairseq_cli("fairseq-train", real=real),
+                               *map(str, train_args(tiny_data_bin, tmp_path / str(real)))],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs[real] = proc.stdout
+        seen = served_lines(zygote)[before:]
+        assert seen == ([] if real else [seen[0]]) and (real or seen[0].startswith("served: "))
+    timing = ("wps", "ups", "wall", "gb_free")
+    records = {real: [{k: v for k, v in record.items() if not k.endswith(timing)}
+                      for record in json_log_records(text)] for real, text in outputs.items()}
+    assert records[False] == records[True] and len(records[True]) >= 4
+
+    def lines(real):  # each line's logger and message, numbers (timings) and save dir masked
+        text = outputs[real].replace(str(tmp_path / str(real)), "SAVE_DIR")
+        return [re.sub(r"\d+(\.\d+)?", "#", line.split(" | ", 3)[2:4][-1])
+                for line in text.splitlines() if line.count(" | ") >= 3 and "{" not in line]
+
+    assert lines(False) == lines(True) and len(lines(True)) > 10
+
+
+SLEEPER = """import os, signal, sys, time
+import fairseq_ext  # noqa: F401
+with open(sys.argv[1], "w") as f:
+    f.write(str(os.getpid()))
+if sys.argv[2] == "exit":
+    sys.exit(int(sys.argv[3]))
+if sys.argv[2] == "raise":
+    raise ValueError("raised on purpose")
+time.sleep(120)
+"""
+
+
+def start_sleeper(tmp_path, *args):
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    pid_file = tmp_path / f"pid-{'-'.join(args)}"
+    shim = os.path.join(cli_zygote().shims, "python")
+    proc = subprocess.Popen([shim, str(script), str(pid_file), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (pid_file.is_file() and pid_file.read_text()):
+        assert proc.poll() is None or args[0] != "sleep", proc.communicate()
+        if proc.poll() is not None:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc, pid_file
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ")[1][0] != "Z"
+
+
+@pytest.mark.slow
+def test_exit_status_signals_and_kills_reach_the_served_run(tmp_path):
+    proc, _ = start_sleeper(tmp_path, "exit", "3")
+    assert proc.wait(timeout=60) == 3
+    proc, _ = start_sleeper(tmp_path, "raise")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "ValueError: raised on purpose" in err
+    # a signal to the shim is the run's: it dies of it, and the shim's status says so
+    proc, pid_file = start_sleeper(tmp_path, "sleep", "term")
+    run = int(pid_file.read_text())
+    assert run != proc.pid and alive(run)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    assert not alive(run)
+    # a shim killed outright takes its run with it
+    proc, pid_file = start_sleeper(tmp_path, "sleep", "kill")
+    run = int(pid_file.read_text())
+    proc.kill()
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while alive(run):
+        assert time.monotonic() < deadline, "the run outlived its killed shim"
+        time.sleep(0.05)
+    served = [line for line in served_lines(cli_zygote()) if "sleeper.py" in line]
+    assert len(served) == 4 and all(line.startswith("served: ") for line in served)
+
+
+def test_the_shim_runs_the_real_script_without_a_server(tmp_path):
+    """Outside the suite's server (no socket named), a shim is the real console script."""
+    from cli_zygote import write_shims
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "fairseq-train").write_text("#!/bin/sh\necho real \"$@\"\n")
+    (real / "fairseq-train").chmod(0o755)
+    write_shims(str(tmp_path / "bin"), str(real))
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSEQ_EXT_TEST_CLI_SOCKET"}
+    proc = subprocess.run([str(tmp_path / "bin" / "fairseq-train"), "a", "b c"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "real a b c\n")
