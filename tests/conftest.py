@@ -88,6 +88,30 @@ def cli_zygote():
     return _ZYGOTE[0] if _ZYGOTE else None
 
 
+#: What the zygote's log says when a test trains (a served or declined run of these CLIs).
+TRAINING_RUNS = tuple(f"{verdict}: {cli} " for verdict in ("served", "declined")
+                      for cli in ("fairseq-train", "fairseq-hydra-train"))
+
+
+@pytest.fixture(autouse=True)
+def fast_tests_do_not_train(request):
+    """``make test-fast`` runs no training: a test not marked ``slow`` that starts
+    fairseq-train or fairseq-hydra-train (itself, or through a recipe or a driver) fails, and
+    says to mark it. Read from the zygote's log, which sees every run a test starts through it."""
+    zygote = _ZYGOTE[0] if _ZYGOTE else None
+    before = os.path.getsize(zygote.log) if zygote else 0
+    yield
+    if request.node.get_closest_marker("slow") or not _ZYGOTE:
+        return
+    with open(_ZYGOTE[0].log) as log:
+        log.seek(before if zygote else 0)
+        trained = [line.strip() for line in log if line.startswith(TRAINING_RUNS)
+                   and not {"-h", "--help"} & set(line.split())]
+    if trained:
+        pytest.fail(f"this test is not marked slow but trains ({trained[0][:200]}): mark it "
+                    "@pytest.mark.slow, or use a fixture of SLOW_FIXTURES", pytrace=False)
+
+
 def pytest_sessionfinish(session, exitstatus):
     for zygote in _ZYGOTE:
         zygote.close()
