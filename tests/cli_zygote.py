@@ -296,8 +296,9 @@ def handle(conn, plugin_dir: str) -> None:
         data += chunk
     request = json.loads(data)
     served = loads_this_plugin(request, plugin_dir)
-    print(f"{'served' if served else 'declined'}: {request['cli']} {' '.join(request['args'])}",
-          file=sys.stderr, flush=True)  # the server's log (CliZygote.log)
+    test = request["env"].get("PYTEST_CURRENT_TEST", "")  # which test started it
+    print(f"{'served' if served else 'declined'}: {request['cli']} {' '.join(request['args'])}"
+          f"  # {test}", file=sys.stderr, flush=True)  # the server's log (CliZygote.log)
     if not served:
         conn.sendall(b'{"fallback": true}\n')
         return

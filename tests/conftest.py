@@ -106,6 +106,7 @@ def fast_tests_do_not_train(request):
     with open(_ZYGOTE[0].log) as log:
         log.seek(before if zygote else 0)
         trained = [line.strip() for line in log if line.startswith(TRAINING_RUNS)
+                   and f"  # {request.node.nodeid} (" in line  # this test's (not a late one's)
                    and not {"-h", "--help"} & set(line.split())]
     if trained:
         pytest.fail(f"this test is not marked slow but trains ({trained[0][:200]}): mark it "
@@ -134,14 +135,21 @@ def search_path() -> str:
     return os.pathsep.join([*first, str(BIN_DIR), os.environ.get("PATH", "")])
 
 
+def python_cli() -> str:
+    """The interpreter a test starts a program of the plugin with (``python scripts/X.py``,
+    ``python -m fairseq_ext.X``): the zygote's ``python`` shim, which serves those and runs
+    anything else (``-c``, flags) with this interpreter."""
+    zygote = cli_zygote()
+    return os.path.join(zygote.shims, "python") if zygote is not None else sys.executable
+
+
 def run_cli(args, cwd=None, env=None, timeout=600, check=True):
     """Run a command; on failure show its output in the assertion message. fairseq's CLIs and
     the plugin's Python programs it runs, directly or through recipes, fork from
     :func:`cli_zygote`."""
     full_env = dict(os.environ, PATH=search_path())
-    zygote = cli_zygote()
-    if zygote is not None and args and str(args[0]) == sys.executable:
-        args = [os.path.join(zygote.shims, "python"), *args[1:]]  # served, or run for real
+    if args and str(args[0]) == sys.executable:
+        args = [python_cli(), *args[1:]]  # served, or run for real
     full_env.update(env or {})
     proc = subprocess.run(
         [str(a) for a in args], cwd=cwd, env=full_env, capture_output=True, text=True,

@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 from test_bidirectional_lm_data import reference_documents, with_empty_lines, write_data_bin
 
 import fairseq_ext
-from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, run_cli
+from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, python_cli, run_cli
 from fairseq_ext.corpus.encoders import train_sentencepiece, write_sentencepiece_dictionary
 from fairseq_ext.evaluation import infill_rescore, multiple_choice, sequence_scoring
 from fairseq_ext.evaluation.sequence_scoring import (
@@ -623,7 +623,7 @@ def test_whitespace_tokenizer_and_help(word_setup, tmp_path):
     assert result["scores"] == pytest.approx(expected, rel=1e-5, abs=1e-5)
     for script, fragment in (("score_choices.py", "Artetxe et al. (2021)"),
                              ("infill_rescore.py", "--candidates-in")):
-        proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / script), "--help"],
+        proc = subprocess.run([python_cli(), str(REPO_ROOT / "scripts" / script), "--help"],
                               capture_output=True, text=True, check=True)
         assert fragment in proc.stdout
 

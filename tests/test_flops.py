@@ -5,7 +5,6 @@ import argparse
 import os
 import re
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -15,7 +14,7 @@ from fairseq.criterions.masked_lm import MaskedLmConfig
 from fairseq.data import Dictionary
 
 import fairseq_ext  # noqa: F401  (registers archs and criteria)
-from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, search_path
+from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, python_cli, search_path
 from fairseq_ext import flops
 from fairseq_ext.criterions.masked_lm_flops import MaskedLmFlopsLoss
 from fairseq_ext.flops import ModelSpec, NoFlopsFormula, Stack, training_metrics
@@ -159,7 +158,7 @@ def printed_flops(out, label):
 @pytest.mark.slow
 def test_cli_as_a_module_prints_speedup_last():
     proc = subprocess.run(
-        [sys.executable, "-m", "fairseq_ext.flops", "--arch", "3ml_self_large", "--mask-prob",
+        [python_cli(), "-m", "fairseq_ext.flops", "--arch", "3ml_self_large", "--mask-prob",
          "0.5", "--tokens-per-sample", "128"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
         env=dict(os.environ, OMP_NUM_THREADS="1"))

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, cli_zygote
 
 SUITE = REPO_ROOT / "scripts" / "gpu_suite.sh"
 DRIVER = REPO_ROOT / "fairseq_ext" / "benchmarks" / "gpu_suite.py"
@@ -444,7 +444,13 @@ def test_train_stage_trains_for_real_on_the_cpu(tmp_path, tiny_data_bin):
     """The stage's own fairseq-hydra-train commands, run on this machine in bf16 (hydra's
     common.bf16 trains on the CPU too) at a tiny size: one masked-LM and one bidirectional_lm
     arch through their YAML twins, checked as on the GPU (but for CUDA)."""
-    env = {"GPU_ENV": str(Path(sys.executable).parent.parent), "GPU_SUITE_REQUIRE_CUDA": "0",
+    gpu_env = Path(sys.executable).parent.parent
+    zygote = cli_zygote()
+    if zygote is not None:  # an environment whose bin/ is the zygote's: its runs are served
+        gpu_env = tmp_path / "gpu-env"
+        gpu_env.mkdir()
+        (gpu_env / "bin").symlink_to(zygote.shims)
+    env = {"GPU_ENV": str(gpu_env), "GPU_SUITE_REQUIRE_CUDA": "0",
            "GPU_SUITE_DATA": str(tiny_data_bin), "TRAIN_ARCHS": "3ml_self_tiny bidir_lm_tiny",
            "TRAIN_UPDATES": "12", "TRAIN_SEQ_LEN": "32", "TRAIN_BATCH": "4",
            "TRAIN_LOG_INTERVAL": "3", "TRAIN_LR": "0.001", "OMP_NUM_THREADS": "1"}

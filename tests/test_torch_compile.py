@@ -81,7 +81,8 @@ def test_compiled_3ml_has_eagers_losses_and_compiles_each_bucket_once(tiny_data_
     queries and predictions are sized statically, so each batch shape compiles once, at its
     first batch, and never again; the losses and weights are eager's (exact sizes)."""
     flags = ("--sample-break-mode", "complete", "--required-seq-len-multiple", "8")
-    eager_step = trainer_step(tiny_data_bin, "3ml-self", *flags, seq_len=24, batches=24,
+    # two lengths (8 and 16) over 24 batches: each compile of a shape is the test's cost
+    eager_step = trainer_step(tiny_data_bin, "3ml-self", *flags, seq_len=16, batches=24,
                               shuffle=True)
     shapes = [tuple(s["net_input"]["src_tokens"].shape) for s in eager_step.samples]
     assert len(set(shapes)) >= 2, shapes  # the test needs batches of several lengths
@@ -89,7 +90,7 @@ def test_compiled_3ml_has_eagers_losses_and_compiles_each_bucket_once(tiny_data_
     initial = {n: p.detach().clone() for n, p in eager_step.trainer.model.named_parameters()}
     eager = losses(eager_step, 24)
     compiled_step = trainer_step(tiny_data_bin, "3ml-self", "--torch-compile", *flags,
-                                 seq_len=24, batches=24, shuffle=True)
+                                 seq_len=16, batches=24, shuffle=True)
     assert [tuple(s["net_input"]["src_tokens"].shape) for s in compiled_step.samples] == shapes
     compiled, compiled_at = losses_and_compiles(compiled_step, 24)
     assert_same_training(eager_step, compiled_step, eager, compiled, initial)
