@@ -311,10 +311,12 @@ def build_uninitialised(monkeypatch):
     return lambda arch, **kwargs: build(arch, **kwargs)[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def forked():
-    """A forked fairseq CLI server for the module's runs (:class:`forked_cli.ForkedCli`):
-    fairseq-train and fairseq-validate without a fresh interpreter each."""
+    """A forked fairseq CLI server for this pytest process's runs that need to hold a run's
+    pid (:class:`forked_cli.ForkedCli`): fairseq-train and fairseq-validate without a fresh
+    interpreter each. One per session: each run is a fresh fork, so nothing passes between
+    tests, and its imports are paid once instead of once per module."""
     from forked_cli import ForkedCli
 
     with ForkedCli() as cli:

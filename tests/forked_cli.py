@@ -127,7 +127,11 @@ def serve() -> None:
     os.dup2(2, 1)
     for module in (*CLI_MODULES.values(), *LAZY_IMPORTS):
         importlib.import_module(module)
+    import gc
+
     import fairseq_ext  # noqa: F401  (what --user-dir fairseq_ext imports)
+
+    gc.freeze()  # the imported objects out of the collector's reach: children copy fewer pages
 
     for line in sys.stdin:
         request = json.loads(line)

@@ -60,10 +60,10 @@ COMMON = ["--user-dir", USER_DIR, "--tokens-per-sample", "32", "--optimizer", "f
 
 
 @pytest.fixture(scope="module")
-def ranks():
-    """Two fork servers: rank 0 (and the one-process reference) and rank 1."""
-    with ForkedCli() as first, ForkedCli() as second:
-        yield first, second
+def ranks(forked):
+    """Two fork servers: rank 0 (and the one-process reference: the session's) and rank 1."""
+    with ForkedCli() as second:
+        yield forked, second
 
 
 def train_both_ways(ranks, args, tmp_path, ddp_args=()):
