@@ -76,9 +76,16 @@ def cli_zygote():
     """This pytest process's fork server of fairseq's CLIs (``tests/cli_zygote.py``), started on
     first use; its environment (``FAIRSEQ_BIN``, the socket) goes into ``os.environ``, so that
     every run a test starts, recipes and scripts included, forks from it instead of importing
-    torch and fairseq again. ``FAIRSEQ_EXT_TEST_ZYGOTE=0`` turns it off (every run real)."""
+    torch and fairseq again. ``FAIRSEQ_EXT_TEST_ZYGOTE=0`` turns it off (every run real), and
+    so does a GPU: runs that use CUDA start as real processes (the GPU suite's tests stage)."""
     if not _ZYGOTE and os.environ.get("FAIRSEQ_EXT_TEST_ZYGOTE", "1") != "0":
         import tempfile
+
+        import torch
+
+        if torch.cuda.is_available():
+            os.environ["FAIRSEQ_EXT_TEST_ZYGOTE"] = "0"
+            return None
 
         from cli_zygote import CliZygote
 

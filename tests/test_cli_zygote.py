@@ -16,6 +16,16 @@ from conftest import REPO_ROOT, USER_DIR, cli_zygote, fairseq_cli, json_log_reco
 PLUGIN = str(USER_DIR)
 
 
+@pytest.fixture
+def zygote():
+    """This process's fork server; the test is skipped where there is none (a GPU machine, or
+    ``FAIRSEQ_EXT_TEST_ZYGOTE=0``)."""
+    server = cli_zygote()
+    if server is None:
+        pytest.skip("no fork server here (GPU machine or FAIRSEQ_EXT_TEST_ZYGOTE=0)")
+    return server
+
+
 def request(cli, *args, cwd=REPO_ROOT):
     return {"cli": cli, "args": list(args), "cwd": str(cwd)}
 
@@ -70,11 +80,10 @@ def served_lines(zygote):
 
 
 @pytest.mark.slow
-def test_a_served_run_logs_what_the_console_script_logs(tiny_data_bin, tmp_path):
+def test_a_served_run_logs_what_the_console_script_logs(zygote, tiny_data_bin, tmp_path):
     """The same fairseq-train through the shim and through the real console script: the same
     training records and checkpoints' losses, the same lines but for timings, and the zygote's
     log says it served the one and never saw the other."""
-    zygote = cli_zygote()
     env = dict(os.environ, PATH=search_path(), OMP_NUM_THREADS="1")
     outputs = {}
     for real in (False, True):
@@ -111,11 +120,11 @@ time.sleep(120)
 """
 
 
-def start_sleeper(tmp_path, *args):
+def start_sleeper(zygote, tmp_path, *args):
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     pid_file = tmp_path / f"pid-{'-'.join(args)}"
-    shim = os.path.join(cli_zygote().shims, "python")
+    shim = os.path.join(zygote.shims, "python")
     proc = subprocess.Popen([shim, str(script), str(pid_file), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -138,21 +147,21 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_exit_status_signals_and_kills_reach_the_served_run(tmp_path):
-    proc, _ = start_sleeper(tmp_path, "exit", "3")
+def test_exit_status_signals_and_kills_reach_the_served_run(zygote, tmp_path):
+    proc, _ = start_sleeper(zygote, tmp_path, "exit", "3")
     assert proc.wait(timeout=60) == 3
-    proc, _ = start_sleeper(tmp_path, "raise")
+    proc, _ = start_sleeper(zygote, tmp_path, "raise")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "ValueError: raised on purpose" in err
     # a signal to the shim is the run's: it dies of it, and the shim's status says so
-    proc, pid_file = start_sleeper(tmp_path, "sleep", "term")
+    proc, pid_file = start_sleeper(zygote, tmp_path, "sleep", "term")
     run = int(pid_file.read_text())
     assert run != proc.pid and alive(run)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == -signal.SIGTERM
     assert not alive(run)
     # a shim killed outright takes its run with it
-    proc, pid_file = start_sleeper(tmp_path, "sleep", "kill")
+    proc, pid_file = start_sleeper(zygote, tmp_path, "sleep", "kill")
     run = int(pid_file.read_text())
     proc.kill()
     proc.wait(timeout=60)
@@ -160,7 +169,7 @@ def test_exit_status_signals_and_kills_reach_the_served_run(tmp_path):
     while alive(run):
         assert time.monotonic() < deadline, "the run outlived its killed shim"
         time.sleep(0.05)
-    served = [line for line in served_lines(cli_zygote()) if "sleeper.py" in line]
+    served = [line for line in served_lines(zygote) if "sleeper.py" in line]
     assert len(served) == 4 and all(line.startswith("served: ") for line in served)
 
 
