@@ -211,8 +211,6 @@ def run_request(request) -> int:
     import numpy
     import torch
 
-    from fairseq_ext.cli.errors import install_one_line_errors
-    from fairseq_ext.models.validation import fairseq_program
     from fairseq_ext.training.fused_kernels import log_fused_kernels
 
     os.chdir(request["cwd"])
@@ -225,17 +223,29 @@ def run_request(request) -> int:
     torch.set_num_threads(int(threads) if threads and threads.isdigit() else os.cpu_count())
     if request["cli"] in PYTHON_NAMES:
         return run_python(request)
-    user_dir = option_value(request["args"], "--user-dir")
-    if user_dir is not None:  # a link to the checkout's fairseq_ext: the package imported already
-        from fairseq.utils import import_user_module
-
-        import_user_module.memo.add(os.path.abspath(user_dir))
     module = importlib.import_module(CLI_MODULES[request["cli"]])  # logging set up here
     if request["cli"] in PLUGIN_WHEN_ASKED:
-        install_one_line_errors(fairseq_program())  # what importing fairseq_ext does under argv
+        as_the_plugin_import_does(request["args"])
         if request["cli"] != "fairseq-hydra-train" and not {"-h", "--help"} & set(request["args"]):
             log_fused_kernels()  # logged where a fresh run imports the plugin (not for --help)
     return exit_code(module.cli_main)
+
+
+def as_the_plugin_import_does(args) -> None:
+    """In a run of a fairseq CLI given the plugin (``args``: the CLI's arguments, ``sys.argv``
+    set): what a fresh process's import of fairseq_ext leaves behind. fairseq's
+    ``import_user_module`` takes ``--user-dir`` as imported (it may be a link to the checkout's
+    fairseq_ext, which the server imported by its own path), and the one-line errors are
+    installed under this argv."""
+    from fairseq.utils import import_user_module
+
+    from fairseq_ext.cli.errors import install_one_line_errors
+    from fairseq_ext.models.validation import fairseq_program
+
+    user_dir = option_value(args, "--user-dir")
+    if user_dir is not None:
+        import_user_module.memo.add(os.path.abspath(user_dir))
+    install_one_line_errors(fairseq_program())
 
 
 def run_python(request) -> int:
@@ -248,12 +258,9 @@ def run_python(request) -> int:
         sys.argv = [target, *request["args"][2:]]
         sys.path[:] = [request["cwd"], *BASE_SYS_PATH]
         if MODULE_CLIS.get(target) in PLUGIN_WHEN_ASKED:  # python -m fairseq_cli.train --user-dir
-            from fairseq_ext.cli.errors import install_one_line_errors
-            from fairseq_ext.models.validation import fairseq_program
-
             sys.argv[0] = os.path.join(os.path.dirname(__import__("fairseq_cli").__file__),
                                        target.split(".")[1] + ".py")
-            install_one_line_errors(fairseq_program())
+            as_the_plugin_import_does(request["args"][2:])
         return exit_code(lambda: runpy.run_module(target, run_name="__main__", alter_sys=True))
     sys.argv = [request["args"][0], *request["args"][1:]]
     sys.path[:] = [os.path.dirname(os.path.abspath(target)), *BASE_SYS_PATH]

@@ -111,7 +111,7 @@ def fast_tests_do_not_train(request):
     if request.node.get_closest_marker("slow") or not _ZYGOTE:
         return
     with open(_ZYGOTE[0].log) as log:
-        log.seek(before if zygote else 0)
+        log.seek(before)
         trained = [line.strip() for line in log if line.startswith(TRAINING_RUNS)
                    and f"  # {request.node.nodeid} (" in line  # this test's (not a late one's)
                    and not {"-h", "--help"} & set(line.split())]

@@ -24,12 +24,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_zygote import CLI_MODULES, exit_code  # the CLIs it runs, their modules
+
 from fairseq_ext.cli.errors import install_one_line_errors
 from fairseq_ext.models.validation import fairseq_program
-
-#: The console scripts the server can run, and the module whose ``cli_main`` each one calls.
-CLI_MODULES = {"fairseq-train": "fairseq_cli.train", "fairseq-validate": "fairseq_cli.validate",
-               "fairseq-hydra-train": "fairseq_cli.hydra_train"}
 
 #: Modules a run imports on first use, not at startup: torch's optimizers import dynamo (2 s).
 LAZY_IMPORTS = ("torch._dynamo",)
@@ -103,19 +101,7 @@ def _run_child(request) -> int:
     sys.argv = [request["cli"], *request["args"]]
     # what importing fairseq_ext (--user-dir) does in a fresh process with this argv
     install_one_line_errors(fairseq_program())
-    try:
-        importlib.import_module(CLI_MODULES[request["cli"]]).cli_main()
-        return 0
-    except SystemExit as stop:
-        if stop.code is not None and not isinstance(stop.code, int):
-            print(stop.code, file=sys.stderr)  # sys.exit("message"), as Python prints it
-        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    except BaseException:
-        sys.excepthook(*sys.exc_info())  # what Python does with an uncaught exception
-        return 1
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+    return exit_code(importlib.import_module(CLI_MODULES[request["cli"]]).cli_main)
 
 
 def serve() -> None:
