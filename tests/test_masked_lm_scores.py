@@ -151,3 +151,16 @@ def test_two_checkpoints_are_scored_on_the_same_positions_and_paired(tiny_data_b
     assert not np.array_equal(other.mask_tokens, a.mask_tokens)  # another rate, other positions
     paired = paired_difference_bits(other, a)  # paired over sequences only
     assert math.isfinite(paired.standard_error) and paired.standard_error > 0
+
+
+def test_device_cuda_is_refused_where_torch_sees_no_gpu(tiny_data_bin, tiny_checkpoint,
+                                                        monkeypatch, capsys):
+    """The GPU studies score on --device cuda; without a GPU that is said before any model is
+    loaded (the CUDA path itself runs in the GPU suite's study stage)."""
+    from fairseq_ext.evaluation import masked_lm_scores
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit_info:
+        masked_lm_scores.main([str(tiny_data_bin), str(tiny_checkpoint), "--device", "cuda"])
+    assert exit_info.value.code == 2
+    assert "--device cuda: torch sees no CUDA device here" in capsys.readouterr().err

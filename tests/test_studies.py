@@ -77,12 +77,19 @@ def test_t_critical_against_the_t_table():
 
 
 def test_every_registered_study_is_well_formed():
-    assert set(studies.STUDIES) == {"3ml", "swishrnn", "bidirectional", "bidirectional-flops",
-                                     "bidirectional-documents"}
+    assert set(studies.STUDIES) == {"3ml", "3ml-gpu", "swishrnn", "bidirectional",
+                                     "bidirectional-flops", "bidirectional-documents"}
     for study in studies.STUDIES.values():
         assert len(study.seeds) >= 3 and study.minutes <= 60
         studies.check_study(study)  # claims name the study's models, kinds known
-        assert study.claims and study.lr_grid == studies.LR_GRID
+        assert study.claims
+        if study.device == "cpu":
+            assert study.lr_grid == studies.LR_GRID
+    # the GPU study takes, for every model, the rate the CPU 3ML study chose for all of its
+    # models on held-out data, as its notes say (the committed report)
+    chosen = json.loads((REPO_ROOT / "docs/studies/3ml/study.json").read_text())["lr_selection"]
+    assert {entry["lr"] for entry in chosen.values()} == {"5e-4"}
+    assert {model.env["PEAK_LR"] for model in studies.STUDIES["3ml-gpu"].models} == {"5e-4"}
 
 
 def test_every_claim_names_its_source_and_metric_or_is_marked_ours():
@@ -149,7 +156,7 @@ def test_the_3ml_study_uses_the_smallest_shape_with_an_analytic_speedup_of_1_2()
     assert studies.smallest_3ml_shape(EMBEDDED_VOCAB, min_speedup=100.0) is None
 
 
-@pytest.mark.parametrize("name", ["3ml", "swishrnn", "bidirectional-flops"])
+@pytest.mark.parametrize("name", ["3ml", "3ml-gpu", "swishrnn", "bidirectional-flops"])
 def test_each_study_plans_every_model_and_seed_at_the_baselines_flops(name, tiny_data_bin):
     study = studies.STUDIES[name]
     plan = studies.plan_study(study, tiny_data_bin, baseline_updates=50)
@@ -167,7 +174,7 @@ def test_each_study_plans_every_model_and_seed_at_the_baselines_flops(name, tiny
     for planned in plan:
         cost = per_update[planned.model.name]
         assert planned.updates * cost <= budget * (1 + 1e-9) < (planned.updates + 1) * cost
-    if name == "3ml":  # the chosen shape makes 3ML-self's updates cheaper than RoBERTa's
+    if name.startswith("3ml"):  # the chosen shape makes 3ML-self's updates cheaper than RoBERTa's
         counts = {p.model.name: p.updates for p in plan}  # (by 1.2x at 8,000 pieces; the
         assert counts["3ml-self-40%"] > counts["roberta-15%"]  # tiny vocabulary gives more)
 
@@ -219,6 +226,11 @@ def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_pa
                                  / studies.RESULT).read_text())
             assert result["seed"] == seed and result["updates"] == result["planned_updates"]
             assert len(result["curve"]) >= 2  # the scored checkpoints: the curve of the plot
+            walls = [point["wall"] for point in result["curve"]]  # fairseq's, whole seconds
+            assert walls == sorted(walls) and all(w == int(w) >= 0 for w in walls)
+        assert rows[name]["train_seconds"] == pytest.approx(mean_over_seeds(
+            [json.loads((runs_dir / name.replace("%", "pct") / f"seed{seed}" / studies.RESULT)
+                        .read_text())["curve"][-1]["wall"] for seed in (1, 2)]).value)
     per_seed_vs = [rows["3ml-self-40%"]["per_seed"][s]["vs_baseline"] for s in ("1", "2")]
     for s, value in zip(("1", "2"), per_seed_vs):  # paired over the same positions: loss - loss
         assert value == pytest.approx(rows["3ml-self-40%"]["per_seed"][s]["mask_loss"]
@@ -434,3 +446,156 @@ def test_the_held_out_lines_start_at_a_document_boundary(tiny_data_bin, tmp_path
     assert heldout_data_bin(tiny_data_bin, tmp_path / "heldout", 0.25) == out  # reused
     with pytest.raises(SystemExit, match="holds another held-out split"):
         heldout_data_bin(tiny_data_bin, tmp_path / "heldout", 0.1)
+
+
+def test_the_gpu_study_trains_on_the_gpu_in_fp16_at_its_shape(tiny_data_bin):
+    """3ml-gpu: its recipes' commands under the GPU's environment train off the CPU in fairseq
+    fp16 at 6 x 512 with 512-token blocks of 32; 3ML-self-40%'s analytic speedup there is 1.25."""
+    from fairseq_ext import flops
+
+    study = studies.STUDIES["3ml-gpu"]
+    assert study.device == "cuda" and study.seeds == (1, 2, 3) and not study.lr_grid
+    assert studies.run_environment("cuda") == studies.GPU_RUN_ENV
+    assert studies.run_environment("cpu") == demo.ONE_THREAD
+    for model in study.models:
+        gpu_run = dataclass_replace(model, env={**model.env, **studies.run_environment("cuda")})
+        command = demo.planned_command(gpu_run.run(2), tiny_data_bin)
+        assert "--fp16" in command and "--cpu" not in command
+        assert "--cpu" in demo.planned_command(model.run(2), tiny_data_bin)  # the recipes' own
+        for flag, value in (("--encoder-layers", "6"), ("--encoder-embed-dim", "512"),
+                            ("--encoder-attention-heads", "8"), ("--tokens-per-sample", "512"),
+                            ("--batch-size", "32"), ("--lr", "5e-4"), ("--dropout", "0.1"),
+                            ("--seed", "2")):
+            assert demo.command_option(command, flag) == value, flag
+    self_model = study.model("3ml-self-40%")
+    assert demo.command_option(demo.planned_command(self_model.run(), tiny_data_bin),
+                               "--decoder-embed-dim") == "256"
+    shape = dict(encoder_layers=6, encoder_embed_dim=512, encoder_ffn_embed_dim=2048)
+    roberta = flops.training_flops_per_sequence(
+        flops.spec_for_arch("roberta_mini_prenorm", **shape), 512, 0.15, 8000)
+    three_ml = flops.training_flops_per_sequence(
+        flops.spec_for_arch("3ml_self_mini", decoder_layers=2, decoder_embed_dim=256,
+                            decoder_ffn_embed_dim=1024, **shape), 512, 0.4, 8000)
+    assert roberta / three_ml == pytest.approx(1.25, abs=0.005)
+
+
+def test_a_gpu_study_is_refused_where_torch_sees_no_gpu(tiny_data_bin, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="torch sees no CUDA device here.*--device cpu"):
+        studies.main(["3ml-gpu", "--data", str(tiny_data_bin)])
+    seen = {}
+
+    def fake_run(study, data, runs_dir, *args, **kwargs):
+        seen.update(device=study.device, runs_dir=runs_dir)
+        return 1
+
+    monkeypatch.setattr(studies, "run", fake_run)
+    with pytest.raises(SystemExit) as exit_info:  # moved to the CPU it goes ahead
+        studies.main(["3ml-gpu", "--data", str(tiny_data_bin), "--device", "cpu"])
+    assert exit_info.value.code == 1 and seen["device"] == "cpu"
+    assert seen["runs_dir"].parts[-2:] == ("studies", "3ml-gpu")
+
+
+def hand_scores(run_dir, final_bits):
+    """A finished masked-LM run's scores.json: its last checkpoint's [MASK] loss ``final_bits``
+    over two sequences of one [MASK] each."""
+    from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
+
+    nats = final_bits * math.log(2)
+    arrays = dict(ids=[0, 1], mask_loss=[nats - 0.1, nats + 0.1], mask_tokens=[1.0, 1.0],
+                  mask_unigram_loss=[7.0, 7.0], corrupted_loss=[nats, nats],
+                  corrupted_tokens=[1.0, 1.0], corrupted_unigram_loss=[7.0, 7.0])
+    import numpy as np
+
+    record = SequenceScores(**{k: np.asarray(v) for k, v in arrays.items()}).to_json()
+    run_dir.mkdir(parents=True)
+    (run_dir / "scores.json").write_text(json.dumps({"scores": {
+        "checkpoints/checkpoint_last.pt": record}}))
+
+
+def hand_results(tmp_path, curves, finals):
+    """``{key: result}`` of hand-made runs: each ``curves[key]`` a list of (PFLOPs, wall
+    seconds, [MASK] loss) points, ``finals[key]`` its last checkpoint's loss in bits."""
+    results = {}
+    for key, points in curves.items():
+        run_dir = tmp_path / key.replace("%", "pct")
+        hand_scores(run_dir, finals[key])
+        results[key] = {
+            "run_dir": str(run_dir), "scores_file": "scores.json", "updates": 40,
+            "checkpoint_files": {"40": "checkpoints/checkpoint_last.pt"}, "train_pflops": 4.0,
+            "sec_per_update": 1.0, "analytic_pflops_per_update": 0.1,
+            "curve": [{"updates": 10 * (i + 1), "pflops": f, "wall": w, "valid_loss": loss}
+                      for i, (f, w, loss) in enumerate(points)]}
+    return results
+
+
+REACH_STUDY = Study(
+    "reach", "hand", studies.MASKED_LM, (StudyModel("roberta-15%", "r"), StudyModel("3ml", "r")),
+    (1, 2, 3), 40,
+    (Claim("3ML reaches it sooner", "less_time", "3ml", "roberta-15%"),
+     Claim("3ML reaches it with fewer FLOPs", "fewer_flops", "3ml", "roberta-15%")))
+#: RoBERTa's final losses and curves (budget 4 PFLOPs; 40, 44 and 38 s), and 3ML's curves that
+#: cross them halfway between two checkpoints: at 20, 22.5 and 28 s; 3, 3 and 4.2 PFLOPs.
+REACH_FINALS = {"roberta-15%/seed1": 8.0, "roberta-15%/seed2": 8.1, "roberta-15%/seed3": 7.9,
+                "3ml/seed1": 7.6, "3ml/seed2": 7.7, "3ml/seed3": 7.8}
+REACH_CURVES = {
+    "roberta-15%/seed1": [(1, 10, 9.0), (2, 20, 8.6), (3, 30, 8.2), (4, 40, 8.0)],
+    "roberta-15%/seed2": [(1, 11, 9.0), (2, 22, 8.6), (3, 33, 8.3), (4, 44, 8.1)],
+    "roberta-15%/seed3": [(1, 9, 9.0), (2, 19, 8.6), (3, 28, 8.1), (4, 38, 7.9)],
+    "3ml/seed1": [(1.2, 8, 9.0), (2.4, 16, 8.2), (3.6, 24, 7.8), (4.8, 32, 7.6)],
+    "3ml/seed2": [(1.2, 9, 9.0), (2.4, 18, 8.3), (3.6, 27, 7.9), (4.8, 36, 7.7)],
+    "3ml/seed3": [(1.2, 8, 9.0), (2.4, 16, 8.3), (3.6, 24, 8.0), (4.8, 32, 7.8)],
+}
+
+
+def test_time_and_flops_to_reach_the_baselines_final_loss_by_hand(tmp_path):
+    results = hand_results(tmp_path, REACH_CURVES, REACH_FINALS)
+    report = studies.masked_lm_report(REACH_STUDY, results)
+    by_name = {claim["claim"]: claim for claim in report["claims"]}
+    less_time, fewer_flops = by_name["3ML reaches it sooner"], by_name[
+        "3ML reaches it with fewer FLOPs"]
+    times = [20 / 40, 22.5 / 44, 28 / 38]
+    assert list(less_time["per_seed"].values()) == pytest.approx(times)
+    assert less_time["seconds_to_reach"] == pytest.approx({"1": 20, "2": 22.5, "3": 28})
+    assert less_time["baseline_seconds"] == pytest.approx({"1": 40, "2": 44, "3": 38})
+    expected = mean_over_seeds(times)
+    assert (less_time["ratio"], less_time["ratio_se"]) == pytest.approx(
+        (expected.value, expected.standard_error))
+    # 0.583 ± 0.077: the interval's top, 0.583 + 4.303 x 0.077 = 0.914, lies below 1
+    assert less_time["verdict"] == "holds" and less_time["ci_high"] < 1
+    assert less_time["ratio_unit"] == "time ratio"
+    assert "time ratio to reach it 0.583 ± 0.077 (3ml 23.5 ± 2.4 s, roberta-15%'s whole run " \
+           "40.7 ± 1.8 s)" == less_time["measured"]
+    flop_ratios = [3.0 / 4, 3.0 / 4, 4.2 / 4]
+    assert list(fewer_flops["per_seed"].values()) == pytest.approx(flop_ratios)
+    assert fewer_flops["ratio"] == pytest.approx(0.85)
+    assert fewer_flops["verdict"] == "unresolved"  # 0.85 ± 0.10: the interval reaches past 1
+    rows = {row["name"]: row for row in report["models"]}
+    assert rows["roberta-15%"]["train_seconds"] == pytest.approx((40 + 44 + 38) / 3)
+    figures_ = studies.study_figures(REACH_STUDY, report)
+    assert figures_["claim 1/ratio"]["unit"] == "time ratio"
+    assert figures_["claim 2/ratio"]["unit"] == "FLOP ratio"
+
+    # a seed that never gets there: unresolved; none that does: fails
+    slow = dict(REACH_CURVES, **{"3ml/seed3": [(1.2, 8, 9.0), (4.8, 32, 8.5)]})
+    claims = studies.masked_lm_report(REACH_STUDY, hand_results(tmp_path / "slow", slow,
+                                                                REACH_FINALS))["claims"]
+    assert claims[0]["verdict"] == "unresolved"
+    assert claims[0]["measured"] == "not reached within the budget in 1 of 3 seeds"
+    never = dict(REACH_CURVES, **{f"3ml/seed{s}": [(1.2, 8, 9.5)] for s in (1, 2, 3)})
+    claims = studies.masked_lm_report(REACH_STUDY, hand_results(tmp_path / "never", never,
+                                                                REACH_FINALS))["claims"]
+    assert claims[0]["verdict"] == claims[1]["verdict"] == "fails"
+    # a baseline that logged 0 s (fairseq's whole seconds, a tiny run): nothing to divide by
+    instant = dict(REACH_CURVES, **{"roberta-15%/seed2": [(4, 0, 8.1)]})
+    claims = studies.masked_lm_report(REACH_STUDY, hand_results(tmp_path / "instant", instant,
+                                                                REACH_FINALS))["claims"]
+    assert claims[0]["verdict"] == "unresolved" and "logged no seconds" in claims[0]["measured"]
+    # a run recorded before the curves kept their wall times is refused, saying what to do
+    old = hand_results(tmp_path / "old", REACH_CURVES, REACH_FINALS)
+    for point in old["3ml/seed1"]["curve"]:
+        del point["wall"]
+    with pytest.raises(SystemExit, match="has no 'wall' in its curve.*remove that result.json"):
+        studies.masked_lm_report(REACH_STUDY, old)

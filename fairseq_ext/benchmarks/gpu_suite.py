@@ -60,6 +60,17 @@ bench_* stages, `all` = every stage; default: all of them; also the STAGES varia
                   losses compared (OUTDIR/fsdp-summary.tsv, fsdp-BACKEND.log,
                   fsdp-compare.txt): they match when none differs by more than FSDP_LOSS_TOL.
 
+  study           issue 47's GPU study (scripts/study.py GPU_SUITE_STUDY [3ml-gpu], docs/studies.md):
+                  RoBERTa-15% against 3ML-self-40% at 6 x 512, 3 seeds at equal analytic FLOPs,
+                  one run at a time in fairseq fp16, each scored on the GPU; the report gives
+                  the wall-clock seconds (and FLOPs) 3ML takes to reach RoBERTa's final [MASK]
+                  loss, ± SE over seeds. The runs directory is GPU_SUITE_STUDY_DIR/NAME
+                  [.gpu-study/NAME]: carried in the tree, its finished runs are read back, not
+                  retrained, so a study cut off in one call goes on in the next. Every file of
+                  it but checkpoints and data-bins is copied to OUTDIR/study/NAME/ when the
+                  stage ends, also when it is cut off (extract it into .gpu-study/NAME here to
+                  carry it). STUDY_UPDATES, STUDY_SEEDS: a shorter study (another runs
+                  directory: a finished run of another plan is refused).
 Training data: the embedded corpus's data-bin CARRIED in the tree, .gpu-data/python-docs-
 spm8000 (scripts/gpu_wheels.sh copies it there from data-bin/python-docs-spm8000, which needs
 apt-get and the network, so it is built on the CPU machine). If it is not there, the train
@@ -112,6 +123,9 @@ Environment (defaults in brackets):
   FSDP_ARCH [3ml_self_base]  FSDP_UPDATES [50]  FSDP_LOSS_TOL [0.02]
   FSDP_PRECISION [fp32]           fp32 or fp16 (memory-efficient, fairseq's adam); fairseq
                                   refuses fully_sharded with bf16
+  GPU_SUITE_STUDY [3ml-gpu]  GPU_SUITE_STUDY_DIR [.gpu-study]  STUDY_UPDATES  STUDY_SEEDS
+                                  the study stage's study, where its runs go, and its baseline
+                                  updates and seeds (default: the study's own)
   GPU_SUITE_CMD_<stage>           run this shell command instead of the stage (tests of the
                                   suite, e.g. GPU_SUITE_CMD_build=false)
   GPU_SUITE_TIMEOUT_<stage>  GPU_SUITE_STAGE_TIMEOUT [580]  GPU_SUITE_BUDGET [0]  as above
@@ -237,6 +251,10 @@ class Settings:
     fsdp_updates: str
     fsdp_precision: str
     fsdp_loss_tol: str
+    study: str
+    study_dir: Path
+    study_updates: str
+    study_seeds: Tuple[str, ...]
     dry_run: bool
 
     @classmethod
@@ -275,6 +293,10 @@ class Settings:
             fsdp_updates=get("FSDP_UPDATES", "50"),
             fsdp_precision=get("FSDP_PRECISION", "fp32"),
             fsdp_loss_tol=get("FSDP_LOSS_TOL", "0.02"),
+            study=get("GPU_SUITE_STUDY", "3ml-gpu"),
+            study_dir=_path(environ, "GPU_SUITE_STUDY_DIR", REPO / ".gpu-study"),
+            study_updates=environ.get("STUDY_UPDATES", ""),
+            study_seeds=tuple(environ.get("STUDY_SEEDS", "").split()),
             dry_run=get("DRY_RUN", "0") == "1",
         )
 
@@ -1167,6 +1189,54 @@ def stage_fsdp(run: StageRun) -> int:
     return failed or int(bool(problems))
 
 
+# ------------------------------------------------------------------------------ the GPU study
+
+#: What the study stage leaves on the machine: checkpoints and data-bins (the study's held-out
+#: split); everything else of the runs directory comes back in OUTDIR/study/.
+STUDY_LEFT_BEHIND = (".pt", ".bin", ".idx")
+
+
+def copy_study_files(runs_dir: Path, target: Path) -> int:
+    """Copy every file under `runs_dir` but STUDY_LEFT_BEHIND's into `target`, keeping the
+    tree; returns how many. What a later call, or this machine's report, needs: each finished
+    run's result.json and scores.json, the logs, study.json and curves.png."""
+    copied = 0
+    for path in sorted(runs_dir.rglob("*")) if runs_dir.is_dir() else []:
+        if path.is_file() and not path.is_symlink() and not path.name.endswith(STUDY_LEFT_BEHIND):
+            dest = target / path.relative_to(runs_dir)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+            copied += 1
+    return copied
+
+
+def stage_study(run: StageRun) -> None:
+    """scripts/study.py GPU_SUITE_STUDY [3ml-gpu] on the GPU (issue 47, item 5) on the carried
+    data-bin, its runs in GPU_SUITE_STUDY_DIR/NAME (carried: finished runs are read back), its
+    output in OUTDIR/study-NAME.txt; then (also when the stage is ended at its limit: SIGTERM
+    leaves through here) copy_study_files into OUTDIR/study/NAME/."""
+    s, out = run.settings, run.outdir
+    py = use_env(run)
+    os.chdir(REPO)
+    data = s.data if s.dry_run else training_data(run)
+    runs_dir = s.study_dir / s.study
+    argv = [py, "scripts/study.py", s.study, "--data", data, "--runs-dir", runs_dir]
+    if s.study_updates:
+        argv += ["--updates", s.study_updates]
+    if s.study_seeds:
+        argv += ["--seeds", *s.study_seeds]
+    if not s.require_cuda:  # a trial on a machine without a GPU
+        argv += ["--device", "cpu"]
+    target = out / "study" / s.study
+    signal.signal(signal.SIGTERM, _terminate)  # the copy below still runs
+    try:
+        run.run(argv, tee=out / f"study-{s.study}.txt")
+    finally:
+        run.step(["copy_study_files", runs_dir, target],
+                 lambda: print(f"copied {copy_study_files(runs_dir, target)} files of {runs_dir} "
+                               f"to {target}", flush=True))
+
+
 # ---------------------------------------------------------------------------- the stages
 
 @dataclasses.dataclass(frozen=True)
@@ -1190,6 +1260,8 @@ STAGES: Dict[str, Stage] = {stage.name: stage for stage in (
     Stage("bench_bidir", stage_bench_bidir, "scripts/bench_bidirectional.py at 125m, flex"),
     Stage("train", stage_train, "fairseq-hydra-train per arch, each json log checked"),
     Stage("fsdp", stage_fsdp, "--ddp-backend fully_sharded against legacy_ddp, losses compared"),
+    Stage("study", stage_study, "scripts/study.py 3ml-gpu: RoBERTa-15% against 3ML-self-40%, "
+          "wall clock to RoBERTa's final [MASK] loss"),
 )}
 ALL_STAGES = tuple(STAGES)
 #: Names --stages takes besides the stages' own.

@@ -3,7 +3,7 @@ unigram model on the same positions, so that every [MASK] loss carries a standar
 models (or a model and the unigram) are compared paired over the same validation sequences::
 
     python -m fairseq_ext.evaluation.masked_lm_scores DATA CKPT [CKPT ...] [--mask-prob 0.15]
-        [--seed 1] [--subset valid] [--out FILE]
+        [--seed 1] [--subset valid] [--device cpu|cuda] [--out FILE]
 
 Each checkpoint is loaded with fairseq's own ``checkpoint_utils`` (safe unpickling, as
 ``fairseq-validate`` loads it) and its stock ``masked_lm`` task builds the split with the
@@ -28,7 +28,9 @@ The loss of a model is the ratio ``sum_s l_s / sum_s n_s`` over sequences ``s``;
 error, and that of a paired difference, are the delta method over sequences
 (:func:`fairseq_ext.reporting.uncertainty.mean_loss`,
 :func:`~fairseq_ext.reporting.uncertainty.paired_mean_loss_difference`). ``--out`` writes the
-per-sequence arrays as JSON (never over an existing file).
+per-sequence arrays as JSON (never over an existing file). ``--device cuda`` runs the models on
+the GPU (fp32, as on the CPU); the corruption is drawn on the CPU by the dataset either way, so
+the positions, and the sums to within float rounding, are the same on both.
 """
 from __future__ import annotations
 
@@ -191,11 +193,14 @@ def load_for_scoring(checkpoint: Path, data: Path, mask_prob: float, seed: int):
 
 
 def score(model, task, unigram: Unigram, subset: str = "valid",
-          batch_size: int = 16) -> SequenceScores:
-    """:class:`SequenceScores` of ``model`` on ``subset`` (module docstring)."""
+          batch_size: int = 16, device: str = "cpu") -> SequenceScores:
+    """:class:`SequenceScores` of ``model`` on ``subset`` (module docstring); the forward
+    passes on ``device``, the bookkeeping on the CPU."""
     import torch
     import torch.nn.functional as F
     from fairseq import utils
+
+    model.to(device)
 
     task.load_dataset(subset, combine=False, epoch=1)
     dataset = task.dataset(subset)
@@ -218,11 +223,13 @@ def score(model, task, unigram: Unigram, subset: str = "valid",
             masked = target.ne(pad)
             if not masked.any():
                 continue
-            logits = model(**sample["net_input"], masked_tokens=masked)[0]
             targets = target[masked]
             inputs = sample["net_input"]["src_tokens"][masked]
-            losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets,
-                                     reduction="none").double()
+            net_input = utils.apply_to_sample(lambda tensor: tensor.to(device),
+                                              sample["net_input"])
+            logits = model(**net_input, masked_tokens=masked.to(device))[0]
+            losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
+                                     targets.to(device), reduction="none").double().cpu()
             reference = unigram_nll[targets]
             rows = masked.nonzero()[:, 0]
             scored = targets.ne(bos).double()  # not the <s> every block starts with
@@ -243,8 +250,8 @@ def score(model, task, unigram: Unigram, subset: str = "valid",
 
 
 def score_checkpoints(checkpoints: Sequence[Path], data: Path, mask_prob: float = 0.15,
-                      seed: int = 1, subset: str = "valid",
-                      batch_size: int = 16) -> Dict[str, SequenceScores]:
+                      seed: int = 1, subset: str = "valid", batch_size: int = 16,
+                      device: str = "cpu") -> Dict[str, SequenceScores]:
     """Every checkpoint scored on the same corrupted positions; the unigram is counted once."""
     results: Dict[str, SequenceScores] = {}
     unigram: Optional[Unigram] = None
@@ -252,7 +259,7 @@ def score_checkpoints(checkpoints: Sequence[Path], data: Path, mask_prob: float 
         model, task = load_for_scoring(Path(checkpoint), data, mask_prob, seed)
         if unigram is None:
             unigram = train_unigram(task)
-        results[str(checkpoint)] = score(model, task, unigram, subset, batch_size)
+        results[str(checkpoint)] = score(model, task, unigram, subset, batch_size, device)
     return results
 
 
@@ -265,14 +272,21 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="masking seed (default: %(default)s)")
     parser.add_argument("--subset", default="valid", help="split to score (default: valid)")
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the models run (default: %(default)s)")
     parser.add_argument("--out", type=Path, help="write the per-sequence scores as JSON")
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
     args = parser.parse_args(argv)
     if not 0.0 < args.mask_prob < 1.0:
         parser.error(f"--mask-prob {args.mask_prob}: give a rate in (0, 1), e.g. 0.15")
     prog = Path(sys.argv[0]).name
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device here; score with --device cpu")
     results = score_checkpoints(args.checkpoints, args.data, args.mask_prob, args.seed,
-                                args.subset, args.batch_size)
+                                args.subset, args.batch_size, args.device)
     for name, scores in results.items():
         loss, unigram, below = (scores.loss_bits(), scores.loss_bits(unigram=True),
                                 scores.below_unigram_bits())

@@ -393,17 +393,20 @@ def checkpoints_to_score(run_dir: Path, final_updates: int) -> Dict[int, Path]:
     return dict(sorted(checkpoints.items()))
 
 
-def score_run(data: Path, run_dir: Path, final_updates: int) -> Dict[int, "SequenceScores"]:
+def score_run(data: Path, run_dir: Path, final_updates: int,
+              device: str = "cpu") -> Dict[int, "SequenceScores"]:
     """Every checkpoint of a run scored on the valid split at :data:`SCORING_MASK_PROB`
-    (:mod:`fairseq_ext.evaluation.masked_lm_scores`, one process, one thread), by updates."""
+    (:mod:`fairseq_ext.evaluation.masked_lm_scores`, one process; on the CPU one thread, or on
+    ``device`` ``cuda``), by updates."""
     from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
 
     checkpoints = checkpoints_to_score(run_dir, final_updates)
     out = run_dir / "scores.json"
     cmd = [python_executable(), "-m", "fairseq_ext.evaluation.masked_lm_scores", str(data),
            *map(str, checkpoints.values()), "--mask-prob", str(SCORING_MASK_PROB),
-           "--out", str(out)]
-    for _ in stream(cmd, dict(os.environ, **ONE_THREAD), run_dir / "scores.log"):
+           "--device", device, "--out", str(out)]
+    env = dict(os.environ, **ONE_THREAD) if device == "cpu" else dict(os.environ)
+    for _ in stream(cmd, env, run_dir / "scores.log"):
         pass
     written = json.loads(out.read_text())
     scores = written["scores"]
@@ -432,18 +435,21 @@ def curve_points(run_dir: Path, scores: Dict[int, "SequenceScores"]) -> List["Cu
         curves.ValidPoint(updates, score.loss_bits().value) for updates, score in scores.items()])
 
 
-def flops_to_reach(curve: Sequence["CurvePoint"], target: float) -> Optional[float]:
-    """Training PFLOPs at which a [MASK]-loss curve first reaches ``target`` (bits), linearly
-    interpolated between the scored checkpoints around the crossing; ``None`` when it never
-    gets there. Before the first checkpoint the curve is not known, so a first point already
-    below the target gives that point's PFLOPs (an upper bound)."""
+def flops_to_reach(curve: Sequence["CurvePoint"], target: float,
+                   axis: str = "pflops") -> Optional[float]:
+    """Training PFLOPs (``axis="wall"``: seconds of training) at which a [MASK]-loss curve
+    first reaches ``target`` (bits), linearly interpolated between the scored checkpoints
+    around the crossing; ``None`` when it never gets there. Before the first checkpoint the
+    curve is not known, so a first point already below the target gives that point's value (an
+    upper bound)."""
     previous = None
     for point in curve:
         if point.valid_loss <= target:
             if previous is None or previous.valid_loss == point.valid_loss:
-                return point.pflops
+                return getattr(point, axis)
             share = (previous.valid_loss - target) / (previous.valid_loss - point.valid_loss)
-            return previous.pflops + share * (point.pflops - previous.pflops)
+            before, after = getattr(previous, axis), getattr(point, axis)
+            return before + share * (after - before)
         previous = point
     return None
 

@@ -13,7 +13,9 @@ figure, its metric and figures, whether we measure a proxy; or :data:`OUR_QUESTI
    the grid on the training split without its last 5% (:mod:`fairseq_ext.corpus.heldout`),
    scored on that 5%, never on the valid split the compared figures come from;
 1. trains every (model, seed) through the model's bash recipe at its rate (``--seed S``
-   appended), two runs at a time at one torch thread each, into ``<runs-dir>/<model>/seed<S>/``;
+   appended), two runs at a time at one torch thread each (a study on the GPU,
+   ``Study.device == "cuda"``: one at a time, :data:`GPU_RUN_ENV`), into
+   ``<runs-dir>/<model>/seed<S>/``;
    a run is *finished* when its ``result.json`` exists (written atomically after training and
    evaluation); a finished run is never retrained, and a run directory without one (the study
    was killed there) is removed and redone; every path a run records is relative to the runs
@@ -90,6 +92,17 @@ CURVE_POINTS = demo.CURVE_POINTS
 CURVE_VALID_BATCHES = 25
 #: Characters per line of a curve plot's title (:func:`plot_study`).
 TITLE_WIDTH = 80
+#: Where a study's runs train (:attr:`Study.device`).
+DEVICES = ("cpu", "cuda")
+#: The recipes' environment for a study on the GPU: off the CPU (the demo recipes default to
+#: ``CPU=1``), fairseq's fp16 (the shell recipes' GPU precision: fairseq-train 0.12 makes
+#: ``--bf16`` TPU training, docs/scaling.md) and no memory plan printed before each run (one
+#: Python start-up less per run).
+GPU_RUN_ENV = {"CPU": "0", "PRECISION": "--fp16", "MEMORY_PLAN": "0"}
+#: Claims that read where a [MASK]-loss curve reaches a target, and the curve's axis each reads
+#: (training PFLOPs, or seconds of training on the wall clock), with its ratio's unit.
+REACH_AXES = {"fewer_flops": ("pflops", "FLOP ratio"), "less_time": ("wall", "time ratio")}
+CLAIM_KINDS = ("better", "on_par", *REACH_AXES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +133,11 @@ class Claim:
     * ``"better"``: ``a`` has the better ``metric`` (lower loss or ppl, higher accuracy);
     * ``"on_par"``: ``a`` and ``b`` are within ``margin`` (the metric's unit) of each other;
     * ``"fewer_flops"``: ``a`` reaches ``b``'s final [MASK] loss with fewer training FLOPs
-      (the ratio of its PFLOPs to reach it over ``b``'s whole budget is below 1).
+      (the ratio of its PFLOPs to reach it over ``b``'s whole budget is below 1);
+    * ``"less_time"``: the same on the wall clock: ``a`` reaches ``b``'s final [MASK] loss in
+      less training time than ``b`` took for its whole budget (fairseq's logged ``wall``: the
+      seconds since its trainer started, whole seconds; for a study on one GPU, where the runs
+      do not share the device).
 
     ``metric``: ``"mask_loss"`` (bits) for masked LMs; for bidirectional LMs a column,
     ``"full"``, ``"suffix:R"`` or ``"infill:R"``, with ``metric_b`` where ``b`` is read at
@@ -156,6 +173,11 @@ class Study:
     """A comparison: models (the first is the baseline whose ``baseline_updates`` set the
     budget), seeds, the kind of evaluation, the claims and the wall-time budget.
 
+    ``device``: where the runs train and are scored, ``"cpu"`` (:data:`~fairseq_ext.experiments.
+    recipe_runs.WORKERS` runs at a time, one torch thread each) or ``"cuda"`` (one run at a
+    time on the GPU with :data:`GPU_RUN_ENV`; scored on the GPU); ``scripts/study.py --device``
+    overrides it.
+
     ``budget``: :data:`EQUAL_FLOPS` (every model the updates that buy the baseline's analytic
     training FLOPs, as 3ML's Table 3 compares) or :data:`EQUAL_TOKENS` (every model the
     baseline's updates of the same batch: the same training tokens, as the bidirectionality
@@ -176,6 +198,7 @@ class Study:
     lr_grid: Tuple[str, ...] = ()
     finetune: Optional[FinetuneProtocol] = None
     finetune_claims: Tuple[Claim, ...] = ()
+    device: str = "cpu"
 
     def model(self, name: str) -> StudyModel:
         return next(model for model in self.models if model.name == name)
@@ -191,6 +214,8 @@ def check_study(study: Study) -> None:
         problems.append(f"seeds must be distinct, at least one: {study.seeds}")
     if study.kind not in (MASKED_LM, BIDIRECTIONAL):
         problems.append(f"kind must be {MASKED_LM} or {BIDIRECTIONAL}, got {study.kind!r}")
+    if study.device not in DEVICES:
+        problems.append(f"device must be one of {DEVICES}, got {study.device!r}")
     if study.budget not in (EQUAL_FLOPS, EQUAL_TOKENS):
         problems.append(f"budget must be {EQUAL_FLOPS} or {EQUAL_TOKENS}, got {study.budget!r}")
     for lr in finetuning.not_positive(study.lr_grid):
@@ -200,10 +225,10 @@ def check_study(study: Study) -> None:
     for claim in study.claims:
         if {claim.a, claim.b} - set(names):
             problems.append(f"claim {claim.text!r} names models outside {names}")
-        if claim.kind not in ("better", "on_par", "fewer_flops"):
+        if claim.kind not in CLAIM_KINDS:
             problems.append(f"claim {claim.text!r}: unknown kind {claim.kind!r}")
-        if claim.kind == "fewer_flops" and study.kind != MASKED_LM:
-            problems.append(f"claim {claim.text!r}: fewer_flops needs [MASK]-loss curves")
+        if claim.kind in REACH_AXES and study.kind != MASKED_LM:
+            problems.append(f"claim {claim.text!r}: {claim.kind} needs [MASK]-loss curves")
         if claim.kind == "on_par" and not (claim.margin or 0) > 0:
             problems.append(f"claim {claim.text!r}: on_par needs a positive margin (what counts "
                             "as on par, in the metric's unit)")
@@ -401,6 +426,69 @@ register_study(Study(
           "best peak lr of LR_GRID on held-out training data.",
     finetune=THREE_ML_FINETUNE,
     finetune_claims=THREE_ML_FINETUNE_CLAIMS,
+))
+
+#: The GPU study's shape (issue 47): 6 encoder layers of 512 (8 heads, FFN 2048); 3ML-self's
+#: decoder is its architecture's default, 2 layers of half the encoder's width (256, 4 heads,
+#: FFN 1024). At 512-token blocks and an 8,000-piece vocabulary, 3ML-self-40%'s analytic
+#: speedup over RoBERTa-15% is 1.25 (App. D; tests/test_studies.py).
+THREE_ML_GPU_ENCODER = ("--encoder-layers", "6", "--encoder-embed-dim", "512",
+                        "--encoder-ffn-embed-dim", "2048", "--encoder-attention-heads", "8")
+THREE_ML_GPU_DECODER = ("--decoder-layers", "2", "--decoder-embed-dim", "256",
+                        "--decoder-ffn-embed-dim", "1024", "--decoder-attention-heads", "4")
+#: Its data and schedule: blocks of up to 512 tokens of whole lines (the pre-training recipes'
+#: ``complete``), 32 a batch (16,384 tokens an update), dropout 0.1 (Table 4's), peak lr 5e-4
+#: for both: the rate the CPU 3ML study chose for every one of its models on held-out training
+#: data (docs/studies/3ml/study.json, ``lr_selection``), not chosen again at this size, to keep
+#: the study inside one device call.
+THREE_ML_GPU_ENV = {"TOKENS_PER_SAMPLE": "512", "SAMPLE_BREAK_MODE": "complete",
+                    "BATCH_SIZE": "32", "MAX_SENTENCES": "32", "PEAK_LR": "5e-4",
+                    "WARMUP_UPDATES": "100", "DROPOUT": "0.1", "ATTENTION_DROPOUT": "0.1"}
+THREE_ML_GPU_DIFFERS = ("one GPU (the paper: 16 V100s), 6 x 512 for 1,000 RoBERTa updates of 16k "
+                        "tokens on the embedded corpus, fairseq fp16; a pre-training loss, not "
+                        "GLUE")
+
+register_study(Study(
+    name="3ml-gpu",
+    title="3ML on the GPU (issue 47): RoBERTa-15% against 3ML-self-40%, wall clock",
+    kind=MASKED_LM,
+    models=(
+        StudyModel("roberta-15%", "recipes/roberta/demo.sh",
+                   {**THREE_ML_GPU_ENV, "MASK_PROB": "0.15"}, THREE_ML_GPU_ENCODER),
+        StudyModel("3ml-self-40%", "recipes/3ml/demo.sh",
+                   {**THREE_ML_GPU_ENV, "MASK_PROB": "0.4", "ARCH": "3ml_self_mini"},
+                   THREE_ML_GPU_ENCODER + THREE_ML_GPU_DECODER),
+    ),
+    seeds=SEEDS,
+    baseline_updates=1000,
+    claims=(
+        Claim("3ML-self-40% reaches RoBERTa-15%'s final [MASK] loss in less wall-clock "
+              "training time", "less_time", "3ml-self-40%", "roberta-15%",
+              source="3ML, Section 3 (Training Recipes) and Table 3 (first block)",
+              paper_metric="training time, which Section 3 says falls in proportion to the "
+                           "training FLOPs (Table 3's speedup is App. D's FLOP ratio), at the "
+                           "GLUE dev average",
+              paper_figure="speedup 1.34 for 3MLself-40% (GLUE 85.0) against 24hBERT-15% "
+                           "(84.3)", proxy=True,
+              differs=THREE_ML_GPU_DIFFERS + "; fairseq's wall time (whole seconds since its "
+                                             "trainer started, checkpoint saves included)"),
+        Claim("3ML-self-40% reaches RoBERTa-15%'s final [MASK] loss with fewer training FLOPs",
+              "fewer_flops", "3ml-self-40%", "roberta-15%",
+              source="3ML, Table 3 (first block)", paper_metric="GLUE dev average",
+              paper_figure="3MLself-40% 85.0 at speedup 1.34 against 24hBERT-15% 84.3",
+              proxy=True, differs=THREE_ML_GPU_DIFFERS),
+        Claim("3ML-self-40% has a lower [MASK] loss than RoBERTa-15% at equal FLOPs", "better",
+              "3ml-self-40%", "roberta-15%",
+              differs="the CPU study's last claim at the GPU's shape; it mixes mask more and "
+                      "mask later"),
+    ),
+    minutes=10,
+    notes="One GPU, one run at a time (GPU_RUN_ENV: fairseq fp16). 6 layers x 512 (8 heads), "
+          "3ML-self's default decoder (2 x 256); blocks of up to 512 tokens, 32 a batch; peak lr "
+          "5e-4 for both (the CPU 3ML study's choice for every model), 100 warm-up updates, "
+          "dropout 0.1; RoBERTa-15% 1,000 updates, 3ML-self-40% the updates of the same "
+          "analytic FLOPs.",
+    device="cuda",
 ))
 
 #: SwishRNN's study depth: three layers, so that the interleaved step sizes 1, 2, 4 all run
@@ -749,6 +837,24 @@ def prepare_run_dir(run_dir: Path) -> None:
     run_dir.mkdir(parents=True)
 
 
+def run_environment(device: str) -> Dict[str, str]:
+    """What a run's recipe gets beside its model's environment: on the CPU one torch thread
+    (two runs share the 2 cores), on the GPU :data:`GPU_RUN_ENV`."""
+    return dict(demo.ONE_THREAD) if device == "cpu" else dict(GPU_RUN_ENV)
+
+
+def check_device(device: str) -> None:
+    """Refuse a GPU study where torch sees no GPU, before anything is planned or trained."""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("error: this study trains on a GPU (device cuda) and torch sees no "
+                             "CUDA device here: run it on a GPU machine (scripts/gpu_suite.sh "
+                             "--stages \"setup study\"), or add --device cpu to try it on the "
+                             "CPU (slow at the study's shape)")
+
+
 def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: Path,
                        keep_checkpoints: bool = False, evaluate: bool = True) -> dict:
     """Train one (model, seed) through its recipe and evaluate it; write :data:`RESULT`.
@@ -758,14 +864,15 @@ def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: P
     run = planned.model.run(planned.seed)
     save_every, log_every = demo.curve_intervals(planned.updates)
     label = planned.key if planned.lr is None else planned.key_with_lr
-    demo.say(f"== {label}: training {planned.updates} updates ({run.recipe})")
+    demo.say(f"== {label}: training {planned.updates} updates ({run.recipe}, {study.device})")
     if study.kind == MASKED_LM:
         row = demo.train(run, data, run_dir, planned.updates,
                          ["--disable-validation", "--save-interval-updates", str(save_every),
                           "--keep-interval-updates", "-1"], log_every,
-                         extra_env=demo.ONE_THREAD, concurrent=True)
-        scores = demo.score_run(data, run_dir, row["updates"])
-        row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "valid_loss": p.valid_loss}
+                         extra_env=run_environment(study.device), concurrent=True)
+        scores = demo.score_run(data, run_dir, row["updates"], study.device)
+        row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "wall": p.wall,
+                         "valid_loss": p.valid_loss}
                         for p in demo.curve_points(run_dir, scores)]
         row["scores_file"] = "scores.json"
         row["checkpoint_files"] = {str(updates): str(path.relative_to(run_dir)) for updates, path
@@ -778,15 +885,17 @@ def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: P
                          ["--validate-interval-updates", str(save_every), "--save-interval-updates",
                           str(save_every), "--keep-interval-updates", "1",
                           "--max-valid-steps", str(CURVE_VALID_BATCHES)], log_every,
-                         extra_env=demo.ONE_THREAD, concurrent=True)
+                         extra_env=run_environment(study.device), concurrent=True)
         log = curves.read_log(run_dir / "train.log")
-        row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "valid_loss": p.valid_loss}
+        row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "wall": p.wall,
+                         "valid_loss": p.valid_loss}
                         for p in curves.map_valid_to_train(log.train, log.valid)]
         if evaluate:
+            on_cpu = study.device == "cpu"
             evaluation = evaluate_checkpoint(
-                data, run_dir / "checkpoints" / "checkpoint_last.pt", R_VALUES, cpu=True,
+                data, run_dir / "checkpoints" / "checkpoint_last.pt", R_VALUES, cpu=on_cpu,
                 log_dir=run_dir, infill_positions=demo.BIDIRECTIONAL_INFILL_POSITIONS,
-                env=demo.ONE_THREAD)
+                env=demo.ONE_THREAD if on_cpu else {})
             evaluation["scores"] = {
                 mode: None if path is None else str(Path(path).relative_to(run_dir))
                 for mode, path in evaluation["scores"].items()}
@@ -924,6 +1033,9 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
                "counted_pflops": mean_over_seeds([r["train_pflops"] or math.nan
                                                   for r in per_seed]).value,
                "sec_per_update": mean_over_seeds([r["sec_per_update"] for r in per_seed]).value,
+               "train_seconds": (mean_over_seeds([r["curve"][-1]["wall"] for r in per_seed]).value
+                                 if all(r["curve"] and "wall" in r["curve"][-1] for r in per_seed)
+                                 else None),
                "per_seed": {str(s): {"mask_loss": loss, "below_unigram": b}
                             for s, loss, b in zip(seeds, losses, below)}}
         row.update(estimate_fields("mask_loss", mean_over_seeds(losses)))
@@ -939,28 +1051,8 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
         rows.append(row)
     claims = []
     for claim in study.claims:
-        if claim.kind == "fewer_flops":
-            ratios = []
-            for s in seeds:
-                target = finals[(claim.b, s)].loss_bits().value
-                budget = results[f"{claim.b}/seed{s}"]["curve"][-1]["pflops"]
-                reached = flops_to_reach(results[f"{claim.a}/seed{s}"]["curve"], target)
-                ratios.append(math.inf if reached is None else reached / budget)
-            finite = [r for r in ratios if math.isfinite(r)]
-            if len(finite) == len(ratios):
-                ratio = mean_over_seeds(ratios)
-                measured = dataclasses.replace(ratio, value=ratio.value - 1.0)
-                text = f"FLOP ratio to reach it {fmt(ratio, 3)}"
-                outcome = verdict(measured)
-            else:
-                ratio, outcome = Estimate(math.nan, math.nan), (
-                    "fails" if not finite else "unresolved")
-                text = (f"not reached within the budget in {len(ratios) - len(finite)} of "
-                        f"{len(ratios)} seeds")
-            claims.append({**claim_fields(claim), "measured": text, "verdict": outcome,
-                           "ratio": ratio.value, "ratio_se": ratio.standard_error,
-                           **interval_fields(ratio),
-                           "per_seed": dict(zip(map(str, seeds), ratios))})
+        if claim.kind in REACH_AXES:
+            claims.append(reach_claim(claim, seeds, finals, results))
         else:
             values = [paired_difference_bits(finals[(claim.a, s)], finals[(claim.b, s)]).value
                       for s in seeds]
@@ -975,12 +1067,67 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
     return {"models": rows, "claims": claims}
 
 
-def flops_to_reach(curve: Sequence[dict], target: float) -> Optional[float]:
-    """:func:`fairseq_ext.experiments.demo.flops_to_reach` on a stored curve."""
+def reach_claim(claim: Claim, seeds: Sequence[int], finals: dict, results: Dict[str, dict]) -> dict:
+    """A ``fewer_flops`` or ``less_time`` claim: per seed, the PFLOPs (seconds) at which
+    ``a``'s curve first reaches the same seed's final [MASK] loss of ``b``, over ``b``'s whole
+    run; the mean ratio ± SE over seeds, which holds when its interval lies below 1. A seed
+    where ``a`` never gets there makes the claim fail (no seed reaches it) or unresolved."""
+    axis, unit = REACH_AXES[claim.kind]
+    ratios, reached_values, budgets = [], [], []
+    for s in seeds:
+        target = finals[(claim.b, s)].loss_bits().value
+        budget = curve_value(results[f"{claim.b}/seed{s}"], -1, axis)
+        reached = reach(results[f"{claim.a}/seed{s}"], target, axis)
+        budgets.append(budget)
+        reached_values.append(math.inf if reached is None else reached)
+        ratios.append(math.inf if reached is None or not budget > 0 else reached / budget)
+    finite = [r for r in ratios if math.isfinite(r)]
+    name = "time" if axis == "wall" else "FLOP"
+    if not all(budget > 0 for budget in budgets):  # fairseq logs whole seconds: a tiny run's 0
+        ratio, outcome = Estimate(math.nan, math.nan), "unresolved"
+        text = f"{claim.b}'s run logged no {'seconds' if axis == 'wall' else 'PFLOPs'} to compare with"
+    elif len(finite) == len(ratios):
+        ratio = mean_over_seeds(ratios)
+        outcome = verdict(dataclasses.replace(ratio, value=ratio.value - 1.0))
+        text = f"{name} ratio to reach it {fmt(ratio, 3)}"
+        if axis == "wall":
+            text += (f" ({claim.a} {fmt(mean_over_seeds(reached_values), 1)} s, {claim.b}'s "
+                     f"whole run {fmt(mean_over_seeds(budgets), 1)} s)")
+    else:
+        ratio, outcome = Estimate(math.nan, math.nan), ("fails" if not finite else "unresolved")
+        text = (f"not reached within the budget in {len(ratios) - len(finite)} of "
+                f"{len(ratios)} seeds")
+    fields = {**claim_fields(claim), "measured": text, "verdict": outcome,
+              "ratio": ratio.value, "ratio_se": ratio.standard_error, "ratio_unit": unit,
+              **interval_fields(ratio), "per_seed": dict(zip(map(str, seeds), ratios))}
+    if axis == "wall":
+        fields["seconds_to_reach"] = dict(zip(map(str, seeds), reached_values))
+        fields["baseline_seconds"] = dict(zip(map(str, seeds), budgets))
+    return fields
+
+
+def curve_value(result: dict, index: int, axis: str) -> float:
+    """``axis`` (``pflops``, ``wall``) of a finished run's curve point ``index``; a run recorded
+    before the curve kept its wall times is refused, saying how to redo it."""
+    point = result["curve"][index]
+    if axis not in point:
+        raise SystemExit(f"error: {Path(result['run_dir']) / RESULT} has no {axis!r} in its curve "
+                         "(a run recorded before the studies kept it): remove that result.json "
+                         "to train and score the run again")
+    return float(point[axis])
+
+
+def reach(result: dict, target: float, axis: str = "pflops") -> Optional[float]:
+    """:func:`fairseq_ext.experiments.demo.flops_to_reach` on a finished run's stored curve,
+    along ``axis``."""
     from fairseq_ext.reporting.curves import CurvePoint
 
-    return demo.flops_to_reach([CurvePoint(p["updates"], p["pflops"], 0.0, p["valid_loss"],
-                                           p["updates"]) for p in curve], target)
+    curve = result["curve"]
+    for index in range(len(curve)):
+        curve_value(result, index, axis)
+    return demo.flops_to_reach([CurvePoint(p["updates"], p["pflops"], p.get("wall", 0.0),
+                                           p["valid_loss"], p["updates"]) for p in curve],
+                               target, axis)
 
 
 def column_rows(result: dict, column: str) -> Dict[tuple, dict]:
@@ -1194,11 +1341,13 @@ def format_report(study: Study, report: dict) -> str:
              f"interval over seeds excludes 0)"]
     if study.kind == MASKED_LM:
         header = ["model", "updates", "analytic PFLOPs", "counted PFLOPs", "s/update",
-                  "[MASK] loss (bits)", "below unigram", f"vs {study.models[0].name}, paired"]
+                  "training s", "[MASK] loss (bits)", "below unigram",
+                  f"vs {study.models[0].name}, paired"]
         table = [[row["name"], str(row.get("updates", "-")),
                   number(row, "analytic_pflops", 4),
                   number(row, "counted_pflops", 4),
                   number(row, "sec_per_update", 3),
+                  number(row, "train_seconds", 0),
                   field(row, "mask_loss"), field(row, "below_unigram", 3, True),
                   field(row, "vs_baseline", 3, True)] for row in report["models"]]
     else:
@@ -1413,7 +1562,8 @@ def study_figures(study: Study, report: dict) -> Dict[str, dict]:
                 out[f"{row['name']}/{column}"] = figures.figure(
                     Estimate(row[column], row[f"{column}_se"], row.get(f"{column}_dof")), unit)
     for index, claim in enumerate(report["claims"], 1):
-        for key, unit in (("difference", claim.get("unit", "")), ("ratio", "FLOP ratio")):
+        for key, unit in (("difference", claim.get("unit", "")),
+                          ("ratio", claim.get("ratio_unit", "FLOP ratio"))):
             if claim.get(key) is not None and math.isfinite(claim[key]):
                 out[f"claim {index}/{key}"] = figures.figure(
                     Estimate(claim[key], claim[f"{key}_se"], claim.get("dof")), unit)
@@ -1510,7 +1660,12 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="the seeds to run instead of the study's")
     parser.add_argument("--workers", type=int, default=demo.WORKERS,
-                        help="runs at a time, one torch thread each (default: %(default)s)")
+                        help="runs at a time, one torch thread each (default: %(default)s; a "
+                             "study on the GPU runs one at a time)")
+    parser.add_argument("--device", choices=DEVICES, default=None,
+                        help="where the runs train and are scored (default: the study's own: "
+                             + ", ".join(f"{s.name} {s.device}" for s in STUDIES.values()
+                                         if s.device != "cpu") + ", the others cpu)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep the scored interval checkpoints (default: the last only)")
     parser.add_argument("--downstream", type=Path, default=None, metavar="SUITE_DIR",
@@ -1524,6 +1679,9 @@ def main(argv=None) -> None:
     figures.add_compare_arguments(parser)
     args = parser.parse_args(argv)
     study = STUDIES[args.study]
+    if args.device is not None:
+        study = dataclasses.replace(study, device=args.device)
+    check_device(study.device)  # before the data: say what is missing first
     if args.compare is not None:  # read now: a wrong path is told before the training
         figures.figures_of(figures.load(args.compare), str(args.compare))
     data = args.data.resolve()
@@ -1561,12 +1719,18 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
         keep_checkpoints: bool = False, printer: Callable[[str], None] = print,
         downstream: Optional[Path] = None) -> int:
     """Plan, run (resuming), fine-tune on the ``downstream`` suite when given, report; the
-    exit status."""
+    exit status. The study trains on ``study.device`` (``dataclasses.replace`` it to move it)."""
     check_study(study)
+    check_device(study.device)
     start = time.time()
-    provenance = figures.provenance(demo.REPO_ROOT, threads=1)  # the checkout the runs start from
+    # the checkout the runs start from; a GPU study's device too
+    provenance = figures.provenance(demo.REPO_ROOT, threads=1 if study.device == "cpu" else None,
+                                    device=study.device)
     seeds = tuple(seeds or study.seeds)
     study = dataclasses.replace(study, seeds=seeds)
+    if study.device == "cuda" and workers != 1:  # the runs would share the GPU and its clock
+        printer(f"== one run at a time on the GPU (not {workers})")
+        workers = 1
     plan = plan_study(study, data, updates, seeds)
     budget = "equal training tokens" if study.budget == EQUAL_TOKENS else "equal training FLOPs"
     printer(f"== study {study.name}: {len(plan)} runs, {workers} at a time, into {runs_dir}; "

@@ -62,16 +62,19 @@ def _number(value: float) -> Optional[float]:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
-def provenance(repo: Optional[Path] = None, threads: Optional[int] = None) -> dict:
+def provenance(repo: Optional[Path] = None, threads: Optional[int] = None,
+               device: str = "cpu") -> dict:
     """Where the figures came from: the commit of ``repo`` (and ``dirty`` when it had
     uncommitted changes to tracked files), Python, torch, the CPU model and the torch threads of
-    each run."""
+    each run; with ``device`` ``cuda`` also the GPU's name and torch's CUDA version."""
     info = {"python": platform.python_version(), "machine": platform.machine(),
             "cpu": cpu_model(), "cpus": os.cpu_count(), "threads": threads}
     try:
         import torch
 
         info["torch"] = torch.__version__
+        if device == "cuda" and torch.cuda.is_available():
+            info.update(gpu=torch.cuda.get_device_name(0), cuda=torch.version.cuda)
     except ImportError:  # pragma: no cover - the plugin always has torch
         info["torch"] = None
     if repo is not None:
