@@ -847,3 +847,18 @@ def test_the_study_stage_fails_with_the_study(tmp_path):
     proc, out, _ = run_study_stage(tmp_path, STUDY_FILES + "exit 3\n")
     assert proc.returncode == 3 and stage_rows(out) == [("study", "failed(3)")]
     assert (out / "study" / "3ml-gpu" / "roberta-15pct" / "seed1" / "result.json").is_file()
+
+
+def test_step_families_and_modes_reach_bench_step(tmp_path):
+    out = tmp_path / "out"
+    proc = run_suite(tmp_path, "--dry-run", "--stages", "step", out,
+                     env={"STEP_FAMILIES": "roberta,3ml-self", "STEP_COMPILE": "eager",
+                          "STEP_BATCHES": "32"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    commands = [line for line in (out / "step.log").read_text().splitlines()
+                if "bench_step.py" in line]
+    assert len(commands) == 1
+    argv = shlex.split(commands[0][2:])
+    assert argv[argv.index("--families") + 1] == "roberta,3ml-self"
+    assert argv[argv.index("--compile") + 1] == "eager"
+    assert argv[argv.index("--batch-size") + 1] == "32"

@@ -51,7 +51,9 @@ def timed(function: Callable[[], object], device: torch.device = torch.device("c
 def interleaved_rounds(calls: Dict[Hashable, Callable[[], float]], warmup: int, rounds: int,
                        progress: bool = False) -> Dict[Hashable, List[float]]:
     """``warmup + rounds`` rounds; each round calls every entry of ``calls`` once, in order
-    (each call returns the seconds it measured). Returns the timed rounds' seconds per key."""
+    (each call returns the seconds it measured). Returns the timed rounds' seconds per key.
+    ``progress``: a line on stderr per round, and per call in the first (where compiles and
+    caches are paid: a run cut off at its time limit still says where the time went)."""
     times: Dict[Hashable, List[float]] = {key: [] for key in calls}
     for round_index in range(warmup + rounds):
         started = time.perf_counter()
@@ -59,6 +61,8 @@ def interleaved_rounds(calls: Dict[Hashable, Callable[[], float]], warmup: int, 
             seconds = call()
             if round_index >= warmup:
                 times[key].append(seconds)
+            if progress and round_index == 0:
+                print(f"round 1, {key}: {seconds:.1f} s", file=sys.stderr, flush=True)
         if progress:
             kind = "warm-up" if round_index < warmup else "timed"
             print(f"round {round_index + 1}/{warmup + rounds} ({kind}): "

@@ -111,6 +111,8 @@ Environment (defaults in brackets):
   BENCH_3ML_ITERS [30]  BENCH_BIDIR_ROUNDS [20]
   BENCH_3ML_RUNS [base large profile]  which of bench_3ml's three runs to make
   STEP_BATCHES [32 64 128]  STEP_UPDATES [20]  the step stage's micro-batches and timed updates
+  STEP_FAMILIES [roberta,3ml-self,3ml-cross]  STEP_COMPILE [eager,compile]  its families and
+                                  modes (bench_step.py's --families and --compile)
   TRAIN_UPDATES [300]  TRAIN_ARCHS [the four above; also bert_rab_*, bert_orig_*, roberta_*,
                   any size]  TRAIN_SEQ_LEN [512]  TRAIN_BATCH [32]  TRAIN_LR [0.0003]
                   TRAIN_LOG_INTERVAL [25]  (warmup: a tenth of TRAIN_UPDATES, linear decay)
@@ -237,6 +239,8 @@ class Settings:
     bench_3ml_iters: str
     step_batches: Tuple[str, ...]
     step_updates: str
+    step_families: str
+    step_compile: str
     bench_3ml_runs: Tuple[str, ...]
     bench_bidir_rounds: str
     train_updates: str
@@ -278,6 +282,8 @@ class Settings:
             bench_3ml_iters=get("BENCH_3ML_ITERS", "30"),
             step_batches=tuple(get("STEP_BATCHES", "32 64 128").split()),
             step_updates=get("STEP_UPDATES", "20"),
+            step_families=get("STEP_FAMILIES", "roberta,3ml-self,3ml-cross"),
+            step_compile=get("STEP_COMPILE", "eager,compile"),
             bench_3ml_runs=tuple(get("BENCH_3ML_RUNS", " ".join(BENCH_3ML_RUNS)).split()),
             bench_bidir_rounds=get("BENCH_BIDIR_ROUNDS", "20"),
             train_updates=get("TRAIN_UPDATES", "300"),
@@ -894,18 +900,20 @@ def check_bench_3ml_runs(settings: Settings) -> None:
 
 
 def stage_step(run: StageRun) -> None:
-    """scripts/bench_step.py on CUDA in bf16 at base/512: RoBERTa, 3ML-self and 3ML-cross
-    through fairseq's Trainer.train_step, eager and compiled, at each of STEP_BATCHES; the
-    first micro-batch also keeps the profiles as Chrome traces."""
+    """scripts/bench_step.py on CUDA in bf16 at base/512: STEP_FAMILIES [RoBERTa, 3ML-self and
+    3ML-cross] through fairseq's Trainer.train_step, STEP_COMPILE [eager and compiled], at each
+    of STEP_BATCHES; the first micro-batch also keeps the profiles as Chrome traces. bench_step
+    reports on stderr (the stage's log) as it goes: each trainer built, each case's first
+    update (its compile), each round, each case's result."""
     s, py, out = run.settings, use_env(run), run.outdir
     os.chdir(REPO)
     data = ["--data", s.data] if (s.data / "dict.txt").is_file() else [
         "--cache", s.work / "bench-step", "--vocab", "8000"]
     for index, batch in enumerate(s.step_batches):
         trace = ["--trace", out / "step-traces"] if index == 0 else []
-        run.run([py, "scripts/bench_step.py", "--families", "roberta,3ml-self,3ml-cross",
+        run.run([py, "scripts/bench_step.py", "--families", s.step_families,
                  "--dim", "768", "--layers", "12", "--seq-len", "512", "--batch-size", batch,
-                 "--dtype", "bf16", "--optimizer", "fused_adamw", "--compile", "eager,compile",
+                 "--dtype", "bf16", "--optimizer", "fused_adamw", "--compile", s.step_compile,
                  "--peak-tflops", s.peak_tflops, "--warmup", "5", "--updates", s.step_updates,
                  "--share-updates", "3", "--count-updates", "1", *data, *trace,
                  "--fairseq-args=--reduce-stats-at-log-interval --required-seq-len-multiple 64",

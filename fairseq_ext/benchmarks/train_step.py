@@ -456,16 +456,24 @@ def main(argv=None) -> int:
     label = {case: case[0] + (" +compile" if case[1] else "") for case in cases}
     steps: Dict[tuple, TrainerStep] = {}
     failed: Dict[tuple, str] = {}
+    started = time.perf_counter()
+
+    def say(text: str) -> None:  # progress on stderr: a run cut off still says where it was
+        print(f"[{time.perf_counter() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
+
     for case in cases:
         family = FAMILIES[case[0]]
         try:
             steps[case] = TrainerStep(family.argv(
                 data, width, args.seq_len, args.batch_size, args.optimizer,
                 extra + (["--torch-compile"] if case[1] else [])), bf16=args.dtype == "bf16")
+            say(f"built {label[case]}")
         except Exception as error:  # e.g. FlexAttention's training step on the CPU
             failed[case] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
-    times = interleaved_rounds({case: step.timed_update for case, step in steps.items()},
-                               args.warmup, args.updates)
+            say(f"{label[case]} not built: {failed[case]}")
+    times = interleaved_rounds({label[case]: step.timed_update for case, step in steps.items()},
+                               args.warmup, args.updates, progress=True)
+    times = {case: times[label[case]] for case in steps}
     results = []
     first = next(iter(steps), None)
     for case in cases:
@@ -496,6 +504,8 @@ def main(argv=None) -> int:
         if case[1] and eager in times:
             result.compile_speedup = paired_ratio(times[eager], times[case])
         results.append(result)
+        say(f"{label[case]}: {result.ms:.2f} ms/update" + (
+            "" if result.mfu is None else f", MFU {result.mfu:.1%}") + " (profiled, counted)")
     env = environment(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"{width['layers']} layers x {width['dim']}, seq len {args.seq_len}, batch "
           f"{args.batch_size}, {args.dtype}, --optimizer {args.optimizer} {args.fairseq_args}; "
