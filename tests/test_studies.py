@@ -240,7 +240,7 @@ def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_pa
     assert better["verdict"] == studies.verdict(
         Estimate(better["difference"], better["difference_se"]))
     assert "| unigram (train counts)" in text and "3ML-self-40% has the lower loss" in text
-    assert "a tiny study: 2 seeds" in text
+    assert "a tiny study: 2 seeds" in text and "trained on cpu" in text
 
     first_wall = report["wall_seconds"]
     assert first_wall > 0

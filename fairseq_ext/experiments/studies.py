@@ -1338,8 +1338,8 @@ def format_report(study: Study, report: dict) -> str:
     seeds = len(study.seeds)
     budget = "equal training tokens" if study.budget == EQUAL_TOKENS else (
         "equal analytic training FLOPs")
-    lines = [f"{study.title}: {seeds} seeds, {budget}; mean ± SE over seeds (* the 95% t "
-             f"interval over seeds excludes 0)"]
+    lines = [f"{study.title}: {seeds} seeds, {budget}, trained on {study.device}; mean ± SE "
+             f"over seeds (* the 95% t interval over seeds excludes 0)"]
     if study.kind == MASKED_LM:
         header = ["model", "updates", "analytic PFLOPs", "counted PFLOPs", "s/update",
                   "training s", "[MASK] loss (bits)", "below unigram",
