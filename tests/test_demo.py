@@ -191,14 +191,14 @@ def test_flops_to_reach_interpolates_between_the_scored_checkpoints():
     curve = [CurvePoint(updates=u, pflops=f, wall=w, valid_loss=loss, train_updates=u)
              for u, f, w, loss in ((10, 1.0, 30.0, 9.0), (20, 2.0, 50.0, 8.0),
                                    (30, 3.0, 90.0, 7.5))]
-    assert demo.flops_to_reach(curve, 8.5) == pytest.approx(1.5)  # halfway from 9 to 8
-    assert demo.flops_to_reach(curve, 7.75) == pytest.approx(2.5)
-    assert demo.flops_to_reach(curve, 9.5) == pytest.approx(1.0)  # already there at the first
-    assert demo.flops_to_reach(curve, 7.0) is None  # never within the budget
+    assert demo.cost_to_reach(curve, 8.5) == pytest.approx(1.5)  # halfway from 9 to 8
+    assert demo.cost_to_reach(curve, 7.75) == pytest.approx(2.5)
+    assert demo.cost_to_reach(curve, 9.5) == pytest.approx(1.0)  # already there at the first
+    assert demo.cost_to_reach(curve, 7.0) is None  # never within the budget
     # the same crossings on the wall-clock axis: halfway from 30 s to 50 s, from 50 s to 90 s
-    assert demo.flops_to_reach(curve, 8.5, axis="wall") == pytest.approx(40.0)
-    assert demo.flops_to_reach(curve, 7.75, axis="wall") == pytest.approx(70.0)
-    assert demo.flops_to_reach(curve, 7.0, axis="wall") is None
+    assert demo.cost_to_reach(curve, 8.5, axis="wall") == pytest.approx(40.0)
+    assert demo.cost_to_reach(curve, 7.75, axis="wall") == pytest.approx(70.0)
+    assert demo.cost_to_reach(curve, 7.0, axis="wall") is None
 
 
 def test_group_rows_unigram_first_paired_differences_and_the_warning_path():

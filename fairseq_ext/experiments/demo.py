@@ -17,7 +17,7 @@ from a checkout.
    positions: [MASK] loss ± SE (delta method over sequences), the gap below the unigram and
    the difference to the group's baseline, both paired over sequences, ``*`` when resolved.
    The 3ML group adds the paper's claim at this size: the FLOPs each run needed to reach the
-   baseline's final [MASK] loss, from the scored checkpoints (:func:`flops_to_reach`).
+   baseline's final [MASK] loss, from the scored checkpoints (:func:`cost_to_reach`).
 4. Generalized bidirectionality (Artetxe et al. 2022): one ``bidir_lm_mini`` run per variant
    family of Table 1 (:data:`BIDIRECTIONAL_RUNS`: NxtUni, MskBi, HybPre), equal tokens (and so
    equal FLOPs, printed), through ``recipes/bidirectional/demo.sh``, scored by stock
@@ -435,7 +435,7 @@ def curve_points(run_dir: Path, scores: Dict[int, "SequenceScores"]) -> List["Cu
         curves.ValidPoint(updates, score.loss_bits().value) for updates, score in scores.items()])
 
 
-def flops_to_reach(curve: Sequence["CurvePoint"], target: float,
+def cost_to_reach(curve: Sequence["CurvePoint"], target: float,
                    axis: str = "pflops") -> Optional[float]:
     """Training PFLOPs (``axis="wall"``: seconds of training) at which a [MASK]-loss curve
     first reaches ``target`` (bits), linearly interpolated between the scored checkpoints
@@ -484,7 +484,7 @@ def masked_lm_rows(group_runs: List[dict]) -> List[dict]:
                 abs(row["vs_baseline"]) > RESOLVED_AT * row["vs_baseline_se"])
         row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "mask_loss": p.valid_loss}
                         for p in run["curve"]]
-        row["pflops_to_baseline_loss"] = flops_to_reach(run["curve"], target)
+        row["pflops_to_baseline_loss"] = cost_to_reach(run["curve"], target)
         rows.append(row)
     add_speedups(rows[1:])
     return rows

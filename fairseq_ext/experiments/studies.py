@@ -57,6 +57,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from fairseq_ext.experiments import demo, finetuning
 from fairseq_ext.experiments.finetuning import FinetuneArm, FinetuneProtocol
 from fairseq_ext.reporting import figures
+from fairseq_ext.reporting.curves import CurvePoint
 from fairseq_ext.reporting.text_tables import ascii_table
 from fairseq_ext.reporting.uncertainty import (
     CONFIDENCE,
@@ -1077,8 +1078,9 @@ def reach_claim(claim: Claim, seeds: Sequence[int], finals: dict, results: Dict[
     ratios, reached_values, budgets = [], [], []
     for s in seeds:
         target = finals[(claim.b, s)].loss_bits().value
-        budget = curve_value(results[f"{claim.b}/seed{s}"], -1, axis)
-        reached = reach(results[f"{claim.a}/seed{s}"], target, axis)
+        budget = getattr(stored_curve(results[f"{claim.b}/seed{s}"], axis)[-1], axis)
+        reached = demo.cost_to_reach(stored_curve(results[f"{claim.a}/seed{s}"], axis), target,
+                                     axis)
         budgets.append(budget)
         reached_values.append(math.inf if reached is None else reached)
         ratios.append(math.inf if reached is None or not budget > 0 else reached / budget)
@@ -1107,28 +1109,17 @@ def reach_claim(claim: Claim, seeds: Sequence[int], finals: dict, results: Dict[
     return fields
 
 
-def curve_value(result: dict, index: int, axis: str) -> float:
-    """``axis`` (``pflops``, ``wall``) of a finished run's curve point ``index``; a run recorded
-    before the curve kept its wall times is refused, saying how to redo it."""
-    point = result["curve"][index]
-    if axis not in point:
+def stored_curve(result: dict, axis: str = "pflops") -> List[CurvePoint]:
+    """A finished run's stored curve as :class:`~fairseq_ext.reporting.curves.CurvePoint` s, to
+    read along ``axis`` (``pflops``, ``wall``); a run recorded before the curves kept their
+    wall times is refused, saying how to redo it."""
+    curve = result["curve"]
+    if any(axis not in point for point in curve):
         raise SystemExit(f"error: {Path(result['run_dir']) / RESULT} has no {axis!r} in its curve "
                          "(a run recorded before the studies kept it): remove that result.json "
                          "to train and score the run again")
-    return float(point[axis])
-
-
-def reach(result: dict, target: float, axis: str = "pflops") -> Optional[float]:
-    """:func:`fairseq_ext.experiments.demo.flops_to_reach` on a finished run's stored curve,
-    along ``axis``."""
-    from fairseq_ext.reporting.curves import CurvePoint
-
-    curve = result["curve"]
-    for index in range(len(curve)):
-        curve_value(result, index, axis)
-    return demo.flops_to_reach([CurvePoint(p["updates"], p["pflops"], p.get("wall", 0.0),
-                                           p["valid_loss"], p["updates"]) for p in curve],
-                               target, axis)
+    return [CurvePoint(p["updates"], p["pflops"], p.get("wall", math.nan), p["valid_loss"],
+                       p["updates"]) for p in curve]
 
 
 def column_rows(result: dict, column: str) -> Dict[tuple, dict]:
