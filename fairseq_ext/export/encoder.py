@@ -397,14 +397,15 @@ def finetune_args(state: dict, path: Path) -> list:
             flags = ["--arch", candidate]
             break
     if flags is None:  # explicit dimensions on the arch with the right normalisation
-        default = argparse.Namespace()
-        base = "roberta_prenorm" if want["encoder_normalize_before"] else "roberta"
-        ARCH_CONFIG_REGISTRY[base](default)
-        if default.layernorm_embedding != want["layernorm_embedding"]:
-            raise ExportError(f"{path}: encoder_normalize_before={want['encoder_normalize_before']}"
-                              f" with layernorm_embedding={want['layernorm_embedding']} has no "
-                              "command-line arch")
-        flags = ["--arch", base]
+        # pre-LN without an embedding LayerNorm: roberta_prenorm; pre-LN with one: roberta
+        # with --encoder-normalize-before (the flags can only switch these on); post-LN: roberta
+        pre_ln, embedding_ln = want["encoder_normalize_before"], want["layernorm_embedding"]
+        if not pre_ln and not embedding_ln:
+            raise ExportError(f"{path}: post-LN without an embedding LayerNorm "
+                              "(layernorm_embedding=False) has no command-line arch")
+        base = "roberta_prenorm" if pre_ln and not embedding_ln else "roberta"
+        flags = ["--arch", base] + (["--encoder-normalize-before"] if pre_ln and embedding_ln
+                                    else [])
         for key, flag in DIM_FLAGS.items():
             flags += [flag, str(want[key])]
     if want["activation_fn"] != "gelu":
