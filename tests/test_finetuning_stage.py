@@ -329,24 +329,77 @@ def test_the_stage_fine_tunes_a_checkpoint_end_to_end_and_reads_it_back(tiny_stu
     assert again["wall_seconds"] == pytest.approx(raw["wall_seconds"])
 
 
+@pytest.mark.slow
+def test_a_random_init_arm_fine_tunes_fresh_draws_of_the_same_architecture(tiny_study):
+    """The control arm: one fresh draw per fine-tuning seed, the checkpoint's architecture and
+    config, through the same recipe and flags; its settings name the draw."""
+    import torch
+
+    suite, checkpoints, runs_dir = tiny_study
+    runs_dir = runs_dir.with_name("runs-random-init")
+    control = finetuning.random_init_arm("roberta-15%")
+    assert control.name == "roberta-15% (random init)" and control.random_init
+    protocol = dataclasses.replace(
+        studies.THREE_ML_FINETUNE, arms=(FinetuneArm("roberta-15%", "roberta-15%"), control),
+        lrs=("1e-3",), seeds=(1, 2), epochs=1)
+    models = {"roberta-15%": studies.STUDIES["3ml"].model("roberta-15%")}
+    raw = finetuning.run_stage(protocol, models, (1,), checkpoints, suite, runs_dir, workers=2)
+    assert raw["runs_now"] == 4 and set(raw["accuracy"]) == {"roberta-15%", control.name}
+    draws = runs_dir / "finetune/exports/roberta-15pct/seed1/random-init"
+    assert sorted(p.name for p in draws.iterdir()) == ["draw1001.pt", "draw1002.pt"]
+    trained = torch.load(checkpoints[("roberta-15%", 1)], weights_only=False)["model"]
+    first, second = (torch.load(draws / f"draw100{i}.pt", weights_only=False)["model"]
+                     for i in (1, 2))
+    key = "encoder.sentence_encoder.layers.0.fc1.weight"
+    assert set(first) == set(trained) and first[key].shape == trained[key].shape
+    assert not torch.equal(first[key], trained[key]) and not torch.equal(first[key], second[key])
+    assert abs(float(first[key].std()) - 0.02) < 0.005  # init_bert_params: normal(0, 0.02)
+    run = runs_dir / "finetune/roberta-15pct_(random_init)/seed1/GlossPair/ft2"
+    assert f"--restore-file {draws / 'draw1002.pt'}" in (run / "train.log").read_text()
+    assert json.loads((run / "result.json").read_text())["settings"]["random_init_draw"] == 1002
+
+
 # ----------------------------------------------------------------------------------------------
 # The demo's table and the suite's fetch
 
-def test_the_demo_table_pairs_3ml_with_roberta_over_fine_tuning_seeds():
+def test_the_demo_table_pairs_each_model_with_random_init_and_3ml_with_roberta():
+    random = finetuning.DEMO_RANDOM_INIT
     raw = {"accuracy": {"roberta-15%": {"FortuneTopic": {1: [24.0, 26.0, 25.0]}},
-                        "3ml-self-40%": {"FortuneTopic": {1: [27.0, 27.0, 30.0]}}},
+                        "3ml-self-40%": {"FortuneTopic": {1: [27.0, 27.0, 30.0]}},
+                        random: {"FortuneTopic": {1: [30.0, 33.0, 30.0]}}},
            "lr": {name: {"FortuneTopic": {"lr": "1e-3", "scores": {}}}
-                  for name in ("roberta-15%", "3ml-self-40%")},
+                  for name in ("roberta-15%", "3ml-self-40%", random)},
            "baselines": {"FortuneTopic": {"majority": {"accuracy": 1 / 6, "se": 0.0167},
                                           "bow_logreg": {"accuracy": 0.45, "se": 0.022}}}}
     rows, text = finetuning.demo_table(raw)
+    assert [row["name"] for row in rows[:3]] == ["roberta-15%", "3ml-self-40%", random]
     assert rows[0]["accuracy"] == pytest.approx(25.0)
     assert rows[0]["accuracy_se"] == pytest.approx(1 / math.sqrt(3))  # sd 1 over 3 seeds
-    # per seed: +3, +1, +5 -> mean 3, sd 2, SE 2 / sqrt(3)
+    # RoBERTa - random per seed: -6, -7, -5 -> mean -6, sd 1, SE 1 / sqrt(3): beyond 2 SE and
+    # beyond the t interval (4.30 SE for 2 degrees of freedom: 2.48)
+    assert rows[0]["vs_random"] == pytest.approx(-6.0)
+    assert rows[0]["vs_random_se"] == pytest.approx(1 / math.sqrt(3))
+    assert rows[0]["vs_random_beyond_2se"] and rows[0]["vs_random_resolved"]
+    # 3ML - RoBERTa per seed: +3, +1, +5 -> mean 3, sd 2, SE 2 / sqrt(3) = 1.15: beyond 2 SE,
+    # not beyond 4.30 SE
     assert rows[1]["vs_first"] == pytest.approx(3.0)
     assert rows[1]["vs_first_se"] == pytest.approx(2 / math.sqrt(3))
-    assert rows[2]["name"].startswith("majority") and rows[2]["accuracy"] == pytest.approx(100 / 6)
-    assert "+3.00 ± 1.15" in text and "45.00 ± 2.20" in text
+    assert rows[1]["vs_first_beyond_2se"] and not rows[1]["vs_first_resolved"]
+    # 3ML - random: -3, -6, 0 -> mean -3, sd 3, SE 1.73: not beyond 2 SE
+    assert rows[1]["vs_random"] == pytest.approx(-3.0)
+    assert not rows[1]["vs_random_beyond_2se"]
+    assert "vs_random" not in rows[2] and rows[2]["random_init"]
+    assert rows[3]["name"].startswith("majority") and rows[3]["accuracy"] == pytest.approx(100 / 6)
+    assert "+3.00 ± 1.15 *" in text and "-6.00 ± 0.58 **" in text and "45.00 ± 2.20" in text
+    assert "pre-training HURTS roberta-15%" in text
+    assert "not told apart from random init: 3ml-self-40%" in text
+
+
+def test_the_demo_protocol_controls_its_models_with_one_random_init_arm():
+    arms = finetuning.DEMO_PROTOCOL.arms
+    assert [arm.random_init for arm in arms] == [False, False, True]
+    assert arms[2].model == arms[0].model  # the shared encoder architecture's fresh draws
+    assert finetuning.random_init_draw(1, 2) == 1002 and finetuning.random_init_draw(2, 1) == 2001
 
 
 def test_the_demo_skips_fine_tuning_on_a_data_bin_without_a_sentencepiece_model(tmp_path):

@@ -113,6 +113,7 @@ FLAG_TO_YAML = {
     "--normalization": "model.normalization",
     "--data-buffer-size": "dataset.data_buffer_size",
     "--encoder-normalize-before": "model.encoder_normalize_before",
+    "--layernorm-embedding": "model.layernorm_embedding",
     "--log-format": "common.log_format", "--log-file": "common.log_file",
 }
 # YAML keys with no flag of their own: the data (a required override), and what differs by

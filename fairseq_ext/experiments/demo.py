@@ -827,8 +827,9 @@ def main(argv=None) -> None:
         sys.exit(figures.compare_files(args.compare, runs_dir / SUMMARY, args.tolerance))
 
 
-#: The models of the demo's fine-tuning table, the baseline first.
-FINETUNE_MODELS = tuple(arm.model for arm in finetuning.DEMO_PROTOCOL.arms)
+#: The models of the demo's fine-tuning table, the baseline first (the random-init arm
+#: fine-tunes fresh draws of the first one's architecture).
+FINETUNE_MODELS = tuple(dict.fromkeys(arm.model for arm in finetuning.DEMO_PROTOCOL.arms))
 
 
 def finetune_skip_reason(data: Path) -> Optional[str]:
@@ -900,6 +901,10 @@ def demo_figures(summary: Dict[str, object]) -> Dict[str, dict]:
         if "vs_first" in row:
             out[f"{prefix}/vs_{FINETUNE_MODELS[0]}"] = figures.figure(
                 Estimate(row["vs_first"], row["vs_first_se"], row.get("vs_first_dof")), "points")
+        if "vs_random" in row:
+            out[f"{prefix}/vs_random_init"] = figures.figure(
+                Estimate(row["vs_random"], row["vs_random_se"], row.get("vs_random_dof")),
+                "points")
     return out
 
 

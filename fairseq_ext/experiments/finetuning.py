@@ -75,11 +75,32 @@ FINETUNE_SEEDS = (1, 2, 3)
 @dataclasses.dataclass(frozen=True)
 class FinetuneArm:
     """One row of the fine-tuning table: the checkpoints of study model ``model``, fine-tuned
-    with the protocol's recipe and ``env`` on top (e.g. ``{"R_BIDIR": "0"}``)."""
+    with the protocol's recipe and ``env`` on top (e.g. ``{"R_BIDIR": "0"}``).
+
+    ``random_init``: the control that says what pre-training buys: the same architecture at
+    random initialisation (:mod:`fairseq_ext.export.random_init`, the model's own init), a
+    new draw for every (pre-training seed, fine-tuning seed), fine-tuned exactly as ``model``'s
+    checkpoints are (same recipe, flags, schedule and lr grid)."""
 
     name: str
     model: str
     env: Dict[str, str] = dataclasses.field(default_factory=dict)
+    random_init: bool = False
+
+
+def random_init_arm(model: str, env: Optional[Dict[str, str]] = None) -> FinetuneArm:
+    """``model``'s random-init control arm, named ``<model> (random init)``."""
+    return FinetuneArm(f"{model} {RANDOM_INIT_SUFFIX}", model, dict(env or {}), random_init=True)
+
+
+#: The name suffix of a random-init arm (:func:`random_init_arm`).
+RANDOM_INIT_SUFFIX = "(random init)"
+
+
+def random_init_draw(seed: int, ft_seed: int) -> int:
+    """The random-init draw of a run: one per (pre-training seed, fine-tuning seed), none of
+    them a pre-training seed's own (``1000 * seed + ft_seed``)."""
+    return 1000 * seed + ft_seed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,6 +315,23 @@ def prepare_checkpoint(checkpoint: Path, out_dir: Path,
     return source, shlex.split(args_file.read_text())
 
 
+def random_init_checkpoint(source: Path, out_dir: Path, draw: int) -> Path:
+    """``source``'s architecture at random initialisation, draw ``draw``
+    (``python -m fairseq_ext.export.random_init``), written once into
+    ``out_dir/random-init/draw<D>.pt`` and read back after."""
+    out = out_dir / "random-init" / f"draw{draw}.pt"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        env = recipe_runs.recipe_environment(Path("."), recipe_runs.ONE_THREAD)
+        done = subprocess.run([python_executable(), "-m", "fairseq_ext.export.random_init",
+                               str(source), str(out), "--seed", str(draw)],
+                              env=env, cwd=recipe_runs.REPO_ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"error: the random-init control of {source} failed: "
+                             f"{done.stderr[-2000:]}")
+    return out
+
+
 def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: Path,
                   export_args: Sequence[str] = ()) -> Tuple[Dict[str, str], List[str]]:
     """The recipe's environment and extra flags for one run (``model``: the study's
@@ -334,10 +372,13 @@ def final_accuracy(lines: Sequence[str], subset: str = "valid") -> Optional[floa
 def run_settings(protocol: FinetuneProtocol, run: FinetuneRun, fingerprint: str) -> dict:
     """What a finished run must have been run with to be read back."""
     total, warmup = schedule(protocol, run.train_examples)
-    return {"recipe": protocol.recipe, "arm_env": run.arm.env, "lr": run.lr,
-            "ft_seed": run.ft_seed, "seed": run.seed, "task": run.task.name,
-            "selection": run.selection, "total_updates": total, "warmup_updates": warmup,
-            "batch": protocol.batch, "suite": fingerprint}
+    settings = {"recipe": protocol.recipe, "arm_env": run.arm.env, "lr": run.lr,
+                "ft_seed": run.ft_seed, "seed": run.seed, "task": run.task.name,
+                "selection": run.selection, "total_updates": total, "warmup_updates": warmup,
+                "batch": protocol.batch, "suite": fingerprint}
+    if run.arm.random_init:
+        settings["random_init_draw"] = random_init_draw(run.seed, run.ft_seed)
+    return settings
 
 
 def load_run(path: Path, settings: dict) -> Optional[dict]:
@@ -405,12 +446,21 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
     else:
         sources = {key: (checkpoints[key], []) for key in needed}
 
+    def source_of(run: FinetuneRun) -> Tuple[Path, List[str]]:
+        """What a run fine-tunes: the (exported) checkpoint, or its random-init draw."""
+        checkpoint, export_args = sources[(run.arm.model, run.seed)]
+        if run.arm.random_init:
+            out = stage_dir / "exports" / safe(run.arm.model) / f"seed{run.seed}"
+            checkpoint = random_init_checkpoint(checkpoint, out,
+                                                random_init_draw(run.seed, run.ft_seed))
+        return checkpoint, export_args
+
     def one(run: FinetuneRun) -> Tuple[FinetuneRun, dict]:
         settings = run_settings(protocol, run, fingerprint)
         run_dir = run.directory(runs_dir)
         result = load_run(run_dir / RESULT, settings)
         if result is None:
-            checkpoint, export_args = sources[(run.arm.model, run.seed)]
+            checkpoint, export_args = source_of(run)
             result = fine_tune(protocol, run, models[run.arm.model], checkpoint, export_args,
                                run_dir, settings)
             with lock:
@@ -520,15 +570,22 @@ def paired_average_difference(per_task_a: Dict[str, Dict[int, Sequence[float]]],
 # ----------------------------------------------------------------------------------------------
 # The demo's table
 
-#: ``make demo``'s fine-tuning table: RoBERTa-15% against 3ML-self-40% on one task of the suite,
-#: one the demo can fetch without root (the ``fortunes`` package), at one fixed lr (no selection:
-#: 90 s of the demo), 3 fine-tuning seeds of each model's one pre-trained checkpoint.
+#: ``make demo``'s fine-tuning table: RoBERTa-15% and 3ML-self-40% (its exported encoder), each
+#: against the same encoder at random initialisation (a new draw per fine-tuning seed: what
+#: pre-training buys, issue 55), on one task of the suite, one the demo can fetch without root
+#: (the ``fortunes`` package), at one fixed lr (no selection), 3 fine-tuning seeds of each
+#: model's one pre-trained checkpoint. The two demo models share their encoder's architecture,
+#: so one random-init arm controls both (``demo.py`` checks that their fine-tuning flags agree).
 DEMO_TASK = "FortuneTopic"
 DEMO_LR = "1e-3"
+DEMO_EPOCHS = 5
+DEMO_RANDOM_INIT = "random init"
 DEMO_PROTOCOL = FinetuneProtocol(
     recipe="recipes/3ml/finetune_glue.sh", checkpoint_env="PRETRAINED",
-    arms=(FinetuneArm("roberta-15%", "roberta-15%"), FinetuneArm("3ml-self-40%", "3ml-self-40%")),
+    arms=(FinetuneArm("roberta-15%", "roberta-15%"), FinetuneArm("3ml-self-40%", "3ml-self-40%"),
+          FinetuneArm(DEMO_RANDOM_INIT, "roberta-15%", random_init=True)),
     arch_from_checkpoint=True, export_recipes=("recipes/3ml/demo.sh",), lrs=(DEMO_LR,),
+    epochs=DEMO_EPOCHS,
     schedule="3ML App. B (Table 5) shape: AdamW, weight decay 0.1, warmup 6%, linear decay")
 
 
@@ -549,13 +606,19 @@ def build_suite(data: Path, suite_dir: Path, tasks: Sequence[str], log: Path) ->
             recipe_runs.say(line.rstrip())
 
 
-def demo_table(raw: dict, task: str = DEMO_TASK) -> Tuple[List[dict], str]:
-    """The demo's rows (each model's dev accuracy, mean ± SE over its fine-tuning seeds; the
-    second against the first, paired over the fine-tuning seeds; the suite's baselines) and
-    the table's text."""
+def demo_table(raw: dict, task: str = DEMO_TASK,
+               protocol: FinetuneProtocol = DEMO_PROTOCOL) -> Tuple[List[dict], str]:
+    """The demo's rows and the table's text: each arm's dev accuracy, mean ± SE over its
+    fine-tuning seeds; each pre-trained arm minus the random-init arm (``vs_random``) and the
+    second pre-trained arm minus the first (``vs_first``), both paired over the fine-tuning
+    seeds, with their t verdicts (2 degrees of freedom for 3 seeds) and the 2-SE rule; then the
+    suite's majority and bag-of-words baselines."""
     from fairseq_ext.reporting.text_tables import ascii_table
 
-    names = list(raw["accuracy"])
+    arms = [arm for arm in protocol.arms if arm.name in raw["accuracy"]]
+    names = [arm.name for arm in arms]
+    pretrained = [arm.name for arm in arms if not arm.random_init]
+    random_name = next((arm.name for arm in arms if arm.random_init), None)
     per_seed = {name: [value for seed in sorted(raw["accuracy"][name][task])
                        for value in raw["accuracy"][name][task][seed]] for name in names}
     rows = []
@@ -563,11 +626,17 @@ def demo_table(raw: dict, task: str = DEMO_TASK) -> Tuple[List[dict], str]:
         estimate = mean_over_seeds(per_seed[name])
         row = {"name": name, "accuracy": estimate.value, "accuracy_se": estimate.standard_error,
                "accuracy_dof": estimate.degrees_of_freedom, "per_seed": per_seed[name],
-               "lr": raw["lr"][name][task]["lr"]}
-        if name != names[0]:
-            difference = paired_over_seeds(per_seed[name], per_seed[names[0]])
-            row.update({"vs_first": difference.value, "vs_first_se": difference.standard_error,
-                        "vs_first_dof": difference.degrees_of_freedom})
+               "lr": raw["lr"][name][task]["lr"], "random_init": name == random_name}
+        pairs = [("vs_random", random_name)] if name in pretrained and random_name else []
+        if pretrained and name in pretrained[1:]:
+            pairs.append(("vs_first", pretrained[0]))
+        for key, other in pairs:
+            difference = paired_over_seeds(per_seed[name], per_seed[other])
+            row.update({key: difference.value, f"{key}_se": difference.standard_error,
+                        f"{key}_dof": difference.degrees_of_freedom,
+                        f"{key}_beyond_2se": bool(abs(difference.value)
+                                                  > 2 * difference.standard_error),
+                        f"{key}_resolved": difference.resolved()})
         rows.append(row)
     baselines = []
     for key, label in (("majority", "majority class (train)"),
@@ -578,20 +647,47 @@ def demo_table(raw: dict, task: str = DEMO_TASK) -> Tuple[List[dict], str]:
             baselines.append({"name": label, "accuracy": estimate.value,
                               "accuracy_se": estimate.standard_error})
 
-    def shown(value, error, signed=False):
+    def shown(value, error, signed=False, row=None, key=None):
         if value is None or not math.isfinite(value):
             return "-"
         sign = "+" if signed else ""
-        return f"{value:{sign}.2f} ± {error:.2f}"
+        mark = ""
+        if row is not None and row.get(f"{key}_resolved"):
+            mark = " **"
+        elif row is not None and row.get(f"{key}_beyond_2se"):
+            mark = " *"
+        return f"{value:{sign}.2f} ± {error:.2f}{mark}"
 
     table = [[row["name"], shown(row["accuracy"], row["accuracy_se"]),
-              shown(row.get("vs_first"), row.get("vs_first_se"), True)] for row in rows]
-    table += [[row["name"], shown(row["accuracy"], row["accuracy_se"]), "-"] for row in baselines]
+              shown(row.get("vs_random"), row.get("vs_random_se"), True, row, "vs_random"),
+              shown(row.get("vs_first"), row.get("vs_first_se"), True, row, "vs_first")]
+             for row in rows]
+    table += [[row["name"], shown(row["accuracy"], row["accuracy_se"]), "-", "-"]
+              for row in baselines]
     seeds = len(per_seed[names[0]])
-    text = "\n".join([
+    lines = [
         f"fine-tuning on {task} (scripts/prepare_downstream.sh; docs/downstream.md): dev "
         f"accuracy %, mean ± SE over {seeds} fine-tuning seeds of each pre-trained model (its "
-        f"pre-training noise is not in the error); lr {rows[0]['lr']} fixed, 2 epochs of batch "
-        "16; the baselines ± SE over dev rows",
-        ascii_table(["model", "dev accuracy", f"vs {names[0]}, paired over seeds"], table)])
-    return rows + baselines, text
+        f"pre-training noise is not in the error); lr {rows[0]['lr']} fixed, {protocol.epochs} "
+        f"epochs of batch {protocol.batch}; '{random_name}': the same encoder with fresh "
+        "weights (a new draw per seed); the baselines ± SE over dev rows",
+        ascii_table(["model", "dev accuracy", f"vs {random_name}, paired",
+                     f"vs {pretrained[0] if pretrained else '-'}, paired"], table),
+        f"paired over the {seeds} seeds: * beyond 2 SE; ** beyond the 95% t interval "
+        f"({seeds - 1} degrees of freedom)."]
+    if random_name is not None:
+        helped = [row["name"] for row in rows if row.get("vs_random_beyond_2se")
+                  and row["vs_random"] > 0]
+        hurt = [row["name"] for row in rows if row.get("vs_random_beyond_2se")
+                and row["vs_random"] < 0]
+        verdict = []
+        if helped:
+            verdict.append(f"pre-training helps {', '.join(helped)} (beyond 2 SE)")
+        if hurt:
+            verdict.append(f"pre-training HURTS {', '.join(hurt)}: the pre-trained model "
+                           f"fine-tunes worse than its {random_name} control (docs/transfer.md)")
+        rest = [name for name in pretrained if name not in helped + hurt]
+        if rest:
+            verdict.append(f"not told apart from {random_name}: {', '.join(rest)}")
+        lines.append("pre-training at this scale: " + "; ".join(verdict) + ".")
+    return rows + baselines, "\n".join(lines)

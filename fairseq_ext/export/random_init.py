@@ -42,13 +42,14 @@ def fresh_weights(checkpoint: Path, seed: int) -> Dict[str, "object"]:
     from fairseq_ext.training.checkpoint_loading import allow_fairseq_checkpoint_globals
 
     allow_fairseq_checkpoint_globals()
-    try:
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)])
-    except (FileNotFoundError, OSError) as error:
-        raise ExportError(f"{checkpoint}: its model cannot be rebuilt ({error}); its task's "
-                          "data (cfg.task.data, for the dictionary) must be on this machine")
-    trained = models[0].state_dict()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]):  # loading builds (and initialises) a model too
+        try:
+            models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)])
+        except (FileNotFoundError, OSError) as error:
+            raise ExportError(f"{checkpoint}: its model cannot be rebuilt ({error}); its "
+                              "task's data (cfg.task.data, for the dictionary) must be on this "
+                              "machine")
+        trained = models[0].state_dict()
         torch.manual_seed(seed)
         fresh = task.build_model(cfg.model).state_dict()
     if set(fresh) != set(trained) or any(fresh[k].shape != trained[k].shape for k in fresh):

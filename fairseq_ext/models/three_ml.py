@@ -347,7 +347,8 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         parser.add_argument("--normalization", choices=NORMALIZATIONS,
                             help="pre-LN or post-LN for encoder and decoder (Table 4: pre-ln "
                                  "for large and 3ML-cross, post-ln for 3ML-self base); sets "
-                                 "--encoder-normalize-before and --layernorm-embedding")
+                                 "--encoder-normalize-before, and --layernorm-embedding for "
+                                 "post-ln (pre-ln takes --layernorm-embedding to add one)")
 
     @classmethod
     def build_model(cls, args, task):
@@ -557,7 +558,8 @@ def three_ml_architecture(args, size: EncoderSize = ENCODER_SIZES["base"],
 
     The decoder defaults follow Table 4: 2 layers at half the encoder dim, FFN 4x its dim,
     head size 64. ``--normalization`` sets RoBERTa's ``encoder_normalize_before`` and
-    ``layernorm_embedding`` (pre-LN as ``roberta_prenorm``).
+    ``layernorm_embedding`` (pre-LN as ``roberta_prenorm``; ``--layernorm-embedding`` adds the
+    embedding LayerNorm to pre-LN, as ``roberta --encoder-normalize-before`` has it).
     """
     set_encoder_size(args, size)
     args.decoder_layers = safe_getattr(args, "decoder_layers", 2)
@@ -570,7 +572,11 @@ def three_ml_architecture(args, size: EncoderSize = ENCODER_SIZES["base"],
     args.static_sizes = safe_getattr(args, "static_sizes", "auto")
     args.normalization = safe_getattr(args, "normalization", normalization)
     args.encoder_normalize_before = args.normalization == "pre-ln"
-    args.layernorm_embedding = args.normalization == "post-ln"
+    # post-LN: RoBERTa's embedding LayerNorm; pre-LN: none, as roberta_prenorm, unless
+    # --layernorm-embedding asks for one (what keeps a short pre-LN run from collapsing,
+    # docs/transfer.md)
+    args.layernorm_embedding = (args.normalization == "post-ln"
+                                or bool(safe_getattr(args, "layernorm_embedding", False)))
     roberta_base_architecture(args)
 
 

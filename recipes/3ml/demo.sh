@@ -26,4 +26,13 @@ export LOG_INTERVAL="${LOG_INTERVAL:-25}"
 export NUM_WORKERS="${NUM_WORKERS:-0}"
 export DATA_BUFFER_SIZE="${DATA_BUFFER_SIZE:-0}"  # no prefetch thread: it can abort a short CPU run at exit
 export CPU="${CPU:-1}"
-exec "$(dirname "${BASH_SOURCE[0]}")/pretrain_efficient.sh" --normalization "${NORMALIZATION}" "$@"
+# 1: an embedding LayerNorm with pre-LN (`--layernorm-embedding`), as the RoBERTa demo baseline
+# (docs/transfer.md: without it a short pre-LN run collapses and transfers worse than random init)
+EMBEDDING_LAYERNORM="${EMBEDDING_LAYERNORM:-1}"
+case "${EMBEDDING_LAYERNORM}" in
+  1) embedding_flags=(--layernorm-embedding) ;;
+  0) embedding_flags=() ;;
+  *) echo "error: EMBEDDING_LAYERNORM=${EMBEDDING_LAYERNORM}: use 1 (an embedding LayerNorm) or 0" >&2; exit 2 ;;
+esac
+exec "$(dirname "${BASH_SOURCE[0]}")/pretrain_efficient.sh" --normalization "${NORMALIZATION}" \
+  "${embedding_flags[@]}" "$@"

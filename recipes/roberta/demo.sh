@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The `make demo` baseline: a small RoBERTa (fairseq's roberta, `roberta_mini_prenorm`: 2 pre-LN
-# layers of dim 128) trained on the CPU for a fixed number of updates. Same recipe as pretrain.sh
+# layers of dim 128, with an embedding LayerNorm: EMBEDDING_LAYERNORM=1, `--layernorm-embedding`)
+# trained on the CPU for a fixed number of updates. Same recipe as pretrain.sh
 # with demo-sized defaults, each chosen so that a model this small learns context within the
 # demo's minutes (README, "Demo settings"): one line of text per sample (`eos`, up to 64
 # tokens), 64 lines per update, lr 2e-3, no dropout. Its hydra twin is
@@ -22,4 +23,13 @@ export LOG_INTERVAL="${LOG_INTERVAL:-25}"
 export NUM_WORKERS="${NUM_WORKERS:-0}"
 export DATA_BUFFER_SIZE="${DATA_BUFFER_SIZE:-0}"  # no prefetch thread: it can abort a short CPU run at exit
 export CPU="${CPU:-1}"
-exec "$(dirname "${BASH_SOURCE[0]}")/pretrain.sh" "$@"
+# 1: an embedding LayerNorm (`--layernorm-embedding`). Without it a short pre-LN run collapses:
+# its first block writes a near-constant vector 50x the embeddings into the residual stream and
+# the model fine-tunes worse than its random initialisation (docs/transfer.md, issue 55).
+EMBEDDING_LAYERNORM="${EMBEDDING_LAYERNORM:-1}"
+case "${EMBEDDING_LAYERNORM}" in
+  1) embedding_flags=(--layernorm-embedding) ;;
+  0) embedding_flags=() ;;
+  *) echo "error: EMBEDDING_LAYERNORM=${EMBEDDING_LAYERNORM}: use 1 (an embedding LayerNorm) or 0" >&2; exit 2 ;;
+esac
+exec "$(dirname "${BASH_SOURCE[0]}")/pretrain.sh" "${embedding_flags[@]}" "$@"
