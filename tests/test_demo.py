@@ -264,3 +264,35 @@ def test_infilling_baseline_always_guesses_the_commonest_piece_paired(tmp_path):
                              .replace(', "target": 5', "").replace(', "target": 3', "")
                              for line in lines) + "\n")
     assert constant_guess_baseline({"scores": {"infill": str(old)}}, "r1", 7)[0] is None
+
+
+def test_the_demo_3ml_shape_saves_compute_and_its_models_share_an_encoder():
+    """Issue 55: the 3ML group runs where 3ML-self-40% saves FLOPs (analytic speedup >= 1.2,
+    App. D, at 64-token lines and the embedded corpus's 8,001-symbol dictionary), and RoBERTa-15%
+    has the same encoder (one random-init control fine-tunes for both)."""
+    from fairseq_ext import flops
+    from fairseq_ext.experiments import demo
+
+    def shape(args):
+        pairs = dict(zip(args[::2], args[1::2]))
+        return {flag[2:].replace("-", "_"): int(value) for flag, value in pairs.items()}
+
+    runs = {run.name: run for run in demo.DEMO_RUNS}
+    encoder = shape(demo.DEMO_3ML_ENCODER)
+    assert shape(runs["roberta-15%"].args) == encoder
+    assert shape(runs["3ml-self-40%"].args) == {**encoder, **shape(demo.DEMO_3ML_DECODER)}
+    roberta = flops.spec_for_arch("roberta_mini_prenorm", **{
+        k: v for k, v in encoder.items() if k != "encoder_attention_heads"})
+    three_ml = flops.spec_for_arch("3ml_self_mini", **{
+        k: v for k, v in shape(runs["3ml-self-40%"].args).items()
+        if not k.endswith("attention_heads")})
+    speedup = (flops.training_flops_per_sequence(roberta, 64, 0.15, 8001)
+               / flops.training_flops_per_sequence(three_ml, 64, 0.4, 8001))
+    assert 1.2 <= speedup < 1.3
+    # the mini shape it replaced did not save compute
+    mini = (flops.training_flops_per_sequence(flops.spec_for_arch("roberta_mini_prenorm"), 64,
+                                              0.15, 8001)
+            / flops.training_flops_per_sequence(flops.spec_for_arch("3ml_self_mini"), 64, 0.4,
+                                                8001))
+    assert mini < 1.0
+    assert runs["roberta-15%"].env["WARMUP_UPDATES"] == runs["3ml-self-40%"].env["WARMUP_UPDATES"]

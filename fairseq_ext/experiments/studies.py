@@ -149,6 +149,9 @@ class Claim:
     the paper reports it in and ``paper_figure`` the paper's own figures, in its direction;
     ``proxy`` says the study measures another metric than the paper's (a pre-training loss in
     place of GLUE), and ``differs`` what else is not as in the paper (scale, budget, data).
+
+    ``per_task`` (fine-tuning claims): read on every task of the suite as well as on its
+    average (the "pre-training helps" claims, :func:`pretraining_helps_claims`).
     """
 
     text: str
@@ -163,6 +166,7 @@ class Claim:
     proxy: bool = False
     differs: str = ""
     margin: Optional[float] = None
+    per_task: bool = False
 
     @property
     def ours(self) -> bool:
@@ -337,15 +341,36 @@ def finetune_claims(*claims: Claim, differs: str = FINETUNE_DIFFERS) -> Tuple[Cl
 
 
 
+#: What the "pre-training helps" claims measure: the control every other fine-tuning claim
+#: needs (issue 55).
+PRETRAINING_HELPS_DIFFERS = ("each pre-trained arm against the same architecture at random "
+                             "initialisation (a fresh draw per pre-training and fine-tuning "
+                             "seed), fine-tuned alike, its lr chosen alike; paired on the "
+                             "pre-training seed")
+
+
+def pretraining_helps_claims(pairs: Sequence[Tuple[str, str]]) -> Tuple[Claim, ...]:
+    """One claim per (pre-trained arm, its random-init arm): the pre-trained one fine-tunes
+    better, on the suite's average and on each task. They open a study's fine-tuning claims:
+    until they hold, the other claims compare models that pre-training has not improved."""
+    return tuple(Claim(f"Pre-training helps {arm}: it fine-tunes better than {control}",
+                       "better", arm, control, FINETUNE_METRIC, per_task=True,
+                       differs=PRETRAINING_HELPS_DIFFERS) for arm, control in pairs)
+
+
 #: 3ML fine-tunes the exported encoder (the decoder dropped, §2.2) with App. B's schedule shape
 #: (Table 5, borrowed from 24hBERT): AdamW, weight decay 0.1, 6% warmup, linear decay.
+THREE_ML_RANDOM_INIT = "random init"
 THREE_ML_FINETUNE = FinetuneProtocol(
     recipe="recipes/3ml/finetune_glue.sh", checkpoint_env="PRETRAINED",
     arch_from_checkpoint=True, export_recipes=("recipes/3ml/demo.sh",),
-    arms=tuple(FinetuneArm(name, name) for name in THREE_ML_MODELS),
+    arms=tuple(FinetuneArm(name, name) for name in THREE_ML_MODELS)
+    # the four models share the encoder's architecture: one random-init control for all
+    + (FinetuneArm(THREE_ML_RANDOM_INIT, "roberta-15%", random_init=True),),
     schedule="3ML App. B (Table 5): AdamW, weight decay 0.1, warmup 6%, linear decay; the "
              "exported encoder (decoder dropped)")
-THREE_ML_FINETUNE_CLAIMS = finetune_claims(
+THREE_ML_FINETUNE_CLAIMS = pretraining_helps_claims(
+    [(name, THREE_ML_RANDOM_INIT) for name in THREE_ML_MODELS]) + finetune_claims(
     Claim("3ML-self-40% fine-tunes better than RoBERTa-15% at equal pre-training FLOPs",
           "better", "3ml-self-40%", "roberta-15%", FINETUNE_METRIC,
           source="3ML, Table 3 (first block)", paper_metric="GLUE dev average",
@@ -499,14 +524,16 @@ SWISHRNN_LAYERS = ("--encoder-layers", "3")
 
 #: SwishRNN fine-tunes the pre-training checkpoint with its arch flags again (App. B: Adam
 #: without weight decay, a fixed lr after a linear warmup).
+SWISHRNN_MODELS = ("bert-rab", "bert-orig", "swishrnn-bert", "swishrnn-bert-k1")
 SWISHRNN_FINETUNE = FinetuneProtocol(
     recipe="recipes/swishrnn/finetune_glue.sh", checkpoint_env="PRETRAINED",
-    arms=tuple(FinetuneArm(name, name) for name in
-               ("bert-rab", "bert-orig", "swishrnn-bert", "swishrnn-bert-k1")),
+    arms=tuple(FinetuneArm(name, name) for name in SWISHRNN_MODELS)
+    + tuple(finetuning.random_init_arm(name) for name in SWISHRNN_MODELS),
     env={"ARCH": "swishrnn_bert_mini", "MAX_POSITIONS": "64"}, model_env_keys=("ARCH",),
     model_args=True, extra_args=("--encoder-normalize-before",),
     schedule="SwishRNN App. B: Adam without weight decay, fixed lr after a 6% linear warmup")
-SWISHRNN_FINETUNE_CLAIMS = finetune_claims(
+SWISHRNN_FINETUNE_CLAIMS = pretraining_helps_claims(
+    [(name, finetuning.random_init_arm(name).name) for name in SWISHRNN_MODELS]) + finetune_claims(
     Claim("SwishRNN-BERT (steps 1,2,4) fine-tunes better than BERT-rab", "better",
           "swishrnn-bert", "bert-rab", FINETUNE_METRIC, source="SwishRNN, Table 1",
           paper_metric="GLUE and SuperGLUE dev average (base)",
@@ -649,11 +676,16 @@ BIDIRECTIONAL_FINETUNE = FinetuneProtocol(
     arms=tuple(FinetuneArm(variant, variant, {"R_BIDIR": OWN_R_BIDIR[variant]})
                for variant in BIDIRECTIONAL_VARIANTS)
     + (FinetuneArm("nxt_uni r=1", "nxt_uni", {"R_BIDIR": "1"}),
-       FinetuneArm("msk_bi r=0", "msk_bi", {"R_BIDIR": "0"})),
+       FinetuneArm("msk_bi r=0", "msk_bi", {"R_BIDIR": "0"}))
+    # the six variants share one architecture: a random-init control per attention
+    + tuple(FinetuneArm(f"random init r={r}", "nxt_uni", {"R_BIDIR": r}, random_init=True)
+            for r in ("0", "1")),
     env={"SIZE": "mini", "MAX_TARGET_POSITIONS": "64", "NO_SAVE": "1"},
     schedule="Bidirectionality §3.2 / App. B: a new head on the final </s>, Adam, weight decay "
              "0.1, polynomial (linear) decay after a 6% warmup")
-BIDIRECTIONAL_FINETUNE_CLAIMS = finetune_claims(
+BIDIRECTIONAL_FINETUNE_CLAIMS = pretraining_helps_claims(
+    [(variant, f"random init r={OWN_R_BIDIR[variant]}")
+     for variant in BIDIRECTIONAL_VARIANTS]) + finetune_claims(
     Claim("MskBi (r = 1) fine-tunes better than NxtUni (r = 0)", "better", "msk_bi",
           "nxt_uni", FINETUNE_METRIC, source="Bidirectionality, Table 10",
           paper_metric="GLUE dev accuracy, average of 6 tasks",
@@ -1193,7 +1225,7 @@ def claim_fields(claim: Claim) -> dict:
             "metric": claim.metric, "metric_b": claim.metric_b or claim.metric,
             "source": claim.source, "paper_metric": claim.paper_metric,
             "paper_figure": claim.paper_figure, "proxy": claim.proxy, "differs": claim.differs,
-            "margin": claim.margin}
+            "margin": claim.margin, "per_task": claim.per_task}
 
 
 def lower_is_better(column: str) -> bool:
@@ -1464,18 +1496,29 @@ def finetune_report(study: Study, raw: dict) -> dict:
     by_arm = {arm.name: raw["accuracy"][arm.name] for arm in protocol.arms}
     claims = []
     for claim in study.finetune_claims:
-        difference = finetuning.paired_average_difference(by_arm[claim.a], by_arm[claim.b])
-        a_better_negative = dataclasses.replace(difference, value=-difference.value)
-        per_seed_a = finetuning.average_per_seed(by_arm[claim.a])
-        per_seed_b = finetuning.average_per_seed(by_arm[claim.b])
-        claims.append({**claim_fields(claim),
-                       "measured": f"{claim.a} - {claim.b}: {fmt(difference, 2, True)} points",
-                       "verdict": verdict(a_better_negative, claim.kind, claim.margin),
-                       "difference": difference.value, "difference_se":
-                       difference.standard_error, **interval_fields(difference),
-                       "unit": "accuracy points",
-                       "per_seed": {str(seed): per_seed_a[seed] - per_seed_b[seed]
-                                    for seed in sorted(per_seed_a)}})
+        for task in [None, *(tasks if claim.per_task else [])]:
+            difference = finetuning.paired_average_difference(by_arm[claim.a], by_arm[claim.b],
+                                                              task)
+            a_better_negative = dataclasses.replace(difference, value=-difference.value)
+            if task is None:
+                per_seed_a = finetuning.average_per_seed(by_arm[claim.a])
+                per_seed_b = finetuning.average_per_seed(by_arm[claim.b])
+            else:
+                per_seed_a = finetuning.seed_means(by_arm[claim.a][task])
+                per_seed_b = finetuning.seed_means(by_arm[claim.b][task])
+            fields = claim_fields(claim)
+            if task is not None:
+                fields["claim"] = f"{claim.text} (on {task})"
+            claims.append({**fields, "task": task,
+                           "measured": f"{claim.a} - {claim.b}"
+                                       f"{'' if task is None else ' on ' + task}: "
+                                       f"{fmt(difference, 2, True)} points",
+                           "verdict": verdict(a_better_negative, claim.kind, claim.margin),
+                           "difference": difference.value, "difference_se":
+                           difference.standard_error, **interval_fields(difference),
+                           "unit": "accuracy points",
+                           "per_seed": {str(seed): per_seed_a[seed] - per_seed_b[seed]
+                                        for seed in sorted(per_seed_a)}})
     return {"tasks": tasks, "arms": rows, "baselines": baselines, "claims": claims,
             "lr_selection": raw["lr"], "lrs": list(protocol.lrs),
             "finetune_seeds": list(protocol.seeds), "epochs": protocol.epochs,
@@ -1503,6 +1546,9 @@ def format_finetune(report: dict, seeds: int) -> str:
                                       for task in tasks]
                      + [field(row, "average", 2) if "average" in row else "-"])
     lines.append(ascii_table(["arm"] + tasks + ["average"], table))
+    helps = pretraining_verdict(report["claims"])
+    if helps:
+        lines.append(helps)
     if report["claims"]:
         lines.append(ascii_table(["fine-tuning claim", "source (metric)", "paper", "ours: a - b, "
                                   "paired (± SE over seeds) [95% t interval]", "verdict"],
@@ -1510,6 +1556,25 @@ def format_finetune(report: dict, seeds: int) -> str:
     lines.append(f"fine-tuning wall time: {report['wall_seconds'] / 60:.1f} min (the runs' own "
                  f"time summed: {report['run_seconds'] / 60:.1f} min)")
     return "\n".join(lines)
+
+
+def pretraining_verdict(claims: Sequence[dict]) -> str:
+    """The line that opens a fine-tuning report: for which arms "pre-training helps" holds on
+    the suite's average, and, when it does not hold for every one, how to read the rest."""
+    averages = [c for c in claims if c.get("per_task") and c.get("task") is None]
+    if not averages:
+        return ""
+    by_verdict: Dict[str, List[str]] = {}
+    for claim in averages:
+        by_verdict.setdefault(claim["verdict"], []).append(claim["a"])
+    text = "pre-training helps (suite average, each arm against its random init): " + "; ".join(
+        f"{verdict_text} for {', '.join(arms)}" for verdict_text, arms in by_verdict.items())
+    if set(by_verdict) != {"holds"}:
+        text += (". Where it does not hold, pre-training has not been shown to improve on "
+                 "random initialisation at this scale, and every other fine-tuning claim "
+                 "below compares such models: read their differences in that light "
+                 "(docs/transfer.md)")
+    return text + "."
 
 
 def markdown_finetune(report: dict) -> str:
