@@ -64,7 +64,7 @@ def test_the_report_turns_the_stage_into_rows_baselines_and_verdicts():
         studies.STUDIES["3ml"], seeds=(1, 2),
         finetune=dataclasses.replace(studies.THREE_ML_FINETUNE, arms=(
             FinetuneArm("3ml-self-40%", "3ml-self-40%"), FinetuneArm("roberta-15%", "roberta-15%"))),
-        finetune_claims=studies.THREE_ML_FINETUNE_CLAIMS[:1])
+        finetune_claims=tuple(c for c in studies.THREE_ML_FINETUNE_CLAIMS if not c.per_task)[:1])
     raw = {"tasks": ["T1", "T2"],
            "accuracy": {"3ml-self-40%": ARM_A, "roberta-15%": ARM_B},
            "lr": {arm: {task: {"lr": "1e-3", "scores": {"1e-3": 50.0}} for task in ("T1", "T2")}
@@ -89,6 +89,34 @@ def test_the_report_turns_the_stage_into_rows_baselines_and_verdicts():
     assert "67.00 ± 4.50" in text and "bag of words" in text
     assert "| 3ML-self-40% fine-tunes better than RoBERTa-15%" in studies.markdown_claims(
         {"claims": [], "finetune": report})
+
+
+def test_pretraining_helps_is_read_on_the_average_and_each_task_and_opens_the_report():
+    random = studies.THREE_ML_RANDOM_INIT
+    study = dataclasses.replace(
+        studies.STUDIES["3ml"], seeds=(1, 2),
+        finetune=dataclasses.replace(studies.THREE_ML_FINETUNE, arms=(
+            FinetuneArm("roberta-15%", "roberta-15%"),
+            FinetuneArm(random, "roberta-15%", random_init=True))),
+        finetune_claims=studies.pretraining_helps_claims([("roberta-15%", random)]))
+    raw = {"tasks": ["T1", "T2"], "accuracy": {"roberta-15%": ARM_B, random: ARM_A},
+           "lr": {arm: {task: {"lr": "1e-3", "scores": {"1e-3": 50.0}} for task in ("T1", "T2")}
+                  for arm in ("roberta-15%", random)},
+           "baselines": {"T1": {}, "T2": {}}, "suite": {}, "wall_seconds": 1.0,
+           "run_seconds": 1.0}
+    report = studies.finetune_report(study, raw)
+    average, t1, t2 = report["claims"]
+    assert (average["task"], t1["task"], t2["task"]) == (None, "T1", "T2")
+    # pre-trained (ARM_B) minus random (ARM_A): average -2 (SE 0), T2 -1.5 ± 0.5
+    assert average["difference"] == pytest.approx(-2.0) and average["verdict"] == "fails"
+    assert t2["difference"] == pytest.approx(-1.5) and t2["difference_se"] == pytest.approx(0.5)
+    assert t2["claim"].endswith("(on T2)") and "on T2" in t2["measured"]
+    text = studies.format_finetune(report, 2)
+    assert "pre-training helps" in text and "fails for roberta-15%" in text
+    assert "read their differences in that light" in text
+    assert studies.pretraining_verdict([{**average, "verdict": "holds"}]).endswith(
+        "holds for roberta-15%.")
+    assert text.index("pre-training helps (suite average") < text.index("fine-tuning claim")
 
 
 def test_on_par_claims_read_the_margin_and_better_claims_the_side():
@@ -189,9 +217,18 @@ def test_every_fine_tuning_claim_cites_its_table_and_names_arms_of_its_study():
         assert study.finetune is not None and study.finetune_claims
         arms = {arm.name for arm in study.finetune.arms}
         assert {arm.model for arm in study.finetune.arms} == {m.name for m in study.models}
+        random_arms = {arm.name for arm in study.finetune.arms if arm.random_init}
+        helps = [claim for claim in study.finetune_claims if claim.per_task]
+        # "pre-training helps" opens the claims: every pre-trained arm of the study's models
+        # against a random-init arm of its architecture (ours: the papers take it as given)
+        assert study.finetune_claims[:len(helps)] == tuple(helps) and helps
+        assert {claim.a for claim in helps} == {m.name for m in study.models}
+        for claim in helps:
+            assert claim.b in random_arms and claim.ours and claim.kind == "better"
         for claim in study.finetune_claims:
             assert {claim.a, claim.b} <= arms
-            assert "Table" in claim.source and claim.paper_figure
+            if not claim.per_task:
+                assert "Table" in claim.source and claim.paper_figure
     bad = dataclasses.replace(studies.STUDIES["3ml"], finetune_claims=(
         studies.Claim("x", "better", "nobody", "roberta-15%", studies.FINETUNE_METRIC),))
     with pytest.raises(SystemExit, match="names arms outside"):
