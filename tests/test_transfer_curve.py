@@ -1,0 +1,52 @@
+"""The transfer curve (issue 55): every checkpoint against the random init of its own
+architecture, paired on the fine-tuning seed; checked on a stage whose results are given."""
+import math
+from pathlib import Path
+
+import pytest
+
+from fairseq_ext.experiments import finetuning, transfer_curve
+
+
+def test_each_point_is_paired_with_the_random_init_of_its_architecture(monkeypatch, tmp_path):
+    facts = {"a1": (250, "roberta_prenorm", "RobertaModel"),
+             "a2": (500, "roberta_prenorm", "RobertaModel"),
+             "b1": (1000, "roberta", "RobertaModel")}
+    flags = {"a1": ["--arch", "roberta_prenorm"], "a2": ["--arch", "roberta_prenorm"],
+             "b1": ["--arch", "roberta", "--encoder-normalize-before"]}
+    monkeypatch.setattr(transfer_curve, "checkpoint_facts", lambda path: facts[path.name])
+    monkeypatch.setattr(finetuning, "prepare_checkpoint",
+                        lambda path, out, export: (path, flags[path.name]))
+    scores = {"small@250": [30.0, 32.0, 31.0], "small@500": [33.0, 33.0, 36.0],
+              "big@1000": [40.0, 41.0, 42.0],
+              "random init 1": [31.0, 31.0, 31.0], "random init 2": [45.0, 44.0, 46.0]}
+    seen = {}
+
+    def run_stage(protocol, models, seeds, checkpoints, suite, runs_dir, printer, only):
+        seen["arms"] = [(arm.name, arm.model, arm.random_init) for arm in protocol.arms]
+        seen["epochs"], seen["lrs"] = protocol.epochs, protocol.lrs
+        return {"accuracy": {name: {"T": {1: values}} for name, values in scores.items()},
+                "baselines": {"T": {"majority": {"accuracy": 0.2, "se": 0.01}}},
+                "wall_seconds": 1.0}
+
+    monkeypatch.setattr(finetuning, "run_stage", run_stage)
+    result = transfer_curve.curve([("small", Path("a1")), ("small", Path("a2")),
+                                   ("big", Path("b1"))], tmp_path, tmp_path, task="T",
+                                  printer=lambda line: None)
+    # one control per architecture, drawn from its first point's checkpoint
+    assert seen["arms"][-2:] == [("random init 1", "small@250", True),
+                                 ("random init 2", "big@1000", True)]
+    assert seen["epochs"] == finetuning.DEMO_PROTOCOL.epochs
+    assert seen["lrs"] == (finetuning.DEMO_LR,)
+    points = {p["name"]: p for p in result["points"]}
+    # small@500 - random init 1 per seed: +2, +2, +5 -> mean 3, sd sqrt(3), SE 1
+    assert points["small@500"]["random_arm"] == "random init 1"
+    assert points["small@500"]["vs_random"] == pytest.approx(3.0)
+    assert points["small@500"]["vs_random_se"] == pytest.approx(1.0)
+    assert points["small@500"]["beyond_2se"]
+    # big@1000 - random init 2: -5, -3, -4 -> -4 ± 1 / sqrt(3)
+    assert points["big@1000"]["vs_random"] == pytest.approx(-4.0)
+    assert points["big@1000"]["vs_random_se"] == pytest.approx(1 / math.sqrt(3))
+    assert not points["small@250"]["beyond_2se"]  # 0 ± 0.58 (-1, +1, 0)
+    text = transfer_curve.format_curve(result)
+    assert "+3.00 ± 1.00 *" in text and "-4.00 ± 0.58 *" in text and "majority" in text
