@@ -320,16 +320,27 @@ def random_init_checkpoint(source: Path, out_dir: Path, draw: int) -> Path:
     (``python -m fairseq_ext.export.random_init``), written once into
     ``out_dir/random-init/draw<D>.pt`` and read back after."""
     out = out_dir / "random-init" / f"draw{draw}.pt"
-    if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        env = recipe_runs.recipe_environment(Path("."), recipe_runs.ONE_THREAD)
-        done = subprocess.run([python_executable(), "-m", "fairseq_ext.export.random_init",
-                               str(source), str(out), "--seed", str(draw)],
-                              env=env, cwd=recipe_runs.REPO_ROOT, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"error: the random-init control of {source} failed: "
-                             f"{done.stderr[-2000:]}")
+    with _DRAW_LOCKS_GUARD:  # runs of one draw (the lr grid's) ask for it from several threads
+        lock = _DRAW_LOCKS.setdefault(out, threading.Lock())
+    with lock:
+        if not out.is_file():
+            _write_random_init(source, out, draw)
     return out
+
+
+_DRAW_LOCKS: Dict[Path, threading.Lock] = {}
+_DRAW_LOCKS_GUARD = threading.Lock()
+
+
+def _write_random_init(source: Path, out: Path, draw: int) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    env = recipe_runs.recipe_environment(Path("."), recipe_runs.ONE_THREAD)
+    done = subprocess.run([python_executable(), "-m", "fairseq_ext.export.random_init",
+                           str(source), str(out), "--seed", str(draw)],
+                          env=env, cwd=recipe_runs.REPO_ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"error: the random-init control of {source} failed: "
+                         f"{done.stderr[-2000:]}")
 
 
 def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: Path,
