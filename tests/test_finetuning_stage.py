@@ -500,3 +500,30 @@ def test_study_cli_refuses_a_wrong_downstream_before_any_training(tmp_path, caps
         studies.main(["3ml", "--data", str(data), "--downstream", str(tmp_path / "none"),
                       "--runs-dir", str(tmp_path / "runs")])
     assert not (tmp_path / "runs").exists()  # nothing planned, nothing trained
+
+
+def test_a_random_init_draw_is_written_once_when_threads_ask_for_it_together(monkeypatch,
+                                                                            tmp_path):
+    """The lr grid's selection runs share one draw and run two at a time: one writes it, the
+    others wait and read it (a second writer would find the file and fail)."""
+    import threading
+    import time
+
+    calls = []
+
+    def write(source, out, draw):
+        calls.append(draw)
+        time.sleep(0.2)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(b"draw")
+
+    monkeypatch.setattr(finetuning, "_write_random_init", write)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(
+        finetuning.random_init_checkpoint(tmp_path / "ckpt.pt", tmp_path, 1101)))
+        for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert calls == [1101] and set(results) == {tmp_path / "random-init" / "draw1101.pt"}
