@@ -39,6 +39,7 @@ PRETRAIN_YAML = [p for p in YAML_RECIPES if not p.name.startswith("finetune")
 PAIRS = [
     ("roberta/pretrain.sh", "roberta/pretrain.yaml"),
     ("roberta/demo.sh", "roberta/demo.yaml"),
+    ("roberta/english_prose.sh", "roberta/english_prose.yaml"),
     ("3ml/pretrain_efficient.sh", "3ml/pretrain_efficient.yaml"),
     ("3ml/pretrain_longer.sh", "3ml/pretrain_longer.yaml"),
     ("3ml/baseline_24hbert.sh", "3ml/baseline_24hbert.yaml"),
