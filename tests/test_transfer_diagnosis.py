@@ -354,8 +354,7 @@ def test_a_planted_collapse_probes_at_the_majority_class(one_thread):
     train = random_split(dictionary, rng.integers(3, 20, 40), seed=8)
     dev = random_split(dictionary, rng.integers(3, 20, 30), seed=9)
     plant_collapse(model, 0)  # post-LN: every token's block-1 output is LN(fc2.bias)
-    report = td.diagnose_model(loaded_model(model, dictionary), train, dev,
-                               td.DiagnosisSettings(finetune_runs=False))
+    report = td.diagnose_model(loaded_model(model, dictionary), train, dev)
     majority = np.bincount(train.labels).argmax()
     at_majority = (dev.labels == majority).astype(float).tolist()
     assert report["_probe_head_correct"].tolist() == at_majority

@@ -571,8 +571,7 @@ def feature_report(features: LayerFeatures, train_features: LayerFeatures, train
     return rows
 
 
-def diagnose_model(loaded: LoadedModel, train: Split, dev: Split,
-                   settings: DiagnosisSettings, printer=print) -> dict:
+def diagnose_model(loaded: LoadedModel, train: Split, dev: Split) -> dict:
     """Every figure of one model (the pre-trained one, or one random draw)."""
     dev_features = collect_features(loaded, dev)
     train_features = collect_features(loaded, train)
@@ -612,9 +611,6 @@ def diagnose(checkpoint: Path, data_bin: Path, settings: DiagnosisSettings = Dia
     """The whole report (module docstring) of ``checkpoint`` on ``data_bin``: the pre-trained
     model, its random control (the features of draw ``seeds[0]``; one draw per fine-tuning
     seed), the paired differences."""
-    import torch
-
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     with tempfile.TemporaryDirectory() as work:
         loaded = load_model(checkpoint, Path(work))
         max_positions = int(loaded.model.max_positions() if callable(
@@ -623,9 +619,8 @@ def diagnose(checkpoint: Path, data_bin: Path, settings: DiagnosisSettings = Dia
         dev = read_split(data_bin, "valid", max_positions, settings.max_rows)
         printer(f"diagnosing {checkpoint} on {data_bin}: {len(train.labels)} train and "
                 f"{len(dev.labels)} dev texts")
-        pretrained = diagnose_model(loaded, train, dev, settings, printer)
-        control = diagnose_model(with_random(loaded, settings.seeds[0]), train, dev, settings,
-                                 printer)
+        pretrained = diagnose_model(loaded, train, dev)
+        control = diagnose_model(with_random(loaded, settings.seeds[0]), train, dev)
         finetunes = {"pretrained": {}, "random": {}}
         if settings.finetune_runs:
             for seed in settings.seeds:
