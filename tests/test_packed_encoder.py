@@ -256,3 +256,43 @@ def test_static_sizes_give_the_exact_paths_logits_and_gradients(arch):
     for name, grad in exact_grads.items():
         torch.testing.assert_close(static_grads[name], grad, rtol=tolerance * 10,
                                    atol=tolerance * 10, msg=name)
+
+
+@pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
+def test_static_sizes_without_a_capacity_give_fairseqs_criterion_its_rows(arch):
+    """fairseq's own masked_lm criterion passes no masking capacity and indexes the targets
+    with ``masked_tokens`` itself (issue 56): with static sizes the model sizes its encoder and
+    decoder from the task's masking (set when it is built) and returns the logits of exactly
+    the asked positions, row-major, padding included where asked (fairseq's all-True mask for
+    a batch with nothing masked); they and the gradients equal the exact path's."""
+    task = MaskedLmTaskStub(60, mask_prob=0.5, leave_unmasked_prob=0.1, random_token_prob=0.1)
+    pad = task.source_dictionary.pad()
+    src, target = fairseq_masked_batch(task, 4, 24, seed=5, shorter_by=3)
+    torch.manual_seed(0)
+    model = build_arch(arch, task, 24, dropout=0.0, attention_dropout=0.0).double().train()
+    assert model.task_masking_capacity == MaskingCapacity.from_task(task.cfg)
+    everything = torch.ones_like(src, dtype=torch.bool)  # asks padding positions too
+    tolerance = 1e-9 if arch.startswith("3ml_self") else 1e-5
+    for masked in (target.ne(pad), everything):
+        runs = []
+        for static in ("never", "always"):
+            model.static_sizes = static
+            model.zero_grad()
+            logits, extra = model(src, masked_tokens=masked)
+            assert "prediction_index" not in extra
+            assert logits.shape == (int(masked.sum()), 60)
+            loss = torch.nn.functional.cross_entropy(logits, target[masked], ignore_index=pad,
+                                                     reduction="sum")
+            loss.backward()
+            runs.append((logits, loss, {n: p.grad.clone() for n, p in model.named_parameters()
+                                        if p.grad is not None}))
+        (exact, exact_loss, exact_grads), (static_logits, static_loss, static_grads) = runs
+        real_rows = src.ne(pad)[masked]  # the exact path gives zero logits at padding
+        torch.testing.assert_close(static_logits[real_rows], exact[real_rows], rtol=tolerance,
+                                   atol=tolerance)
+        assert torch.isfinite(static_logits).all()
+        torch.testing.assert_close(static_loss, exact_loss, rtol=tolerance, atol=tolerance)
+        assert exact_grads.keys() == static_grads.keys()
+        for name, grad in exact_grads.items():
+            torch.testing.assert_close(static_grads[name], grad, rtol=tolerance * 10,
+                                       atol=tolerance * 10, msg=name)

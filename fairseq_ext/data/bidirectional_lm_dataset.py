@@ -129,8 +129,9 @@ class BidirectionalLMDataset(RowSizedDataset):
 
     def __init__(self, blocks: TokenBlockDataset, document_sizes: Sequence[int],
                  sampler: ObjectiveSampler, mask_idx: int, pad_idx: int, seed: int = 1,
-                 shuffle: bool = True):
+                 shuffle: bool = True, pad_to_multiple: int = 1):
         super().__init__()
+        self.pad_to_multiple = pad_to_multiple
         self.blocks = blocks
         self.document_sizes = np.asarray(document_sizes, dtype=np.int64)
         self.sampler = sampler
@@ -223,17 +224,20 @@ class BidirectionalLMDataset(RowSizedDataset):
 
     def collater(self, samples: List[Dict]) -> Dict:
         """Right-pad the items into the batch of the module docstring."""
-        return collate_rows(samples, self.pad_idx)
+        return collate_rows(samples, self.pad_idx, self.pad_to_multiple)
 
 
-def collate_rows(samples: List[Dict], pad_idx: int) -> Dict:
+def collate_rows(samples: List[Dict], pad_idx: int, pad_to_multiple: int = 1) -> Dict:
     """Right-pad items (``id``, ``source``, ``positions``, ``doc_ids``, ``bidir_lens``,
-    ``target``) into the batch of the module docstring; ``{}`` for no items."""
+    ``target``) into the batch of the module docstring, its length a multiple of
+    ``pad_to_multiple`` (``--required-seq-len-multiple``: fewer shapes for
+    ``--torch-compile``); ``{}`` for no items."""
     if not samples:
         return {}
 
     def pad(key, value):
-        return data_utils.collate_tokens([s[key] for s in samples], value, left_pad=False)
+        return data_utils.collate_tokens([s[key] for s in samples], value, left_pad=False,
+                                         pad_to_multiple=pad_to_multiple)
 
     return {
         "id": torch.LongTensor([s["id"] for s in samples]),

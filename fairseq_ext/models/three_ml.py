@@ -322,6 +322,9 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         self.mask_decoder = mask_decoder
         self.mask_idx = mask_idx
         self.static_sizes = safe_getattr(args, "static_sizes", "auto")
+        #: the task's masking, for criteria that pass no capacity (fairseq's ``masked_lm``):
+        #: set by :meth:`build_model`; ``None`` (exact sizes) for a task that masks otherwise
+        self.task_masking_capacity: Optional[MaskingCapacity] = None
 
     @staticmethod
     def add_args(parser):
@@ -361,7 +364,9 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         decoder_cls = ThreeMLCrossDecoder if cls.variant == "cross" else ThreeMLSelfDecoder
         decoder = decoder_cls(args, dictionary.pad(), len(dictionary),
                               encoder.sentence_encoder.embed_tokens.weight)
-        return cls(args, encoder, decoder, mask_idx)
+        model = cls(args, encoder, decoder, mask_idx)
+        model.task_masking_capacity = MaskingCapacity.from_task(getattr(task, "cfg", None))
+        return model
 
     def forward(self, src_tokens, features_only=False, return_all_hiddens=False,
                 classification_head_name=None, masked_tokens=None,
@@ -372,12 +377,17 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         ``masking_capacity`` (passed by our criteria; fairseq's models ignore it) says the
         batch was masked by the task's ``MaskTokensDataset``: with static sizes in use
         (:meth:`uses_static_sizes`), the logits are those of ``extra["prediction_index"]``
-        (see :meth:`static_masked_lm_logits`)."""
+        (see :meth:`static_masked_lm_logits`). A criterion that passes none (fairseq's own
+        ``masked_lm``) gets the task's capacity (:attr:`task_masking_capacity`) for the
+        encoder and decoder, and the logits of exactly the ``masked_tokens`` positions, in
+        row-major order, as fairseq's RoBERTa returns them."""
         if features_only or classification_head_name is not None:
             return super().forward(src_tokens, features_only, return_all_hiddens,
                                    classification_head_name, **kwargs)
-        if masked_tokens is not None and self.uses_static_sizes(src_tokens, masking_capacity):
-            return self.static_masked_lm_logits(src_tokens, masked_tokens, masking_capacity)
+        capacity = masking_capacity or self.task_masking_capacity
+        if masked_tokens is not None and self.uses_static_sizes(src_tokens, capacity):
+            return self.static_masked_lm_logits(src_tokens, masked_tokens, capacity,
+                                                every_asked=masking_capacity is None)
         return self.masked_lm_logits(src_tokens, masked_tokens)
 
     def uses_static_sizes(self, src_tokens, capacity: Optional[MaskingCapacity]) -> bool:
@@ -388,7 +398,8 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         return (self.static_sizes == "always" or src_tokens.is_cuda
                 or torch.compiler.is_compiling())
 
-    def static_masked_lm_logits(self, src_tokens, masked_tokens, capacity: MaskingCapacity):
+    def static_masked_lm_logits(self, src_tokens, masked_tokens, capacity: MaskingCapacity,
+                                every_asked: bool = False):
         """:meth:`masked_lm_logits` with static sizes: nothing is read from the device, and
         every shape follows from ``src_tokens.shape`` and ``capacity``.
 
@@ -402,12 +413,17 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         :meth:`~MaskingCapacity.predicted_total` (none where ``MaskTokensDataset`` masked the
         batch: that bound is exact) are not predicted and counted in
         ``extra["predictions_dropped"]``. Otherwise the logits equal the exact path's, row for
-        row."""
+        row.
+
+        ``every_asked`` (for a criterion that indexes the targets with ``masked_tokens``
+        itself, as fairseq's ``masked_lm`` does): the logits ``(N, V)`` of every
+        ``masked_tokens`` position instead, padding included where asked, in row-major order,
+        as fairseq's RoBERTa head selects them (``features[masked_tokens]``, the one
+        data-dependent size, which ``torch.compile`` keeps inside the graph); the encoder and
+        decoder keep their static sizes, and there is no ``prediction_index``."""
         batch, length = src_tokens.shape
         pad = self.encoder.sentence_encoder.padding_idx
         real = src_tokens.ne(pad)
-        asked = masked_tokens.expand_as(src_tokens) & real
-        prediction_index = selected_first(asked.flatten())[:capacity.predicted_total(batch, length)]
         is_mask = src_tokens.eq(self.mask_idx)
         positions = utils.make_positions(src_tokens, pad)
         packed = pack_tokens_bounded(real & ~is_mask, capacity.kept_per_row(batch, length),
@@ -421,7 +437,14 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
             features = self._static_cross_features(encoder_out, packed, is_mask, positions,
                                                    capacity.masks_per_row(length))
             decoder_length = is_mask.sum(dim=1).max().clamp(min=1)
-        logits = self.mask_decoder.lm_head(features.index_select(0, prediction_index))
+        if every_asked:
+            logits = self.mask_decoder.lm_head(
+                features[masked_tokens.expand_as(src_tokens).flatten()])
+        else:
+            asked = masked_tokens.expand_as(src_tokens) & real
+            prediction_index = selected_first(asked.flatten())[
+                :capacity.predicted_total(batch, length)]
+            logits = self.mask_decoder.lm_head(features.index_select(0, prediction_index))
         extra = {
             "inner_states": None,
             "encoder_lengths": packed.counts,
@@ -429,11 +452,12 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
             # the FLOP criteria count the kept tokens, as on the exact path (a 0-dim tensor)
             "encoder_length": packed.counts.sum() / batch,
             "decoder_padded_length": decoder_length,
-            "prediction_index": prediction_index,
             "kept_tokens_dropped": packed.dropped,
-            # asked positions beyond the predictions' capacity (none under fairseq's masking)
-            "predictions_dropped": (asked.sum() - prediction_index.numel()).clamp(min=0),
         }
+        if not every_asked:
+            extra["prediction_index"] = prediction_index
+            # asked positions beyond the predictions' capacity (none under fairseq's masking)
+            extra["predictions_dropped"] = (asked.sum() - prediction_index.numel()).clamp(min=0)
         return logits, extra
 
     def _static_cross_features(self, encoder_out, packed: PackedTokens, is_mask, positions,

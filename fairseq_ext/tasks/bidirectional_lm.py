@@ -134,6 +134,9 @@ class BidirectionalLMConfig(FairseqDataclass):
                 "overwritten), for paired comparisons of models "
                 "(fairseq_ext.evaluation.bidirectional_report)"})
     seed: int = II("common.seed")
+    #: rows padded to a multiple of this length (``--required-seq-len-multiple``; chosen by
+    #: ``--torch-compile`` when left at 1): fewer batch shapes to compile
+    required_seq_len_multiple: int = II("dataset.required_seq_len_multiple")
 
 
 def objective_sampler(cfg: BidirectionalLMConfig) -> ObjectiveSampler:
@@ -350,7 +353,14 @@ class BidirectionalLMTask(FairseqTask):
         logger.info("loaded %d rows of %s from %s", len(blocks), read, split_path)
         self.datasets[split] = BidirectionalLMDataset(
             blocks, documents.sizes, self.sampler, mask_idx=self.mask_idx,
-            pad_idx=self.dictionary.pad(), seed=self.cfg.seed)
+            pad_idx=self.dictionary.pad(), seed=self.cfg.seed,
+            pad_to_multiple=self.seq_len_multiple())
+
+    def seq_len_multiple(self) -> int:
+        """``--required-seq-len-multiple``; 1 where the config was built outside fairseq's
+        (a reference left unresolved)."""
+        multiple = getattr(self.cfg, "required_seq_len_multiple", 1)
+        return multiple if isinstance(multiple, int) and multiple > 0 else 1
 
     def begin_valid_epoch(self, epoch, model):
         super().begin_valid_epoch(epoch, model)
