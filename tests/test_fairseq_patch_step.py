@@ -10,6 +10,7 @@
 * ``Module.train()`` is skipped only when every module already trains;
 * the gradient's normaliser takes a tensor sample size without reading it.
 """
+import collections
 import json
 
 import pytest
@@ -195,3 +196,120 @@ def test_masked_lm_pads_to_the_required_multiple_and_to_1_outside_fairseqs_confi
     assert task._seq_len_multiple() == 1
     task.cfg.required_seq_len_multiple = 8
     assert task._seq_len_multiple() == 8
+
+
+def test_set_num_updates_reaches_every_module_that_defines_it_in_one_walk():
+    """Patch item 7h: BaseFairseqModel / FairseqEncoder.set_num_updates walk the modules once,
+    skipping those whose method only passes the count on; every other module that defines it
+    gets the count (a nested encoder's child included), each once."""
+    from fairseq.models import BaseFairseqModel, FairseqEncoder
+    from fairseq.models.fairseq_model import passes_num_updates_on_only
+
+    calls = []
+
+    class Scheduled(torch.nn.Module):
+        def set_num_updates(self, num_updates):
+            calls.append((id(self), num_updates))
+
+    class Encoder(FairseqEncoder):
+        def __init__(self):
+            super().__init__(None)
+            self.inner = torch.nn.Sequential(Scheduled(), torch.nn.Linear(2, 2), Scheduled())
+
+    class Model(BaseFairseqModel):
+        def __init__(self):
+            super().__init__()
+            self.encoder = Encoder()
+            self.head = Scheduled()
+
+    model = Model()
+    scheduled = [m for m in model.modules() if isinstance(m, Scheduled)]
+    model.set_num_updates(7)
+    assert sorted(calls) == sorted((id(m), 7) for m in scheduled)  # each exactly once
+    calls.clear()
+    model.encoder.set_num_updates(3)  # an encoder on its own passes it on too
+    assert sorted(calls) == sorted((id(m), 3) for m in scheduled[:2])
+    assert passes_num_updates_on_only(model.encoder) is True
+    assert passes_num_updates_on_only(model.head) is False
+    assert passes_num_updates_on_only(torch.nn.Linear(1, 1)) is None
+
+
+def test_torch_compile_buckets_lengths_it_chooses_and_respects_a_users_multiple():
+    """Patch item 7c: --torch-compile sets --required-seq-len-multiple (left at 1) to the
+    smallest multiple of 8 that divides --tokens-per-sample into at most 8 lengths."""
+    from types import SimpleNamespace
+
+    from fairseq.trainer import torch_compile_seq_len_multiple
+    from omegaconf import OmegaConf
+
+    def chosen(tokens, multiple=1):
+        cfg = OmegaConf.create({"task": {"tokens_per_sample": tokens,
+                                         "required_seq_len_multiple": multiple},
+                                "dataset": {"required_seq_len_multiple": multiple}})
+        result = torch_compile_seq_len_multiple(cfg)
+        assert cfg.task.required_seq_len_multiple == cfg.dataset.required_seq_len_multiple
+        return result
+
+    assert [chosen(t) for t in (32, 64, 128, 512, 1024)] == [8, 8, 16, 64, 128]
+    assert chosen(100) == 16  # no multiple of 8 divides 100: ceil(100 / 8) rounded up to 8
+    assert chosen(512, multiple=32) == 32  # the user's choice stands
+    no_length = SimpleNamespace(task=SimpleNamespace(),
+                                dataset=SimpleNamespace(required_seq_len_multiple=1))
+    assert torch_compile_seq_len_multiple(no_length) is None
+
+
+def test_a_model_that_keeps_recompiling_for_one_shape_is_named_then_run_eagerly(caplog):
+    """Patch item 7c: the trainer logs each compile with its batch shape; a model that reads
+    a size from its data (a new graph per value) is warned about from its third compile of
+    one shape and runs eagerly from TORCH_COMPILE_RECOMPILE_LIMIT on; a static one is not."""
+    import logging
+    from types import SimpleNamespace
+
+    from fairseq import trainer as trainer_module
+    from torch._dynamo.utils import counters
+
+    class ReadsItsData(torch.nn.Module):
+        def forward(self, src_tokens):
+            width = int(src_tokens.sum())  # a value from the data becomes a size
+            return torch.ones(width).sum() + src_tokens.float().mean()
+
+    def watched(model, batches):
+        fake = SimpleNamespace(cfg=SimpleNamespace(common=SimpleNamespace(torch_compile=True)),
+                               _model=model, _compiled_shapes=collections.Counter())
+        fake._compiled_graphs = lambda: trainer_module.Trainer._compiled_graphs(fake)
+        for tokens in batches:
+            before = fake._compiled_graphs()
+            model(tokens)
+            trainer_module.Trainer._watch_compiles(fake, "train",
+                                                   [{"net_input": {"src_tokens": tokens}}],
+                                                   before)
+        return fake
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = ReadsItsData()
+    model.compile(dynamic=False)
+    batches = [torch.full((2, 3), value) for value in range(1, 7)]  # one shape, six values
+    with caplog.at_level(logging.INFO, logger="fairseq.trainer"):
+        fake = watched(model, batches)
+    text = caplog.text
+    assert "graph(s) for train batches of shape (2, 3) (1 train shape(s) so far)" in text
+    assert "compiled for train batches of shape (2, 3) 3 times" in text
+    assert "runs eagerly from now on" in text
+    assert model._compiled_call_impl is None  # eager after the limit
+    assert fake._compiled_shapes[("train", ((("src_tokens", (2, 3)),),))] == \
+        trainer_module.TORCH_COMPILE_RECOMPILE_LIMIT
+    caplog.clear()
+    torch._dynamo.reset()
+
+    class Static(torch.nn.Module):
+        def forward(self, src_tokens):
+            return src_tokens.float().sum()
+
+    static = Static()
+    static.compile(dynamic=False)
+    with caplog.at_level(logging.INFO, logger="fairseq.trainer"):
+        watched(static, [torch.full((2, 3), v) for v in range(4)]
+                + [torch.full((4, 3), v) for v in range(3)])
+    assert caplog.text.count("graph(s) for train batches") == 2  # one per shape
+    assert "compiled for" not in caplog.text and static._compiled_call_impl is not None
