@@ -235,6 +235,9 @@ class UpdateProfile:
     timeline: Optional[DeviceTimeline]  # CUDA only
     #: ms in fairseq's :data:`STEP_RANGES`, and the rest ("other")
     breakdown: Dict[str, float]
+    #: (op or range, self ms per update, calls per update) of the most expensive ops and
+    #: ranges by self time: where an update's host time goes, op by op
+    top_ops: List[Tuple[str, float, float]] = dataclasses.field(default_factory=list)
 
 
 def profile_updates(step: TrainerStep, updates: int,
@@ -273,7 +276,14 @@ def profile_updates(step: TrainerStep, updates: int,
     breakdown = {part: sum(totals.get(name, 0.0) for name in names) / 1000 / updates
                  for part, names in STEP_RANGES.items()}
     breakdown["other"] = max(wall_us / 1000 / updates - sum(breakdown.values()), 0.0)
-    return UpdateProfile(matmul_us / wall_us, ops / updates, timeline, breakdown)
+    ranked = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    top_ops = [(e.key, e.self_cpu_time_total / 1000 / updates, e.count / updates)
+               for e in ranked[:TOP_OPS]]
+    return UpdateProfile(matmul_us / wall_us, ops / updates, timeline, breakdown, top_ops)
+
+
+#: ops and ranges :func:`profile_updates` keeps, by self time
+TOP_OPS = 15
 
 
 def update_flops(step: TrainerStep, family: Family) -> Optional[float]:
@@ -327,6 +337,7 @@ class StepResult:
     mfu: Optional[float] = None  # analytic training FLOPs / time / --peak-tflops
     # profiled ms per update in fairseq's forward, backward, optimizer ranges, and the rest
     breakdown: Optional[Dict[str, float]] = None
+    top_ops: List[Tuple[str, float, float]] = dataclasses.field(default_factory=list)
 
     @property
     def host_ms(self) -> Optional[float]:
@@ -344,6 +355,7 @@ def summarize(family: Family, seconds: List[float], counts: Counts,
     if profile is not None:
         result.matmul_share, result.profiled_ops = profile.matmul_share, profile.ops
         result.timeline, result.breakdown = profile.timeline, profile.breakdown
+        result.top_ops = profile.top_ops
     return result
 
 
@@ -515,6 +527,10 @@ def main(argv=None) -> int:
     for r in results:
         if r.read_sites:
             print(f"{r.family}: {r.read_sites}")
+    for r in results:  # where the host time goes, op by op (the profiled updates)
+        if r.top_ops:
+            print(f"{r.family}, self ms per update by op or range (calls): " + "; ".join(
+                f"{name} {ms:.2f} ({calls:.0f})" for name, ms, calls in r.top_ops))
     if args.json:
         write_text(args.json, json.dumps({
             "command": sys.argv, "args": {k: (str(v) if isinstance(v, Path) else v)
