@@ -276,3 +276,57 @@ def main(argv=None) -> int:
             "environment": env, "results": [dataclasses.asdict(r) for r in results],
         }, indent=2), args.force)
     return 0
+
+
+def epoch_batch_shapes(argv: Sequence[str], splits: Sequence[str] = ("train", "valid"),
+                       ) -> Dict[str, Dict[Tuple[int, ...], int]]:
+    """The padded ``src_tokens`` shapes of one epoch's batches per split, and how many batches
+    have each, for a ``fairseq-train`` command line (its own batching, break mode and, with
+    ``--torch-compile``, the length buckets it chooses): the shapes a compiled model compiles
+    for, counted without training."""
+    from fairseq import options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import torch_compile_seq_len_multiple
+
+    parser = options.get_training_parser()
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, list(argv)))
+    utils.import_user_module(cfg.common)
+    if cfg.common.torch_compile:
+        torch_compile_seq_len_multiple(cfg)
+    task = tasks.setup_task(cfg.task)
+    shapes: Dict[str, Dict[Tuple[int, ...], int]] = {}
+    for split in splits:
+        task.load_dataset(split, combine=False, epoch=1)
+        dataset = task.dataset(split)
+        batches = task.get_batch_iterator(
+            dataset, max_tokens=cfg.dataset.max_tokens,
+            max_sentences=cfg.dataset.batch_size,
+            max_positions=utils.resolve_max_positions(task.max_positions(), (
+                cfg.model.max_positions if "max_positions" in cfg.model else None)),
+            ignore_invalid_inputs=True,
+            required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
+            seed=cfg.common.seed, num_workers=0, epoch=1,
+        ).next_epoch_itr(shuffle=False)
+        counts: Dict[Tuple[int, ...], int] = {}
+        for batch in batches:
+            shape = tuple(batch["net_input"]["src_tokens"].shape)
+            counts[shape] = counts.get(shape, 0) + 1
+        shapes[split] = counts
+    return shapes
+
+
+def count_shapes_main(argv=None) -> int:
+    """``python -m fairseq_ext.benchmarks.cli_step FAIRSEQ_TRAIN_ARGS...``: print each split's
+    batch shapes (see :func:`epoch_batch_shapes`)."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    argv = sys.argv[1:] if argv is None else argv
+    for split, counts in epoch_batch_shapes(argv).items():
+        print(f"{split}: {len(counts)} shapes, {sum(counts.values())} batches: " + ", ".join(
+            f"{shape} x{n}" for shape, n in sorted(counts.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(count_shapes_main())
