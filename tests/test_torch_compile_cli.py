@@ -57,13 +57,12 @@ def compile_argv(data_bin, arch, criterion, save_dir, *extra, seq_len=32, backen
     if criterion == "bidirectional_lm":
         argv += ["--task", "bidirectional_lm", "--document-format", "lines",
                  "--attention-impl", "sdpa", "--max-tokens", "128"]
+    elif arch.startswith("3ml"):
+        argv += ["--task", "masked_lm", "--batch-size", "4", "--mask-prob", "0.5",
+                 "--decoder-layers", "1", "--decoder-embed-dim", "16",
+                 "--decoder-ffn-embed-dim", "32", "--decoder-attention-heads", "1"]
     else:
-        argv += ["--task", "masked_lm", "--batch-size", "4", "--decoder-layers", "1"] if (
-            arch.startswith("3ml")) else ["--task", "masked_lm", "--batch-size", "4"]
-        argv += ["--mask-prob", "0.5" if arch.startswith("3ml") else "0.15"]
-        if arch.startswith("3ml"):
-            argv += ["--decoder-embed-dim", "16", "--decoder-ffn-embed-dim", "32",
-                     "--decoder-attention-heads", "1"]
+        argv += ["--task", "masked_lm", "--batch-size", "4", "--mask-prob", "0.15"]
     return argv + list(extra)
 
 
@@ -82,13 +81,11 @@ def compiled_run(data_bin, tmp_path, arch, criterion, *extra, backend="inductor"
     return log, compiles, unexpected
 
 
-def assert_one_compile_per_shape(log, compiles, unexpected):
-    assert compiles, "no compile was logged: --torch-compile did not compile"
-    assert "compiled for" not in log and "runs eagerly from now on" not in log, log[-3000:]
-    seen = {}
-    for split, shape in compiles:
-        seen[(split, shape)] = seen.get((split, shape), 0) + 1
-    assert all(count <= 2 for count in seen.values()), seen
+def assert_one_compile_per_shape(log, compiles, unexpected, variants=2):
+    """No recompile (:func:`assert_no_recompile`, each shape compiled at most ``variants``
+    times), no guard failure beyond one that is not a new shape or mode, and the run trained
+    its 12 updates and validated."""
+    assert_no_recompile(log, compiles, variants)
     assert len(unexpected) <= 1, unexpected
     records = [r for r in json_log_records(log) if "loss" in r]
     assert records and int(records[-1]["num_updates"]) == 12
@@ -99,13 +96,13 @@ def assert_one_compile_per_shape(log, compiles, unexpected):
 def test_every_pairing_compiles_once_per_batch_shape(tiny_data_bin, tmp_path, arch, criterion):
     """One batch shape (--sample-break-mode none): one train compile and one valid compile
     (a second variant at most), never again over 12 updates and a validation."""
-    extra = () if criterion == "bidirectional_lm" else ("--sample-break-mode", "none")
-    if criterion == "bidirectional_lm":
-        extra = ("--sample-break-mode", "complete")
-    log, compiles, unexpected = compiled_run(tiny_data_bin, tmp_path, arch, criterion, *extra,
-                                             backend="aot_eager")
+    mode = "complete" if criterion == "bidirectional_lm" else "none"
+    log, compiles, unexpected = compiled_run(tiny_data_bin, tmp_path, arch, criterion,
+                                             "--sample-break-mode", mode, backend="aot_eager")
     assert "backend: aot_eager" in log
-    assert_one_compile_per_shape(log, compiles, unexpected)
+    # rows of 31 tokens: a batch with nothing masked (fairseq's second variant) has
+    # probability below 1e-8, so each shape compiles exactly once
+    assert_one_compile_per_shape(log, compiles, unexpected, variants=1)
     if criterion != "bidirectional_lm":  # fixed-length rows: one shape per split
         assert {split for split, _ in compiles} == {"train", "valid"}
         assert len({shape for split, shape in compiles if split == "train"}) == 1
@@ -180,10 +177,12 @@ def test_hydra_demo_config_compiles_once_per_bucket(tiny_data_bin, tmp_path):
     assert int(BUCKET_LINE.search(log).group(1)) == 8
 
 
-def assert_no_recompile(log, compiles):
-    assert compiles, "no compile was logged"
+def assert_no_recompile(log, compiles, variants=2):
+    """Compiles were logged, none was a recompile (each (split, shape) at most ``variants``
+    times: fairseq's criterion may add a second), and at most 8 shapes a split."""
+    assert compiles, "no compile was logged: --torch-compile did not compile"
     assert "compiled for" not in log and "runs eagerly from now on" not in log, log[-3000:]
     keys = [(split, shape) for split, shape in compiles]
-    assert all(keys.count(key) <= 2 for key in keys), keys
+    assert all(keys.count(key) <= variants for key in keys), keys
     for split in ("train", "valid"):
         assert len({shape for s, shape in compiles if s == split}) <= 8

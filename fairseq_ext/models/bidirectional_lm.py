@@ -366,6 +366,9 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
             allowed = may_attend(doc_ids, bidir_lens, self.cross_document)
         return additive_attention_mask(allowed, dtype)
 
+    # not traced by torch.compile: a guard on the set of logged paths would recompile the
+    # training graph once validation has logged its own path (issue 56)
+    @torch.compiler.disable
     def log_attention_path(self, path: str, device: torch.device, why: str) -> None:
         needs_grad = self.needs_grad()
         key = (path, device.type, needs_grad, bool(why))
