@@ -22,13 +22,13 @@ PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q $(if $(filte
 
 install: $(STAMP)
 
-# fairseq is ve-fairseq 0.12.3 with patches/ve-fairseq-0.12.3.patch applied (README, "Install").
+# fairseq is ve-fairseq 0.12.3 with the patch series patches/series applied (README, "Install").
 FAIRSEQ_WHEEL_DIR := build/fairseq-wheel
 
 # Re-runs only when a requirement file, the fairseq patch or setup.py changed: a second
 # `make install` does nothing.
 $(STAMP): requirements.txt requirements-fairseq.txt constraints.txt setup.py \
-		patches/ve-fairseq-0.12.3.patch scripts/build_fairseq_wheel.sh $(wildcard fairseq_ext/ops/csrc/*)
+		patches/series $(wildcard patches/*.patch) scripts/build_fairseq_wheel.sh $(wildcard fairseq_ext/ops/csrc/*)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements.txt -c constraints.txt
 	rm -rf $(FAIRSEQ_WHEEL_DIR)

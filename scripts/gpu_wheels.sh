@@ -4,7 +4,7 @@
 # (docs/benchmarks.md, "GPU suite"):
 #
 #   .whl/       every cp312 wheel missing there: our patched fairseq (ve-fairseq 0.12.3 +
-#               patches/ve-fairseq-0.12.3.patch, scripts/build_fairseq_wheel.sh) and fairseq's
+#               patches/series, scripts/build_fairseq_wheel.sh) and fairseq's
 #               needs that the GPU image lacks (/work/.library/device/KINDS.md lists what it
 #               has: torch, numpy, regex, sacrebleu, tqdm, scikit-learn, PyYAML, sentencepiece,
 #               pytest, pytest-xdist... are there; hydra-core, omegaconf, antlr4, bitarray,

@@ -39,13 +39,13 @@ import argparse
 import dataclasses
 import logging
 import sys
-from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 from fairseq.utils import safe_getattr, split_paths
 from omegaconf import OmegaConf
 
 from fairseq_ext.cli.errors import ConfigError
+from fairseq_ext.cli.programs import FAIRSEQ_PROGRAMS, fairseq_program  # noqa: F401
 from fairseq_ext.data.data_bin import check_data_bin, check_split, check_splits
 
 logger = logging.getLogger(__name__)
@@ -210,28 +210,8 @@ def check_data_splits(model_cfg, run: RunConfig, fairseq_validate: bool = False)
 
 # --- fairseq-validate --criterion ---------------------------------------------------------------
 
-#: fairseq's console scripts fairseq-ext asks about, and the ``fairseq_cli`` module behind each.
-FAIRSEQ_PROGRAMS = {"fairseq-train": "train.py", "fairseq-hydra-train": "hydra_train.py",
-                    "fairseq-validate": "validate.py"}
 #: The ones that train.
 TRAINING_PROGRAMS = ("fairseq-train", "fairseq-hydra-train")
-
-
-def fairseq_program(argv: Optional[Sequence[str]] = None) -> Optional[str]:
-    """The console script running (a key of :data:`FAIRSEQ_PROGRAMS`; ``python -m
-    fairseq_cli.validate`` is ``fairseq-validate``), or ``None`` in any other program. Reads
-    ``sys.argv`` unless given ``argv``: the one place fairseq-ext reads the command line, for
-    what fairseq hands no plugin code (fairseq-validate's ``--criterion``; whether the model
-    is built to be trained)."""
-    argv = sys.argv if argv is None else argv
-    if not argv:
-        return None
-    program = Path(argv[0])
-    for name, module in FAIRSEQ_PROGRAMS.items():
-        if program.name == name or (program.name == module
-                                    and program.parent.name == "fairseq_cli"):
-            return name
-    return None
 
 
 def fairseq_validate_arguments(argv: Optional[Sequence[str]] = None) -> Optional[List[str]]:
