@@ -3,7 +3,7 @@ each record to ``--log-file`` once.
 
 Three defects of the Python-3.11 fairseq 0.12.3 builds on the registry (``ve-fairseq``,
 ``fairseq-fixed``; the third is in fairseq's own code) are checked here; ``make install``
-installs ``ve-fairseq`` with ``patches/ve-fairseq-0.12.3.patch`` applied (README, "Install"):
+installs ``ve-fairseq`` with the patch series ``patches/series`` applied (README, "Install"):
 
 1. ``data_utils.batch_by_size`` dropped the last batch whenever it held fewer items than
    ``--required-batch-size-multiple``, so ``fairseq-validate`` scored a subset of the validation

@@ -1,6 +1,6 @@
 """What fairseq's own tests rely on, held for every function our fairseq patch changes (issue 29).
 
-``patches/ve-fairseq-0.12.3.patch`` exists to fix fairseq, so it must change nothing else that
+The patch series (``patches/series``) exists to fix fairseq, so it must change nothing else that
 fairseq v0.12.2's own tests check. Its item 6 once removed partial checkpoint files at the top
 of ``load_checkpoint``; fairseq's ``tests/test_train.py`` calls that function with
 ``save_dir=None`` and a mocked file system, and 5 of its 6 tests failed with ``TypeError: stat:
