@@ -14,6 +14,7 @@ import pytest
 
 from conftest import REPO_ROOT, write_documents
 from fairseq_ext.corpus import downstream as ds
+from fairseq_ext.corpus import downstream_sources as sources
 
 SAMPLES = REPO_ROOT / "tests/data/downstream"
 SIZES = ["--train-size", "24", "--dev-size", "12"]
@@ -28,14 +29,14 @@ def sample_args(out_dir=None, data_bin=None, *extra):
 
 def debian_sample():
     packages = (SAMPLES / "Packages").read_text()
-    return ds.debian_examples(packages, ds.read_translations([SAMPLES / "Translation-en"]))[0]
+    return sources.debian_examples(packages, sources.read_translations([SAMPLES / "Translation-en"]))[0]
 
 
 def wordnet_sample(pos_files=("noun", "verb")):
     synsets = []
     for pos in pos_files:
         for line in (SAMPLES / "wordnet" / f"data.{pos}").read_text().splitlines():
-            synset = ds.parse_synset(line, pos)
+            synset = sources.parse_synset(line, pos)
             if synset:
                 synsets.append(synset)
     return synsets
@@ -90,46 +91,46 @@ def test_debian_descriptions_and_sections_as_read_by_hand():
     assert examples["peg elimination solitaire game"].label == "games"
     # only the chosen sections (the sample has libs and python packages too)
     assert collections.Counter(e.label for e in examples.values()) == {
-        section: 5 for section in ds.SECTIONS}
+        section: 5 for section in sources.SECTIONS}
 
 
 def test_debian_long_description_first_paragraph_and_area_prefix():
     record = ("Package: foo\nSection: contrib/sound\nDescription: a synth\n"
               " First paragraph,\n on two lines.\n .\n Second paragraph.\n")
-    (example,), notes = ds.debian_examples(record, {})
-    assert example == ds.Example(("a synth. First paragraph, on two lines.",), "sound",
+    (example,), notes = sources.debian_examples(record, {})
+    assert example == sources.Example(("a synth. First paragraph, on two lines.",), "sound",
                                  group="source:foo")
     assert notes == {"records_without_long_description": 0}
 
 
 def test_debian_without_long_descriptions_says_how_to_get_them():
     with pytest.raises(ds.CorpusError, match="apt-get update -o Acquire::Languages=en"):
-        ds.debian_examples((SAMPLES / "Packages").read_text(), {})
+        sources.debian_examples((SAMPLES / "Packages").read_text(), {})
 
 
 def test_fortunes_as_read_by_hand():
-    examples = ds.fortune_examples(SAMPLES / "fortunes")
+    examples = sources.fortune_examples(SAMPLES / "fortunes")
     by_text = {e.inputs[0]: e.label for e in examples}
     # the attribution line "-- Joe Martin" is dropped, the lines joined
     assert by_text["One of the most overlooked advantages to computers is... If they do foul up, "
                    "there's no law against whacking them around a little."] == "computers"
     assert by_text["You're never too old to become younger."] == "people"
     assert not any("--" in text for text in by_text)
-    assert collections.Counter(by_text.values()) == {c: 8 for c in ds.CATEGORIES}  # not art
-    assert ds.clean_fortune('"Quote."\n\t\t-- A. Person, on closing\n\t\t   the Chamber.\nMore.') == (
+    assert collections.Counter(by_text.values()) == {c: 8 for c in sources.CATEGORIES}  # not art
+    assert sources.clean_fortune('"Quote."\n\t\t-- A. Person, on closing\n\t\t   the Chamber.\nMore.') == (
         '"Quote." More.')
 
 
 def test_wordnet_lemmas_and_definitions_as_read_by_hand():
     synsets = {s.offset: s for s in wordnet_sample()}
-    assert synsets["01824035"] == ds.Synset(
+    assert synsets["01824035"] == sources.Synset(
         "noun", "01824035", ("roadrunner", "chaparral cock", "Geococcyx californianus"),
         "speedy largely terrestrial bird found from California and Mexico to Texas")
     assert synsets["00095329"].definition == "something done or paid in expiation of a wrong"
     assert synsets["02704213"].lemmas == ("line up",)
     assert len(synsets) == 60  # the license header is skipped
-    assert ds.parse_synset("00001740 00 a 01 able(p) 0 000 | having means; \"able to swim\"",
-                           "adj") == ds.Synset("adj", "00001740", ("able",), "having means")
+    assert sources.parse_synset("00001740 00 a 01 able(p) 0 000 | having means; \"able to swim\"",
+                           "adj") == sources.Synset("adj", "00001740", ("able",), "having means")
 
 
 def test_gloss_pairs_balanced_split_by_synset_no_copy_cue():
@@ -142,7 +143,7 @@ def test_gloss_pairs_balanced_split_by_synset_no_copy_cue():
         lemma, definition = example.inputs
         owner = by_definition[definition]
         assert (lemma in owner.lemmas) == (example.label == "match")
-        assert not ds.lemma_in(lemma, definition)
+        assert not sources.lemma_in(lemma, definition)
     # no definition of a dev example appears in train; each shown once
     dev_definitions = [e.inputs[1] for e in dev]
     assert not set(dev_definitions) & {e.inputs[1] for e in train}
@@ -151,19 +152,19 @@ def test_gloss_pairs_balanced_split_by_synset_no_copy_cue():
 
 
 def test_single_split_balanced_deterministic_disjoint():
-    examples, dedup = ds.deduplicate(ds.fortune_examples(SAMPLES / "fortunes"))
+    examples, dedup = ds.deduplicate(sources.fortune_examples(SAMPLES / "fortunes"))
     train, dev, _ = ds.split_single(examples, 24, 12, seed=1, corpus=None)
-    assert collections.Counter(e.label for e in dev) == {c: 2 for c in ds.CATEGORIES}
-    assert collections.Counter(e.label for e in train) == {c: 4 for c in ds.CATEGORIES}
+    assert collections.Counter(e.label for e in dev) == {c: 2 for c in sources.CATEGORIES}
+    assert collections.Counter(e.label for e in train) == {c: 4 for c in sources.CATEGORIES}
     assert not {e.key for e in dev} & {e.key for e in train}
     assert ds.split_single(examples, 24, 12, seed=1, corpus=None)[:2] == (train, dev)
     assert ds.split_single(examples, 24, 12, seed=2, corpus=None)[:2] != (train, dev)
 
 
 def test_deduplicate_normalized_text_and_label_conflicts():
-    examples = [ds.Example(("Hello, World!",), "a"), ds.Example(("hello world",), "a"),
-                ds.Example(("Same text",), "a"), ds.Example(("same  TEXT.",), "b"),
-                ds.Example(("other",), "b")]
+    examples = [sources.Example(("Hello, World!",), "a"), sources.Example(("hello world",), "a"),
+                sources.Example(("Same text",), "a"), sources.Example(("same  TEXT.",), "b"),
+                sources.Example(("other",), "b")]
     kept, stats = ds.deduplicate(examples)
     assert [e.inputs[0] for e in kept] == ["Hello, World!", "other"]
     assert stats == {"duplicates": 1, "label_conflicts": 2}
@@ -174,7 +175,7 @@ def test_overlap_with_pretraining_corpus_removed_and_reported(tmp_path):
     train, dev, report = ds.split_single(examples, 24, 12, seed=1, corpus=None)
     assert report["removed"]["dev_in_pretraining_line"] == 0
     exact, windowed = dev[0].inputs[0], dev[1].inputs[0]
-    window = " ".join(ds.normalize(windowed).split()[2:2 + ds.NGRAM])
+    window = " ".join(sources.normalize(windowed).split()[2:2 + ds.NGRAM])
     corpus_file = tmp_path / "train.txt"
     corpus_file.write_text(f"Some other line.\n{exact.upper()}\nbefore {window} after\n")
     corpus = ds.CorpusIndex([corpus_file])
@@ -202,14 +203,14 @@ def test_bow_logreg_beats_majority_on_separable_toy():
     words = {"pos": ["sunny", "bright", "warm"], "neg": ["rainy", "dark", "cold"]}
 
     def make(n):
-        return [ds.Example((" ".join(rng.choice(words[lb]) for _ in range(4)) + " day",), lb)
+        return [sources.Example((" ".join(rng.choice(words[lb]) for _ in range(4)) + " day",), lb)
                 for lb in ("pos", "neg") for _ in range(n)]
     train, dev = make(20), make(10)
     result = ds.bow_logreg_baseline(train, dev)
     assert result["accuracy"] == 1.0 > ds.majority_baseline(
         [e.label for e in train], [e.label for e in dev])["accuracy"]
     assert result["library"].startswith("scikit-learn ")
-    pairs = [ds.Example((a, b), "match" if (a == "xx") == (b == "yy") else "other")
+    pairs = [sources.Example((a, b), "match" if (a == "xx") == (b == "yy") else "other")
              for a in ("xx", "zz") for b in ("yy", "ww") for _ in range(5)]
     assert ds.bow_logreg_baseline(pairs, pairs)["n"] == 20  # separate vectorizers per input
 
@@ -288,8 +289,8 @@ def test_missing_source_says_what_to_install(flag, message, pretraining_bin, tmp
 def test_empty_package_lists_say_run_apt_get_update(monkeypatch, pretraining_bin, tmp_path, capsys):
     import subprocess
 
-    monkeypatch.setattr(ds.shutil, "which", lambda name: "/usr/bin/apt-cache")
-    monkeypatch.setattr(ds.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, b"", b""))
+    monkeypatch.setattr(sources.shutil, "which", lambda name: "/usr/bin/apt-cache")
+    monkeypatch.setattr(sources.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, b"", b""))
     argv = [str(pretraining_bin), str(tmp_path / "out"), "DebSection"]
     assert ds.main(argv) == 2
     assert capsys.readouterr().err == (
