@@ -290,7 +290,8 @@ def test_empty_package_lists_say_run_apt_get_update(monkeypatch, pretraining_bin
     import subprocess
 
     monkeypatch.setattr(sources.shutil, "which", lambda name: "/usr/bin/apt-cache")
-    monkeypatch.setattr(sources.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, b"", b""))
+    monkeypatch.setattr(sources.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, b"", b""))
     argv = [str(pretraining_bin), str(tmp_path / "out"), "DebSection"]
     assert ds.main(argv) == 2
     assert capsys.readouterr().err == (
