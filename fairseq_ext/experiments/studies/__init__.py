@@ -4,7 +4,7 @@ seeds, with error bars (``scripts/study.py``, ``recipes/studies/<name>.sh``, doc
 A study (:class:`Study`, registered in :data:`STUDIES`) is one entry: its models (a recipe and
 its overrides each, the first the baseline), its seeds, the baseline's updates and the budget
 (:data:`EQUAL_FLOPS`: every other model gets the updates that buy the same analytic training
-FLOPs, :func:`fairseq_ext.experiments.demo.equal_flops_updates`; :data:`EQUAL_TOKENS`: the
+FLOPs, :func:`fairseq_ext.experiments.budget.equal_flops_updates`; :data:`EQUAL_TOKENS`: the
 same updates of the same batch), the learning-rate grid, its kind of evaluation and the claims,
 each a :class:`Claim` naming two models, a metric, and where it comes from (the paper's table or
 figure, its metric and figures, whether we measure a proxy; or :data:`OUR_QUESTION`). The runner:
@@ -21,7 +21,7 @@ figure, its metric and figures, whether we measure a proxy; or :data:`OUR_QUESTI
    was killed there) is removed and redone; every path a run records is relative to the runs
    directory, which can be moved or copied and resumed;
 2. evaluates each run: masked LMs by :mod:`fairseq_ext.evaluation.masked_lm_scores` at
-   :data:`~fairseq_ext.experiments.demo.CURVE_POINTS` checkpoints, on the same valid positions
+   :data:`~fairseq_ext.experiments.recipe_runs.CURVE_POINTS` checkpoints, on the same valid positions
    (15%) for every model and seed; bidirectional LMs by stock ``fairseq-validate --eval-mode``
    runs (:func:`fairseq_ext.evaluation.bidirectional_report.evaluate_checkpoint`), the
    training-objective valid loss logged by fairseq at four points giving the curve;

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from fairseq_ext.experiments import demo, finetuning
+from fairseq_ext.experiments import finetuning
+from fairseq_ext.experiments.recipe_runs import DEFAULT_DATA, REPO_ROOT, WORKERS
 from fairseq_ext.experiments.studies.kinds.bidirectional import bidirectional_report
 from fairseq_ext.experiments.studies.kinds.masked_lm import masked_lm_report
 from fairseq_ext.experiments.studies.plan import plan_study, with_lr
@@ -59,12 +60,12 @@ def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: P
     if finetune_raw is not None:
         report["finetune"] = finetune_report(study, finetune_raw)
     report[figures.FIGURES] = study_figures(study, report)
-    report[figures.PROVENANCE] = provenance or figures.provenance(demo.REPO_ROOT, threads=1)
+    report[figures.PROVENANCE] = provenance or figures.provenance(REPO_ROOT, threads=1)
     text = format_report(study, report)
     if finetune_raw is not None:
         text += "\n" + format_finetune(report["finetune"], len(study.seeds))
     # paths relative to the runs directory (then the checkout): it can be moved or copied
-    report = figures.relative_paths(figures.relative_paths(report, runs_dir), demo.REPO_ROOT)
+    report = figures.relative_paths(figures.relative_paths(report, runs_dir), REPO_ROOT)
     write_text(runs_dir / STUDY_JSON, json.dumps(report, indent=2, default=str), force=True)
     plot = plot_study(study, results, runs_dir / STUDY_PLOT, report)
     if plot is not None:
@@ -74,15 +75,13 @@ def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: P
 
 
 
-# ----------------------------------------------------------------------------------------------
-# Command line
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="scripts/study.py", description=__doc__.split("\n\n")[0],
         epilog="studies: " + "; ".join(f"{s.name}: {s.title}" for s in STUDIES.values()))
     parser.add_argument("study", choices=sorted(STUDIES))
-    parser.add_argument("--data", type=Path, default=demo.DEFAULT_DATA,
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="a data-bin (default: the embedded corpus, "
                              "scripts/prepare_corpus.sh)")
     parser.add_argument("--runs-dir", type=Path, default=None,
@@ -93,7 +92,7 @@ def main(argv=None) -> None:
                              "get the same FLOPs), e.g. for a quick check in another --runs-dir")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="the seeds to run instead of the study's")
-    parser.add_argument("--workers", type=int, default=demo.WORKERS,
+    parser.add_argument("--workers", type=int, default=WORKERS,
                         help="runs at a time, one torch thread each (default: %(default)s; a "
                              "study on the GPU runs one at a time)")
     parser.add_argument("--device", choices=DEVICES, default=None,
@@ -134,7 +133,7 @@ def main(argv=None) -> None:
                          + ")")
         downstream = args.downstream.resolve()
         finetuning.load_suite(downstream)  # a wrong folder is told before the training
-    runs_dir = (args.runs_dir or demo.REPO_ROOT / "runs" / "studies" / study.name).resolve()
+    runs_dir = (args.runs_dir or REPO_ROOT / "runs" / "studies" / study.name).resolve()
     run(study, data, runs_dir, args.updates, args.seeds, args.workers, args.keep_checkpoints,
         downstream=downstream)
     if args.markdown:
@@ -148,7 +147,7 @@ def main(argv=None) -> None:
 
 
 def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
-        seeds: Optional[Sequence[int]] = None, workers: int = demo.WORKERS,
+        seeds: Optional[Sequence[int]] = None, workers: int = WORKERS,
         keep_checkpoints: bool = False, printer: Callable[[str], None] = print,
         downstream: Optional[Path] = None) -> None:
     """Plan, run (resuming), fine-tune on the ``downstream`` suite when given, report (a failure
@@ -157,7 +156,7 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
     check_device(study.device)
     start = time.time()
     # the checkout the runs start from; a GPU study's device too
-    provenance = figures.provenance(demo.REPO_ROOT, threads=1 if study.device == "cpu" else None,
+    provenance = figures.provenance(REPO_ROOT, threads=1 if study.device == "cpu" else None,
                                     device=study.device)
     seeds = tuple(seeds or study.seeds)
     study = dataclasses.replace(study, seeds=seeds)

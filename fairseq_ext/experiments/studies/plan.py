@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from fairseq_ext.experiments import demo
+from fairseq_ext.experiments.budget import equal_flops_updates
 from fairseq_ext.experiments.studies.spec import EQUAL_TOKENS, Study, StudyModel
 
 
@@ -39,14 +39,14 @@ def run_dir_of(runs_dir: Path, model_name: str, seed: int, lr: Optional[str] = N
 def plan_study(study: Study, data: Path, baseline_updates: Optional[int] = None,
                seeds: Optional[Sequence[int]] = None) -> List[PlannedRun]:
     """Every (model, seed) at the baseline's analytic training FLOPs
-    (:func:`~fairseq_ext.experiments.demo.equal_flops_updates`: the seed does not change a
+    (:func:`~fairseq_ext.experiments.budget.equal_flops_updates`: the seed does not change a
     model's FLOPs per update)."""
     budget = baseline_updates or study.baseline_updates
     if study.budget == EQUAL_TOKENS:  # the same batch: the same tokens for every model
         updates = [budget] * len(study.models)
     else:
         runs = [model.run() for model in study.models]
-        updates = demo.equal_flops_updates(runs, data, budget)
+        updates = equal_flops_updates(runs, data, budget)
     return [PlannedRun(model, seed, count) for model, count in zip(study.models, updates)
             for seed in (seeds or study.seeds)]
 

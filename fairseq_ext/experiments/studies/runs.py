@@ -12,7 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from fairseq_ext.experiments import demo
+from fairseq_ext.experiments.recipe_runs import BIDIRECTIONAL_INFILL_POSITIONS, ONE_THREAD, WORKERS, say
+from fairseq_ext.experiments.recipe_training import (
+    checkpoints_to_score,
+    curve_intervals,
+    curve_points,
+    score_run,
+    train,
+)
 from fairseq_ext.experiments.studies.plan import PlannedRun, run_dir_of, with_lr
 from fairseq_ext.experiments.studies.spec import (
     CURVE_VALID_BATCHES,
@@ -30,7 +37,7 @@ from fairseq_ext.training.output_files import write_text
 
 
 def select_learning_rates(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRun],
-                          workers: int = demo.WORKERS,
+                          workers: int = WORKERS,
                           printer: Callable[[str], None] = print) -> Tuple[Dict[str, dict], int]:
     """Each model's peak learning rate, the best of ``study.lr_grid`` on held-out training
     data: every (model, lr) trains once (seed :data:`SELECTION_SEED`, the model's planned
@@ -111,7 +118,7 @@ def prepare_run_dir(run_dir: Path) -> None:
     """Make way for a run: a directory without :data:`RESULT` is a run the study was killed
     in (half-trained, or trained and not evaluated); it is removed and redone."""
     if run_dir.exists():
-        demo.say(f"== {run_dir}: an unfinished run (no {RESULT}); removing it and starting again")
+        say(f"== {run_dir}: an unfinished run (no {RESULT}); removing it and starting again")
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
 
@@ -119,7 +126,7 @@ def prepare_run_dir(run_dir: Path) -> None:
 def run_environment(device: str) -> Dict[str, str]:
     """What a run's recipe gets beside its model's environment: on the CPU one torch thread
     (two runs share the 2 cores), on the GPU :data:`GPU_RUN_ENV`."""
-    return dict(demo.ONE_THREAD) if device == "cpu" else dict(GPU_RUN_ENV)
+    return dict(ONE_THREAD) if device == "cpu" else dict(GPU_RUN_ENV)
 
 
 def check_device(device: str) -> None:
@@ -141,26 +148,26 @@ def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: P
     validation curve, no evaluation modes."""
     prepare_run_dir(run_dir)
     run = planned.model.run(planned.seed)
-    save_every, log_every = demo.curve_intervals(planned.updates)
+    save_every, log_every = curve_intervals(planned.updates)
     label = planned.key if planned.lr is None else planned.key_with_lr
-    demo.say(f"== {label}: training {planned.updates} updates ({run.recipe}, {study.device})")
+    say(f"== {label}: training {planned.updates} updates ({run.recipe}, {study.device})")
     if study.kind == MASKED_LM:
-        row = demo.train(run, data, run_dir, planned.updates,
+        row = train(run, data, run_dir, planned.updates,
                          ["--disable-validation", "--save-interval-updates", str(save_every),
                           "--keep-interval-updates", "-1"], log_every,
                          extra_env=run_environment(study.device), concurrent=True)
-        scores = demo.score_run(data, run_dir, row["updates"], study.device)
+        scores = score_run(data, run_dir, row["updates"], study.device)
         row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "wall": p.wall,
                          "valid_loss": p.valid_loss}
-                        for p in demo.curve_points(run_dir, scores)]
+                        for p in curve_points(run_dir, scores)]
         row["scores_file"] = "scores.json"
         row["checkpoint_files"] = {str(updates): str(path.relative_to(run_dir)) for updates, path
-                                   in demo.checkpoints_to_score(run_dir, row["updates"]).items()}
+                                   in checkpoints_to_score(run_dir, row["updates"]).items()}
     else:
         from fairseq_ext.evaluation.bidirectional_report import evaluate_checkpoint
         from fairseq_ext.reporting import curves
 
-        row = demo.train(run, data, run_dir, planned.updates,
+        row = train(run, data, run_dir, planned.updates,
                          ["--validate-interval-updates", str(save_every), "--save-interval-updates",
                           str(save_every), "--keep-interval-updates", "1",
                           "--max-valid-steps", str(CURVE_VALID_BATCHES)], log_every,
@@ -173,8 +180,8 @@ def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: P
             on_cpu = study.device == "cpu"
             evaluation = evaluate_checkpoint(
                 data, run_dir / "checkpoints" / "checkpoint_last.pt", R_VALUES, cpu=on_cpu,
-                log_dir=run_dir, infill_positions=demo.BIDIRECTIONAL_INFILL_POSITIONS,
-                env=demo.ONE_THREAD if on_cpu else {})
+                log_dir=run_dir, infill_positions=BIDIRECTIONAL_INFILL_POSITIONS,
+                env=ONE_THREAD if on_cpu else {})
             evaluation["scores"] = {
                 mode: None if path is None else str(Path(path).relative_to(run_dir))
                 for mode, path in evaluation["scores"].items()}
@@ -190,7 +197,7 @@ def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: P
 
 
 def run_study(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRun],
-              workers: int = demo.WORKERS, keep_checkpoints: bool = False,
+              workers: int = WORKERS, keep_checkpoints: bool = False,
               evaluate: bool = True, lr_dirs: bool = False) -> Tuple[Dict[str, dict], int]:
     """Every planned run, ``workers`` at a time, finished ones read back: ``({key: result}``
     with each result's ``run_dir``, the number of runs trained now). ``lr_dirs``: learning-rate
@@ -209,7 +216,7 @@ def run_study(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRu
         if result is None:
             pending.append(planned)
         else:
-            demo.say(f"== {key(planned)}: finished earlier ({directory(planned) / RESULT}); "
+            say(f"== {key(planned)}: finished earlier ({directory(planned) / RESULT}); "
                      "not retrained")
             results[key(planned)] = result
     # model by model, as planned: at equal FLOPs the runs take about the same time
@@ -219,7 +226,7 @@ def run_study(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRu
         start = time.time()
         result = train_and_evaluate(study, planned, data, directory(planned), keep_checkpoints,
                                     evaluate)
-        demo.say(f"== {key(planned)}: done in {time.time() - start:.0f} s "
+        say(f"== {key(planned)}: done in {time.time() - start:.0f} s "
                  f"(training {result['train_wall_sec']:.0f} s)")
         with lock:
             results[key(planned)] = result

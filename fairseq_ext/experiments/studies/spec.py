@@ -7,8 +7,9 @@ May import: see :mod:`fairseq_ext.experiments`.
 import dataclasses
 from typing import Dict, Optional, Sequence, Tuple
 
-from fairseq_ext.experiments import demo, finetuning
+from fairseq_ext.experiments import finetuning
 from fairseq_ext.experiments.finetuning import FinetuneProtocol
+from fairseq_ext.experiments.recipe_runs import BIDIRECTIONAL_R_VALUES, DemoRun
 
 #: A study's budget: equal analytic training FLOPs, or equal training tokens (equal updates).
 EQUAL_FLOPS, EQUAL_TOKENS = "flops", "tokens"
@@ -27,7 +28,7 @@ FINETUNE_METRIC = "finetune_avg"
 ON_PAR_POINTS = 1.0
 #: Bidirectional evaluation: R values of the suffix-ppl and infilling columns (the demo's; its
 #: 4 masked positions per document too).
-R_VALUES = demo.BIDIRECTIONAL_R_VALUES
+R_VALUES = BIDIRECTIONAL_R_VALUES
 
 
 #: Valid batches of each of a bidirectional run's curve validations (the same first batches
@@ -58,9 +59,9 @@ class StudyModel:
     env: Dict[str, str] = dataclasses.field(default_factory=dict)
     args: Tuple[str, ...] = ()
 
-    def run(self, seed: Optional[int] = None) -> demo.DemoRun:
+    def run(self, seed: Optional[int] = None) -> DemoRun:
         seed_args = () if seed is None else ("--seed", str(seed))
-        return demo.DemoRun(self.name, self.recipe, dict(self.env), args=(*self.args, *seed_args))
+        return DemoRun(self.name, self.recipe, dict(self.env), args=(*self.args, *seed_args))
 
 
 #: ``Claim.source`` of a comparison the paper does not make: a question of ours, labelled so.
@@ -199,8 +200,6 @@ def check_study(study: Study) -> None:
         raise SystemExit(f"error: study {study.name}: " + "; ".join(problems))
 
 
-# ----------------------------------------------------------------------------------------------
-# The studies
 
 
 SEEDS = (1, 2, 3)

@@ -68,7 +68,7 @@ def lower_is_better(column: str) -> bool:
 def analytic_pflops(result: dict) -> Optional[float]:
     """A run's analytic training PFLOPs (its updates times the Appendix D figure per update),
     or ``None`` where there is no analytic figure (a bidirectional run on whole documents:
-    :func:`fairseq_ext.experiments.demo.bidirectional_pflops_per_update`)."""
+    :func:`fairseq_ext.experiments.budget.bidirectional_pflops_per_update`)."""
     per_update = result.get("analytic_pflops_per_update")
     return None if per_update is None else result["updates"] * per_update
 

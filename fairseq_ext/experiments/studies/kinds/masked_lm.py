@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from fairseq_ext.experiments import demo
+from fairseq_ext.experiments.recipe_training import checkpoint_key, cost_to_reach
 from fairseq_ext.experiments.studies.render import fmt
 from fairseq_ext.experiments.studies.spec import REACH_AXES, RESULT, Claim, Study
 from fairseq_ext.experiments.studies.verdicts import (
@@ -32,10 +32,10 @@ def masked_lm_scores_of(result: dict):
     run_dir = Path(result["run_dir"])
     scores = json.loads((run_dir / result["scores_file"]).read_text())["scores"]
     # keys and checkpoint files both as checkpoints/<file>: wherever the runs directory is now
-    by_key = {demo.checkpoint_key(path): updates
+    by_key = {checkpoint_key(path): updates
               for updates, path in result["checkpoint_files"].items()}
-    return {int(by_key[demo.checkpoint_key(path)]): SequenceScores.from_json(record)
-            for path, record in scores.items() if demo.checkpoint_key(path) in by_key}
+    return {int(by_key[checkpoint_key(path)]): SequenceScores.from_json(record)
+            for path, record in scores.items() if checkpoint_key(path) in by_key}
 
 
 def final_scores(result: dict):
@@ -112,7 +112,7 @@ def reach_claim(claim: Claim, seeds: Sequence[int], finals: dict, results: Dict[
     for s in seeds:
         target = finals[(claim.b, s)].loss_bits().value
         budget = getattr(stored_curve(results[f"{claim.b}/seed{s}"], axis)[-1], axis)
-        reached = demo.cost_to_reach(stored_curve(results[f"{claim.a}/seed{s}"], axis), target,
+        reached = cost_to_reach(stored_curve(results[f"{claim.a}/seed{s}"], axis), target,
                                      axis)
         budgets.append(budget)
         reached_values.append(math.inf if reached is None else reached)
