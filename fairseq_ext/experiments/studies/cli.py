@@ -15,8 +15,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from fairseq_ext.experiments import finetuning
 from fairseq_ext.experiments.recipe_runs import DEFAULT_DATA, REPO_ROOT, WORKERS
-from fairseq_ext.experiments.studies.kinds.bidirectional import bidirectional_report
-from fairseq_ext.experiments.studies.kinds.masked_lm import masked_lm_report
+from fairseq_ext.experiments.studies.kinds import kind_of
 from fairseq_ext.experiments.studies.plan import plan_study, with_lr
 from fairseq_ext.experiments.studies.render import (
     format_finetune,
@@ -30,7 +29,6 @@ from fairseq_ext.experiments.studies.runs import check_device, run_study, select
 from fairseq_ext.experiments.studies.spec import (
     DEVICES,
     EQUAL_TOKENS,
-    MASKED_LM,
     STUDIES,
     STUDY_JSON,
     STUDY_PLOT,
@@ -49,8 +47,7 @@ def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: P
     """The report's figures and text; writes ``study.json`` and ``curves.png`` (replacing the
     previous report of this runs directory: both are recomputed from the runs' results).
     ``wall_seconds``: the study's wall time over every invocation that trained."""
-    report = (masked_lm_report(study, results) if study.kind == MASKED_LM
-              else bidirectional_report(study, results, data))
+    report = kind_of(study).report(study, results, data)
     report.update({"study": study.name, "title": study.title, "seeds": list(study.seeds),
                    "notes": study.notes, "wall_seconds": wall_seconds, "budget": study.budget,
                    "lr_selection": selection or {},

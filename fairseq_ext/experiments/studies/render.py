@@ -8,45 +8,22 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from fairseq_ext.experiments.studies.kinds import kind_of
 from fairseq_ext.experiments.studies.spec import (
     EQUAL_TOKENS,
     FINETUNE_METRIC,
-    MASKED_LM,
     OUR_QUESTION,
     SELECTION_SEED,
     TITLE_WIDTH,
     Study,
 )
+from fairseq_ext.experiments.studies.verdicts import field, fmt
 from fairseq_ext.reporting import figures
 from fairseq_ext.reporting.text_tables import ascii_table
 from fairseq_ext.reporting.uncertainty import (
     Estimate,
     mean_over_seeds,
 )
-
-
-def fmt(estimate: Estimate, digits: int = 3, signed: bool = False) -> str:
-    if not math.isfinite(estimate.value):
-        return "-"
-    sign = "+" if signed else ""
-    error = ("?" if not math.isfinite(estimate.standard_error)
-             else f"{estimate.standard_error:.{digits}f}")
-    mark = " *" if signed and estimate.resolved() else ""
-    return f"{estimate.value:{sign}.{digits}f} ± {error}{mark}"
-
-
-def field(row: dict, prefix: str, digits: int = 3, signed: bool = False) -> str:
-    if prefix not in row:
-        return "-"
-    return fmt(Estimate(row[prefix], row.get(f"{prefix}_se", math.nan), row.get(f"{prefix}_dof")),
-               digits, signed)
-
-
-def number(row: dict, key: str, digits: int) -> str:
-    """A figure without an error (PFLOPs, seconds) to ``digits`` places; "-" where the row has
-    none (a baseline row, or no analytic FLOPs on whole documents)."""
-    value = row.get(key)
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def format_report(study: Study, report: dict) -> str:
@@ -56,24 +33,7 @@ def format_report(study: Study, report: dict) -> str:
         "equal analytic training FLOPs")
     lines = [f"{study.title}: {seeds} seeds, {budget}, trained on {study.device}; mean ± SE "
              f"over seeds (* the 95% t interval over seeds excludes 0)"]
-    if study.kind == MASKED_LM:
-        header = ["model", "updates", "analytic PFLOPs", "counted PFLOPs", "s/update",
-                  "training s", "[MASK] loss (bits)", "below unigram",
-                  f"vs {study.models[0].name}, paired"]
-        table = [[row["name"], str(row.get("updates", "-")),
-                  number(row, "analytic_pflops", 4),
-                  number(row, "counted_pflops", 4),
-                  number(row, "sec_per_update", 3),
-                  number(row, "train_seconds", 0),
-                  field(row, "mask_loss"), field(row, "below_unigram", 3, True),
-                  field(row, "vs_baseline", 3, True)] for row in report["models"]]
-    else:
-        header = ["model", "updates", "analytic PFLOPs"] + [
-            column.replace(":", " R=") for column in report["columns"]]
-        table = [[row["name"], str(row.get("updates", "-")),
-                  number(row, "analytic_pflops", 4)]
-                 + [field(row, column, 2) for column in report["columns"]]
-                 for row in [*report["models"], report["baseline"]]]
+    header, table = kind_of(study).model_table(study, report)
     lines.append(ascii_table(header, table))
     if report.get("lr_selection"):
         lines.append("peak learning rates, each model's best on held-out training data (seed "
@@ -233,15 +193,14 @@ def study_figures(study: Study, report: dict) -> Dict[str, dict]:
     seeds (± SE over seeds, their degrees of freedom), per claim its measured difference or
     FLOP ratio."""
     out: Dict[str, dict] = {}
-    columns = (["mask_loss", "below_unigram", "vs_baseline"] if study.kind == MASKED_LM
-               else report["columns"])
+    kind = kind_of(study)
+    columns = kind.figure_columns(report)
     for row in report["models"]:
         if "updates" in row:
             out[f"{row['name']}/updates"] = figures.exact(row["updates"], "updates")
         for column in columns:
             if column in row:
-                unit = ("bits" if study.kind == MASKED_LM
-                        else "%" if column.startswith("infill") else "ppl")
+                unit = kind.figure_unit(column)
                 out[f"{row['name']}/{column}"] = figures.figure(
                     Estimate(row[column], row[f"{column}_se"], row.get(f"{column}_dof")), unit)
     for index, claim in enumerate(report["claims"], 1):
@@ -281,12 +240,9 @@ def plot_study(study: Study, results: Dict[str, dict], out: Path,
             for i in range(points)]
     if not bands:
         return None
-    ylabel = ("valid [MASK] loss (bits, 15% positions)" if study.kind == MASKED_LM
-              else "valid loss of the training objective (bits)")
-    reference = None
-    if study.kind == MASKED_LM and report is not None:
-        reference = ("unigram (train counts)", report["models"][0]["mask_loss"])
+    kind = kind_of(study)
+    reference = None if report is None else kind.plot_reference(report)
     title = textwrap.fill(study.title, TITLE_WIDTH)  # a long title runs off the figure
     plot_bands(bands, out, f"{title}\n(mean over {len(study.seeds)} seeds, ±1 SE)",
-               ylabel, reference=reference)
+               kind.curve_ylabel, reference=reference)
     return out

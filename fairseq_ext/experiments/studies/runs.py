@@ -12,21 +12,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from fairseq_ext.experiments.recipe_runs import BIDIRECTIONAL_INFILL_POSITIONS, ONE_THREAD, WORKERS, say
+from fairseq_ext.experiments.recipe_runs import ONE_THREAD, WORKERS, say
 from fairseq_ext.experiments.recipe_training import (
-    checkpoints_to_score,
     curve_intervals,
-    curve_points,
-    score_run,
-    train,
 )
+from fairseq_ext.experiments.studies.kinds import kind_of
 from fairseq_ext.experiments.studies.plan import PlannedRun, run_dir_of, with_lr
 from fairseq_ext.experiments.studies.spec import (
-    CURVE_VALID_BATCHES,
     GPU_RUN_ENV,
     HELDOUT_SHARE,
-    MASKED_LM,
-    R_VALUES,
     RESULT,
     SELECTION_DIR,
     SELECTION_SEED,
@@ -72,8 +66,7 @@ def select_learning_rates(study: Study, data: Path, runs_dir: Path, plan: Sequen
             raise SystemExit(f"error: {model.name}: no learning rate of {study.lr_grid} trained "
                              "to a finite held-out loss")
         chosen[model.name] = {"lr": min(finite, key=finite.get), "scores": scores,
-                              "metric": ("held-out [MASK] loss (bits)" if study.kind == MASKED_LM
-                                         else "held-out loss of the training objective (bits)")}
+                              "metric": kind_of(study).selection_metric}
     printer(ascii_table(["model"] + [f"lr {lr}" for lr in study.lr_grid] + ["chosen"],
                         [[name] + [f"{entry['scores'][lr]:.3f}" for lr in study.lr_grid]
                          + [entry["lr"]] for name, entry in chosen.items()]))
@@ -151,42 +144,9 @@ def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: P
     save_every, log_every = curve_intervals(planned.updates)
     label = planned.key if planned.lr is None else planned.key_with_lr
     say(f"== {label}: training {planned.updates} updates ({run.recipe}, {study.device})")
-    if study.kind == MASKED_LM:
-        row = train(run, data, run_dir, planned.updates,
-                         ["--disable-validation", "--save-interval-updates", str(save_every),
-                          "--keep-interval-updates", "-1"], log_every,
-                         extra_env=run_environment(study.device), concurrent=True)
-        scores = score_run(data, run_dir, row["updates"], study.device)
-        row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "wall": p.wall,
-                         "valid_loss": p.valid_loss}
-                        for p in curve_points(run_dir, scores)]
-        row["scores_file"] = "scores.json"
-        row["checkpoint_files"] = {str(updates): str(path.relative_to(run_dir)) for updates, path
-                                   in checkpoints_to_score(run_dir, row["updates"]).items()}
-    else:
-        from fairseq_ext.evaluation.bidirectional_report import evaluate_checkpoint
-        from fairseq_ext.reporting import curves
-
-        row = train(run, data, run_dir, planned.updates,
-                         ["--validate-interval-updates", str(save_every), "--save-interval-updates",
-                          str(save_every), "--keep-interval-updates", "1",
-                          "--max-valid-steps", str(CURVE_VALID_BATCHES)], log_every,
-                         extra_env=run_environment(study.device), concurrent=True)
-        log = curves.read_log(run_dir / "train.log")
-        row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "wall": p.wall,
-                         "valid_loss": p.valid_loss}
-                        for p in curves.map_valid_to_train(log.train, log.valid)]
-        if evaluate:
-            on_cpu = study.device == "cpu"
-            evaluation = evaluate_checkpoint(
-                data, run_dir / "checkpoints" / "checkpoint_last.pt", R_VALUES, cpu=on_cpu,
-                log_dir=run_dir, infill_positions=BIDIRECTIONAL_INFILL_POSITIONS,
-                env=ONE_THREAD if on_cpu else {})
-            evaluation["scores"] = {
-                mode: None if path is None else str(Path(path).relative_to(run_dir))
-                for mode, path in evaluation["scores"].items()}
-            evaluation["checkpoint"] = str(Path(evaluation["checkpoint"]).relative_to(run_dir))
-            row.update(evaluation)
+    row = kind_of(study).train_and_evaluate(study, run, data, run_dir, planned.updates,
+                                           save_every, log_every,
+                                           run_environment(study.device), evaluate)
     if not keep_checkpoints:  # the interval checkpoints were scored: keep the last one only
         for path in (run_dir / "checkpoints").glob("checkpoint_*_*.pt"):
             path.unlink()

@@ -8,12 +8,35 @@ import math
 from typing import Dict, Optional
 
 from fairseq_ext.experiments import finetuning
-from fairseq_ext.experiments.studies.render import fmt
 from fairseq_ext.experiments.studies.spec import Claim, Study
 from fairseq_ext.reporting.uncertainty import (
     CONFIDENCE,
     Estimate,
 )
+
+
+def fmt(estimate: Estimate, digits: int = 3, signed: bool = False) -> str:
+    if not math.isfinite(estimate.value):
+        return "-"
+    sign = "+" if signed else ""
+    error = ("?" if not math.isfinite(estimate.standard_error)
+             else f"{estimate.standard_error:.{digits}f}")
+    mark = " *" if signed and estimate.resolved() else ""
+    return f"{estimate.value:{sign}.{digits}f} ± {error}{mark}"
+
+
+def field(row: dict, prefix: str, digits: int = 3, signed: bool = False) -> str:
+    if prefix not in row:
+        return "-"
+    return fmt(Estimate(row[prefix], row.get(f"{prefix}_se", math.nan), row.get(f"{prefix}_dof")),
+               digits, signed)
+
+
+def number(row: dict, key: str, digits: int) -> str:
+    """A figure without an error (PFLOPs, seconds) to ``digits`` places; "-" where the row has
+    none (a baseline row, or no analytic FLOPs on whole documents)."""
+    value = row.get(key)
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def verdict(difference: Estimate, kind: str = "better", margin: Optional[float] = None) -> str:

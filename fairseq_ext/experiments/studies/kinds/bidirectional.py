@@ -8,14 +8,19 @@ import math
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from fairseq_ext.experiments.studies.render import fmt
-from fairseq_ext.experiments.studies.spec import R_VALUES, Study
+from fairseq_ext.experiments.recipe_runs import BIDIRECTIONAL_INFILL_POSITIONS, ONE_THREAD, DemoRun
+from fairseq_ext.experiments.recipe_training import train
+from fairseq_ext.experiments.studies.kinds.base import Kind
+from fairseq_ext.experiments.studies.spec import BIDIRECTIONAL, CURVE_VALID_BATCHES, R_VALUES, Study
 from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
     claim_fields,
     estimate_fields,
+    field,
+    fmt,
     interval_fields,
     lower_is_better,
+    number,
     verdict,
 )
 from fairseq_ext.reporting.uncertainty import (
@@ -175,3 +180,53 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
                        "per_seed": dict(zip(map(str, seeds), differences))})
     return {"models": rows, "baseline": baseline_row, "columns": columns, "claims": claims,
             "piece": symbol, "baseline_gaps": gaps}
+
+
+def train_and_evaluate(study: Study, run: DemoRun, data: Path, run_dir: Path, updates: int,
+                       save_every: int, log_every: int, env: Dict[str, str],
+                       evaluate: bool = True) -> dict:
+    """Train one run through its recipe and evaluate it: its result row."""
+    from fairseq_ext.evaluation.bidirectional_report import evaluate_checkpoint
+    from fairseq_ext.reporting import curves
+
+    row = train(run, data, run_dir, updates,
+                ["--validate-interval-updates", str(save_every), "--save-interval-updates",
+                 str(save_every), "--keep-interval-updates", "1",
+                 "--max-valid-steps", str(CURVE_VALID_BATCHES)], log_every,
+                extra_env=env, concurrent=True)
+    log = curves.read_log(run_dir / "train.log")
+    row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "wall": p.wall,
+                     "valid_loss": p.valid_loss}
+                    for p in curves.map_valid_to_train(log.train, log.valid)]
+    if evaluate:
+        on_cpu = study.device == "cpu"
+        evaluation = evaluate_checkpoint(
+            data, run_dir / "checkpoints" / "checkpoint_last.pt", R_VALUES, cpu=on_cpu,
+            log_dir=run_dir, infill_positions=BIDIRECTIONAL_INFILL_POSITIONS,
+            env=ONE_THREAD if on_cpu else {})
+        evaluation["scores"] = {
+            mode: None if path is None else str(Path(path).relative_to(run_dir))
+            for mode, path in evaluation["scores"].items()}
+        evaluation["checkpoint"] = str(Path(evaluation["checkpoint"]).relative_to(run_dir))
+        row.update(evaluation)
+    return row
+
+
+def model_table(study: Study, report: dict) -> Tuple[List[str], List[List[str]]]:
+    """The models' table of the text report: its header and rows."""
+    header = ["model", "updates", "analytic PFLOPs"] + [
+        column.replace(":", " R=") for column in report["columns"]]
+    table = [[row["name"], str(row.get("updates", "-")),
+              number(row, "analytic_pflops", 4)]
+             + [field(row, column, 2) for column in report["columns"]]
+             for row in [*report["models"], report["baseline"]]]
+    return header, table
+
+
+KIND = Kind(
+    name=BIDIRECTIONAL, train_and_evaluate=train_and_evaluate, report=bidirectional_report,
+    model_table=model_table, figure_columns=lambda report: report["columns"],
+    figure_unit=lambda column: "%" if column.startswith("infill") else "ppl",
+    curve_ylabel="valid loss of the training objective (bits)",
+    plot_reference=lambda report: None,
+    selection_metric="held-out loss of the training objective (bits)")

@@ -6,16 +6,27 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
-from fairseq_ext.experiments.recipe_training import checkpoint_key, cost_to_reach
-from fairseq_ext.experiments.studies.render import fmt
-from fairseq_ext.experiments.studies.spec import REACH_AXES, RESULT, Claim, Study
+from fairseq_ext.experiments.recipe_runs import DemoRun
+from fairseq_ext.experiments.recipe_training import (
+    checkpoint_key,
+    checkpoints_to_score,
+    cost_to_reach,
+    curve_points,
+    score_run,
+    train,
+)
+from fairseq_ext.experiments.studies.kinds.base import Kind
+from fairseq_ext.experiments.studies.spec import MASKED_LM, REACH_AXES, RESULT, Claim, Study
 from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
     claim_fields,
     estimate_fields,
+    field,
+    fmt,
     interval_fields,
+    number,
     verdict,
 )
 from fairseq_ext.reporting.curves import CurvePoint
@@ -153,3 +164,45 @@ def stored_curve(result: dict, axis: str = "pflops") -> List[CurvePoint]:
                          "to train and score the run again")
     return [CurvePoint(p["updates"], p["pflops"], p.get("wall", math.nan), p["valid_loss"],
                        p["updates"]) for p in curve]
+
+
+def train_and_evaluate(study: Study, run: DemoRun, data: Path, run_dir: Path, updates: int,
+                       save_every: int, log_every: int, env: Dict[str, str],
+                       evaluate: bool = True) -> dict:
+    """Train one run through its recipe and evaluate it: its result row."""
+    row = train(run, data, run_dir, updates,
+                ["--disable-validation", "--save-interval-updates", str(save_every),
+                 "--keep-interval-updates", "-1"], log_every,
+                extra_env=env, concurrent=True)
+    scores = score_run(data, run_dir, row["updates"], study.device)
+    row["curve"] = [{"updates": p.updates, "pflops": p.pflops, "wall": p.wall,
+                     "valid_loss": p.valid_loss}
+                    for p in curve_points(run_dir, scores)]
+    row["scores_file"] = "scores.json"
+    row["checkpoint_files"] = {str(updates): str(path.relative_to(run_dir)) for updates, path
+                               in checkpoints_to_score(run_dir, row["updates"]).items()}
+    return row
+
+
+def model_table(study: Study, report: dict) -> Tuple[List[str], List[List[str]]]:
+    """The models' table of the text report: its header and rows."""
+    header = ["model", "updates", "analytic PFLOPs", "counted PFLOPs", "s/update",
+              "training s", "[MASK] loss (bits)", "below unigram",
+              f"vs {study.models[0].name}, paired"]
+    table = [[row["name"], str(row.get("updates", "-")),
+              number(row, "analytic_pflops", 4),
+              number(row, "counted_pflops", 4),
+              number(row, "sec_per_update", 3),
+              number(row, "train_seconds", 0),
+              field(row, "mask_loss"), field(row, "below_unigram", 3, True),
+              field(row, "vs_baseline", 3, True)] for row in report["models"]]
+    return header, table
+
+
+KIND = Kind(
+    name=MASKED_LM, train_and_evaluate=train_and_evaluate, report=lambda study, results, data:
+    masked_lm_report(study, results), model_table=model_table,
+    figure_columns=lambda report: ["mask_loss", "below_unigram", "vs_baseline"],
+    figure_unit=lambda column: "bits", curve_ylabel="valid [MASK] loss (bits, 15% positions)",
+    plot_reference=lambda report: ("unigram (train counts)", report["models"][0]["mask_loss"]),
+    selection_metric="held-out [MASK] loss (bits)")
