@@ -46,6 +46,7 @@ registry), :mod:`.catalog` (each paper's studies, declarations only), :mod:`.pla
 
 May import: see :mod:`fairseq_ext.experiments`.
 """
+from fairseq_ext.experiments.run_store import RESULT, SELECTION_SEED
 from fairseq_ext.experiments.studies import catalog  # noqa: F401  (registers the studies)
 from fairseq_ext.experiments.studies.catalog.bidirectional import (
     BIDIRECTIONAL_FINETUNE,
@@ -94,9 +95,7 @@ from fairseq_ext.experiments.studies.spec import (
     LR_GRID,
     MASKED_LM,
     OUR_QUESTION,
-    RESULT,
     SELECTION_DIR,
-    SELECTION_SEED,
     STUDIES,
     STUDY_JSON,
     STUDY_PLOT,

@@ -8,12 +8,12 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from fairseq_ext.experiments.run_store import SELECTION_SEED
 from fairseq_ext.experiments.studies.kinds import kind_of
 from fairseq_ext.experiments.studies.spec import (
     EQUAL_TOKENS,
     FINETUNE_METRIC,
     OUR_QUESTION,
-    SELECTION_SEED,
     TITLE_WIDTH,
     Study,
 )

@@ -16,18 +16,16 @@ from fairseq_ext.experiments.recipe_runs import ONE_THREAD, WORKERS, say
 from fairseq_ext.experiments.recipe_training import (
     curve_intervals,
 )
+from fairseq_ext.experiments.run_store import RESULT, SELECTION_SEED, write_result
 from fairseq_ext.experiments.studies.kinds import kind_of
 from fairseq_ext.experiments.studies.plan import PlannedRun, run_dir_of, with_lr
 from fairseq_ext.experiments.studies.spec import (
     GPU_RUN_ENV,
     HELDOUT_SHARE,
-    RESULT,
     SELECTION_DIR,
-    SELECTION_SEED,
     Study,
 )
 from fairseq_ext.reporting.text_tables import ascii_table
-from fairseq_ext.training.output_files import write_text
 
 
 def select_learning_rates(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRun],
@@ -152,7 +150,7 @@ def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: P
             path.unlink()
     row.update({"study": study.name, "model": planned.model.name, "seed": planned.seed,
                 "planned_updates": planned.updates, "peak_lr": planned.lr})
-    write_text(run_dir / RESULT, json.dumps(row, indent=2, default=str), force=False)
+    write_result(run_dir, row)
     return row
 
 

@@ -13,11 +13,10 @@ from fairseq_ext.experiments.recipe_runs import BIDIRECTIONAL_R_VALUES, DemoRun
 
 #: A study's budget: equal analytic training FLOPs, or equal training tokens (equal updates).
 EQUAL_FLOPS, EQUAL_TOKENS = "flops", "tokens"
-#: The learning-rate selection: its seed (none of the study's), its runs' directory under the
-#: study's runs directory, and the share of the training split held out to score them on.
-SELECTION_SEED, SELECTION_DIR, HELDOUT_SHARE = 101, "lr-selection", 0.05
-#: The file that marks a run finished (training and evaluation done), written last, atomically.
-RESULT = "result.json"
+#: The learning-rate selection (its seed: :data:`~fairseq_ext.experiments.run_store.SELECTION_SEED`):
+#: its runs' directory under the study's runs directory, and the share of the training split
+#: held out to score them on.
+SELECTION_DIR, HELDOUT_SHARE = "lr-selection", 0.05
 STUDY_JSON, STUDY_PLOT = "study.json", "curves.png"
 MASKED_LM, BIDIRECTIONAL = "masked_lm", "bidirectional"
 #: A fine-tuning claim's metric: dev accuracy after fine-tuning, averaged over the suite's tasks

@@ -17,8 +17,9 @@ from fairseq_ext.experiments.recipe_training import (
     score_run,
     train,
 )
+from fairseq_ext.experiments.run_store import RESULT
 from fairseq_ext.experiments.studies.kinds.base import Kind
-from fairseq_ext.experiments.studies.spec import MASKED_LM, REACH_AXES, RESULT, Claim, Study
+from fairseq_ext.experiments.studies.spec import MASKED_LM, REACH_AXES, Claim, Study
 from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
     claim_fields,
