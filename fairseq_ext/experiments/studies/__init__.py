@@ -80,6 +80,7 @@ from fairseq_ext.experiments.studies.render import (
     format_finetune,
     format_report,
     markdown_claims,
+    markdown_finetune,
     pretraining_verdict,
     study_figures,
 )
@@ -146,6 +147,7 @@ __all__ = [
     'interval_fields',
     'main',
     'markdown_claims',
+    'markdown_finetune',
     'masked_lm_report',
     'plan_study',
     'pretraining_helps_claims',
