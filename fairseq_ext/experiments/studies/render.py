@@ -77,10 +77,17 @@ def metric_name(claim: dict) -> str:
             "infill": "infilling accuracy"}[metric.partition(":")[0]]
 
 
+def interval_text(claim: dict) -> str:
+    """A claim's 95% t interval as both renderings print it after the measured figure (empty
+    where it has none)."""
+    if claim.get("ci_low") is not None and math.isfinite(claim["ci_low"]):
+        return f" [{claim['ci_low']:+.3g}, {claim['ci_high']:+.3g}]"
+    return ""
+
+
 def claim_row(claim: dict) -> List[str]:
-    interval = ""
-    if claim.get("ci_low") is not None and math.isfinite(claim.get("ci_low", math.nan)):
-        interval = f" [{claim['ci_low']:+.3g}, {claim['ci_high']:+.3g}]"
+    """A claim as the text report's claims table shows it."""
+    interval = interval_text(claim)
     margin = (f" (margin ± {claim['margin']:g})" if claim.get("kind") == "on_par"
               and claim.get("margin") else "")
     return [claim["claim"], claim_source(claim), claim.get("paper_figure") or "-",
@@ -99,9 +106,7 @@ def markdown_claims(report: dict) -> str:
             paper = f"{claim['source']}, {claim['paper_metric']}: {claim['paper_figure']}"
             if claim.get("proxy"):
                 paper += f" (**proxy**: we measure {metric_name(claim)})"
-        interval = ""
-        if claim.get("ci_low") is not None and math.isfinite(claim["ci_low"]):
-            interval = f" [{claim['ci_low']:+.3g}, {claim['ci_high']:+.3g}]"
+        interval = interval_text(claim)
         margin = (f"; on par = within ±{claim['margin']:g}" if claim.get("kind") == "on_par"
                   else "")
         verdict_text = claim["verdict"] if claim["verdict"] == "unresolved" else (
@@ -111,6 +116,10 @@ def markdown_claims(report: dict) -> str:
     return "\n".join(lines)
 
 
+def baseline_cells(row: dict, tasks: Sequence[str]) -> List[str]:
+    """A fine-tuning baseline's cells, per task then the average (``-`` where it has none), in
+    the text table and the markdown one alike."""
+    return [field(row, task, 2) if task in row else "-" for task in [*tasks, "average"]]
 
 
 def format_finetune(report: dict, seeds: int) -> str:
@@ -128,9 +137,7 @@ def format_finetune(report: dict, seeds: int) -> str:
             f"{field(row, task, 2)} (ft {row[f'{task}_ft_se']:.2f}; lr {row['lr'][task]})"
             for task in tasks] + [field(row, "average", 2)])
     for row in report["baselines"]:
-        table.append([row["name"]] + [field(row, task, 2) if task in row else "-"
-                                      for task in tasks]
-                     + [field(row, "average", 2) if "average" in row else "-"])
+        table.append([row["name"]] + baseline_cells(row, tasks))
     lines.append(ascii_table(["arm"] + tasks + ["average"], table))
     helps = pretraining_verdict(report["claims"])
     if helps:
@@ -176,9 +183,7 @@ def markdown_finetune(report: dict) -> str:
             f"{field(row, task, 2)} (lr {row['lr'][task]})" for task in tasks)
             + f" | {field(row, 'average', 2)} |")
     for row in finetune["baselines"]:
-        lines.append(f"| *{row['name']}* | " + " | ".join(
-            field(row, task, 2) if task in row else "-" for task in tasks)
-            + f" | {field(row, 'average', 2) if 'average' in row else '-'} |")
+        lines.append(f"| *{row['name']}* | " + " | ".join(baseline_cells(row, tasks)) + " |")
     lines.append("")
     lines.append(f"Fine-tuning wall time {finetune['wall_seconds'] / 60:.1f} min "
                  f"({len(finetune['arms'])} arms, {len(report['seeds'])} pre-training seeds x "
