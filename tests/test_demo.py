@@ -8,32 +8,32 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT, run_cli
-from fairseq_ext.experiments import demo
+from fairseq_ext.experiments import demo, recipe_runs, recipe_training
 
 
 def test_seconds_per_update_weights_intervals_and_skips_the_first():
     records = [{"num_updates": "25", "ups": "2.0"},   # start-up interval: left out
                {"num_updates": "50", "ups": "4.0"},   # 25 updates at 0.25 s
                {"num_updates": "60", "ups": "5.0"}]   # 10 updates at 0.2 s
-    assert demo.seconds_per_update(records) == pytest.approx((25 * 0.25 + 10 * 0.2) / 35)
-    assert demo.seconds_per_update(records[:1]) == pytest.approx(0.5)
+    assert recipe_training.seconds_per_update(records) == pytest.approx((25 * 0.25 + 10 * 0.2) / 35)
+    assert recipe_training.seconds_per_update(records[:1]) == pytest.approx(0.5)
 
 
 def test_an_interval_logged_at_zero_ups_says_nothing_and_no_speedup_divides_by_zero():
     """fairseq rounds ups to 2 decimals, so a one-update run can log ups 0: that interval is
     left out, and a run with no usable interval gets no measured speedup ('-'), not a crash."""
     records = [{"num_updates": "1", "ups": "0"}]
-    assert math.isnan(demo.seconds_per_update(records))
-    assert demo.seconds_per_update([{"num_updates": "10", "ups": "2.0"},
-                                    {"num_updates": "20", "ups": "0"},
-                                    {"num_updates": "30", "ups": "4.0"}]) == pytest.approx(0.25)
+    assert math.isnan(recipe_training.seconds_per_update(records))
+    assert recipe_training.seconds_per_update([{"num_updates": "10", "ups": "2.0"},
+                                               {"num_updates": "20", "ups": "0"},
+                                               {"num_updates": "30", "ups": "4.0"}]) == pytest.approx(0.25)
     rows = [{"name": "base", "sec_per_update": 0.5}, {"name": "one", "sec_per_update": math.nan}]
     demo.add_speedups(rows)
     assert rows[0]["speedup"] == 1.0 and math.isnan(rows[1]["speedup"])
 
 
 def test_progress_total_comes_from_the_printed_command():
-    progress = demo.Progress("x")
+    progress = recipe_training.Progress("x")
     progress.set_total_from_command("+ fairseq-train data --max-update 300 --lr 1")
     assert progress.total == 300
 
@@ -98,7 +98,7 @@ def test_demo_end_to_end_on_a_tiny_data_bin(tiny_data_bin, tmp_path):
         assert (run_dir / "checkpoints" / "checkpoint_last.pt").exists()
         assert (run_dir / "train.log").read_text().startswith("+ ")
         # the curve: every interval checkpoint kept and scored, the last one included
-        interval = max(1, row["updates"] // demo.CURVE_POINTS)
+        interval = max(1, row["updates"] // recipe_runs.CURVE_POINTS)
         assert [point["updates"] for point in row["curve"]] == sorted(
             set(range(interval, row["updates"] + 1, interval)) | {row["updates"]})
     assert "| unigram (train counts)" in proc.stdout and "below unigram" in proc.stdout
@@ -120,7 +120,7 @@ def check_bidirectional_rows(summary, runs_dir, stdout, updates):
     commonest-piece infilling baseline on each infilling run's own positions."""
     rows = summary["bidirectional"]
     assert [row["name"] for row in rows] == [run.name for run in demo.BIDIRECTIONAL_RUNS]
-    r_values = [float(r) for r in demo.BIDIRECTIONAL_R_VALUES.split(",")]
+    r_values = [float(r) for r in recipe_runs.BIDIRECTIONAL_R_VALUES.split(",")]
     served = {"nxt_uni": {"full_ppl", "suffix_ppl"}, "msk_bi": {"infill_acc"},
               "hyb_pre": {"full_ppl", "suffix_ppl", "infill_acc"}}
     # equal analytic FLOPs: NxtUni (every token predicted) takes the updates, the others as
@@ -164,7 +164,7 @@ def check_bidirectional_rows(summary, runs_dir, stdout, updates):
     assert ("full ppl", "nxt_uni", "hyb_pre") in pairs
     stages = stdout[stdout.index("time per stage:"):]
     runs = len(demo.DEMO_RUNS) + len(demo.BIDIRECTIONAL_RUNS)
-    assert f"training and scoring: {runs} runs, {demo.WORKERS} at a time" in stages
+    assert f"training and scoring: {runs} runs, {recipe_runs.WORKERS} at a time" in stages
     assert all(f"  {row['name']}: train" in stages and f"  {row['name']}: evaluate" in stages
                for row in rows)
 
@@ -195,14 +195,14 @@ def test_flops_to_reach_interpolates_between_the_scored_checkpoints():
     curve = [CurvePoint(updates=u, pflops=f, wall=w, valid_loss=loss, train_updates=u)
              for u, f, w, loss in ((10, 1.0, 30.0, 9.0), (20, 2.0, 50.0, 8.0),
                                    (30, 3.0, 90.0, 7.5))]
-    assert demo.cost_to_reach(curve, 8.5) == pytest.approx(1.5)  # halfway from 9 to 8
-    assert demo.cost_to_reach(curve, 7.75) == pytest.approx(2.5)
-    assert demo.cost_to_reach(curve, 9.5) == pytest.approx(1.0)  # already there at the first
-    assert demo.cost_to_reach(curve, 7.0) is None  # never within the budget
+    assert recipe_training.cost_to_reach(curve, 8.5) == pytest.approx(1.5)  # halfway from 9 to 8
+    assert recipe_training.cost_to_reach(curve, 7.75) == pytest.approx(2.5)
+    assert recipe_training.cost_to_reach(curve, 9.5) == pytest.approx(1.0)  # already there at the first
+    assert recipe_training.cost_to_reach(curve, 7.0) is None  # never within the budget
     # the same crossings on the wall-clock axis: halfway from 30 s to 50 s, from 50 s to 90 s
-    assert demo.cost_to_reach(curve, 8.5, axis="wall") == pytest.approx(40.0)
-    assert demo.cost_to_reach(curve, 7.75, axis="wall") == pytest.approx(70.0)
-    assert demo.cost_to_reach(curve, 7.0, axis="wall") is None
+    assert recipe_training.cost_to_reach(curve, 8.5, axis="wall") == pytest.approx(40.0)
+    assert recipe_training.cost_to_reach(curve, 7.75, axis="wall") == pytest.approx(70.0)
+    assert recipe_training.cost_to_reach(curve, 7.0, axis="wall") is None
 
 
 def test_group_rows_unigram_first_paired_differences_and_the_warning_path():

@@ -47,44 +47,42 @@ import functools
 import json
 import logging
 import math
-import os
-import shlex
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-# the recipe-running helpers, here too under their old names (demo.say, demo.REPO_ROOT, ...)
 from fairseq_ext.experiments import finetuning
-from fairseq_ext.experiments.recipe_runs import (  # noqa: F401
-    BIN_DIR,
+from fairseq_ext.experiments.budget import equal_flops_updates
+from fairseq_ext.experiments.recipe_runs import (
+    BIDIRECTIONAL_INFILL_POSITIONS,
+    BIDIRECTIONAL_R_VALUES,
+    DEFAULT_DATA,
     ONE_THREAD,
     REPO_ROOT,
+    SCORING_MASK_PROB,
     WORKERS,
-    recipe_environment,
+    DemoRun,
     say,
-    stream,
+)
+from fairseq_ext.experiments.recipe_training import (
+    cost_to_reach,
+    curve_intervals,
+    curve_points,
+    score_run,
+    train,
 )
 from fairseq_ext.reporting import figures
-from fairseq_ext.reporting.log_records import parse_json_record
 from fairseq_ext.reporting.text_tables import ascii_table
 from fairseq_ext.reporting.uncertainty import RESOLVED_AT, Estimate
-from fairseq_ext.training.fairseq_bin import python_executable
 from fairseq_ext.training.output_files import write_text
 
 if TYPE_CHECKING:  # imported where used: fairseq and matplotlib load slowly
-    from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
-    from fairseq_ext.reporting.curves import CurvePoint
+    pass
 
-DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
-#: Checkpoints scored per masked-LM run (the points of its [MASK]-loss curve), the last included.
-CURVE_POINTS = 4
-#: The corruption rate every masked-LM checkpoint is scored at (the baselines', RoBERTa's and
-#: BERT's 15%): the same valid positions for every model of every group.
-SCORING_MASK_PROB = 0.15
 #: A masked LM "learns context" when its valid [MASK] loss is at least this many bits below the
 #: training unigram's on the same positions (a warning names any run that ends above it).
 MIN_BITS_BELOW_UNIGRAM = 0.3
@@ -94,18 +92,6 @@ MIN_BITS_BELOW_UNIGRAM = 0.3
 #: figures"). The tables' errors are over sequences and leave it out.
 TRAINING_PATH_SD_BITS = 0.09
 
-
-@dataclasses.dataclass(frozen=True)
-class DemoRun:
-    """One model of a comparison: a recipe, the environment overrides it runs with, (masked
-    LMs) the :data:`MASKED_LM_GROUPS` entry it belongs to, and fairseq-train flags appended to
-    the recipe's command (a shape, a seed)."""
-
-    name: str
-    recipe: str  # path relative to the repository root
-    env: Dict[str, str] = dataclasses.field(default_factory=dict)
-    group: str = ""
-    args: Tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,309 +150,11 @@ BIDIRECTIONAL_RUNS: List[DemoRun] = [
     DemoRun("msk_bi", "recipes/bidirectional/demo.sh", {"VARIANT": "msk_bi"}),
     DemoRun("hyb_pre", "recipes/bidirectional/demo.sh", {"VARIANT": "hyb_pre"}),
 ]
-#: R values of the demo's suffix-ppl and infilling columns.
-BIDIRECTIONAL_R_VALUES = "0,1"
 #: The R whose infilling must beat the constant-guess baseline (Table 5's fully bidirectional
 #: context).
 BIDIRECTIONAL_BAR_R = 1.0
-#: Masked positions per document in the demo's infilling columns (``--infill-positions``).
-BIDIRECTIONAL_INFILL_POSITIONS = 4
 #: What the demo writes into its runs directory besides one directory per run.
 SUMMARY, PLOT = "summary.json", "curves.png"
-
-
-def seconds_per_update(train_inner: List[dict]) -> float:
-    """Mean seconds per update from fairseq's per-interval ``ups`` (updates per second).
-
-    The first interval (model build, first batches, thread warm-up) is left out when there are
-    others; each interval is weighted by the updates it covers.
-    """
-    intervals = []
-    previous = 0
-    for record in train_inner:
-        updates = int(record["num_updates"])
-        intervals.append((updates - previous, float(record["ups"])))
-        previous = updates
-    if len(intervals) > 1:
-        intervals = intervals[1:]
-    # fairseq rounds ups to 2 decimals: a slow interval can log 0, which says nothing
-    intervals = [(n, ups) for n, ups in intervals if ups > 0]
-    total_updates = sum(n for n, _ in intervals)
-    if total_updates == 0:
-        return math.nan
-    return sum(n / ups for n, ups in intervals) / total_updates
-
-
-class Progress:
-    """A one-line progress bar on a terminal; one line per fairseq log record otherwise."""
-
-    def __init__(self, name: str, interactive: bool = True):
-        self.name, self.total = name, 0
-        self.interactive = interactive and sys.stdout.isatty()
-
-    def set_total_from_command(self, printed_command: str) -> None:
-        """The recipe prints its fairseq command first; its ``--max-update`` is our total."""
-        words = printed_command.split()
-        if "--max-update" in words:
-            self.total = int(words[words.index("--max-update") + 1])
-
-    def update(self, record: dict) -> None:
-        done = int(record["num_updates"])
-        ups = float(record["ups"])
-        pace = f"{1.0 / ups:.2f} s/update" if ups > 0 else "- s/update"
-        text = f"{self.name:<14} update {done:>5}/{self.total}  loss {record['loss']:>6}  {pace}"
-        if self.interactive:
-            filled = int(30 * done / max(self.total, 1))
-            sys.stdout.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}")
-            sys.stdout.flush()
-        else:
-            say(text)
-
-    def close(self) -> None:
-        if self.interactive:
-            sys.stdout.write("\n")
-
-
-def recipe_env(run: DemoRun, data: Path, **extra: str) -> dict:
-    return recipe_environment(data, {**run.env, **extra})  # extra wins over run.env
-
-
-def planned_command(run: DemoRun, data: Path, updates: Optional[int] = None) -> List[str]:
-    """The fairseq-train command ``run``'s recipe would run (``DRY_RUN=1``)."""
-    extra = {"DRY_RUN": "1", "SAVE_DIR": "unused"}
-    if updates is not None:
-        extra["TOTAL_UPDATES"] = str(updates)
-    proc = subprocess.run(["bash", str(REPO_ROOT / run.recipe), *run.args],
-                          env=recipe_env(run, data, **extra),
-                          cwd=REPO_ROOT, capture_output=True, text=True)
-    printed = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
-    if proc.returncode != 0 or not printed:
-        raise SystemExit(f"error: {run.recipe} (DRY_RUN=1) failed: {proc.stderr.strip()}")
-    return shlex.split(printed[-1][2:])
-
-
-def equal_flops_updates(runs: List[DemoRun], data: Path,
-                        baseline_updates: Optional[int] = None) -> List[int]:
-    """Updates of each run at the analytic training FLOPs of the first run: its recipe's
-    ``--max-update`` (or ``baseline_updates``), and for the others the updates that buy the
-    same FLOPs, rounded down (``python -m fairseq_ext.flops --budget-of``'s rule; a model of
-    the baseline's cost gets the baseline's updates, not one fewer from rounding)."""
-    baseline = planned_command(runs[0], data, baseline_updates)
-    updates = int(command_option(baseline, "--max-update"))
-    budget = updates * analytic_pflops_per_update(baseline, data)
-    return [updates] + [max(1, math.floor(budget / analytic_pflops_per_update(
-        planned_command(run, data), data) * (1 + 1e-12))) for run in runs[1:]]
-
-
-def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int],
-          extra_args: Sequence[str] = (), log_interval: Optional[int] = None,
-          extra_env: Optional[Dict[str, str]] = None, concurrent: bool = False) -> dict:
-    """Train one demo model through its recipe for ``updates`` updates (``extra_args`` appended
-    to its fairseq-train command); return its train-side figures. ``concurrent``: other runs
-    print beside this one, so progress goes out as whole lines, never as a redrawn bar."""
-    env = recipe_env(run, data, SAVE_DIR=str(run_dir / "checkpoints"), **(extra_env or {}))
-    if updates is not None:  # else the recipe's own
-        env["TOTAL_UPDATES"] = str(updates)
-    if log_interval is not None:
-        env["LOG_INTERVAL"] = str(log_interval)
-    # --data-buffer-size 0: no background thread prefetching batches. Without a validation at
-    # the end, fairseq-train exits right after its last update, and a prefetch thread caught
-    # inside torch at interpreter shutdown aborts the process ("terminate called without an
-    # active exception", exit 134) now and then.
-    cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar",
-           "--no-epoch-checkpoints", "--skip-invalid-size-inputs-valid-test",
-           "--data-buffer-size", "0", *run.args, *extra_args]
-    progress = Progress(run.name, interactive=not concurrent)
-    records: List[dict] = []
-    final_updates = 0  # from every record, the epoch summaries' `train_num_updates` included
-    command: List[str] = []
-    start = time.time()
-    for line in stream(cmd, env, run_dir / "train.log"):
-        if line.startswith("+ "):
-            if not concurrent:
-                print(line.rstrip())
-            progress.set_total_from_command(line)
-            command = shlex.split(line[2:])
-        record = parse_json_record(line)
-        for key in ("num_updates", "train_num_updates"):
-            if record and key in record:
-                final_updates = max(final_updates, int(record[key]))
-        if record and "train_inner" in line and {"ups", "loss", "num_updates"} <= set(record):
-            records.append(record)
-            progress.update(record)
-    progress.close()
-    if not records:
-        raise SystemExit(f"error: {run.name} logged no training progress; see {run_dir / 'train.log'}")
-    return {
-        "updates": final_updates,
-        "train_loss": float(records[-1]["loss"]),
-        "sec_per_update": seconds_per_update(records),
-        "train_wall_sec": time.time() - start,
-        # counted by the training criterion from the batches' actual shapes
-        "train_pflops": total_pflops_of(run_dir / "train.log"),
-        "analytic_pflops_per_update": analytic_pflops_per_update(command, data),
-    }
-
-
-def total_pflops_of(log: Path) -> Optional[float]:
-    """The training PFLOPs the criterion counted over the whole run: the last ``total_pflops``
-    of a training record (the final epoch summary's ``train_total_pflops`` included)."""
-    total = None
-    for line in log.read_text().splitlines():
-        record = parse_json_record(line)
-        for key in ("total_pflops", "train_total_pflops"):
-            if record and key in record:
-                total = float(record[key])
-    return total
-
-
-def command_option(command: List[str], flag: str, default: Optional[str] = None) -> Optional[str]:
-    """The value of ``flag`` in a fairseq command line (the last one wins, as in argparse)."""
-    values = [command[i + 1] for i, word in enumerate(command[:-1]) if word == flag]
-    return values[-1] if values else default
-
-
-def analytic_pflops_per_update(command: List[str], data: Path) -> Optional[float]:
-    """Training PFLOPs of one update by the Appendix D formulas (:mod:`fairseq_ext.flops`), for
-    the arch, length, masking and batch in the command the recipe printed (a
-    ``bidirectional_lm`` command: :func:`bidirectional_pflops_per_update`)."""
-    from fairseq_ext import flops
-
-    arch = command_option(command, "--arch")
-    if arch is None:
-        return None
-    if command_option(command, "--task") == "bidirectional_lm":
-        return bidirectional_pflops_per_update(command, data)
-    overrides = {name.replace("-", "_"): int(command_option(command, f"--{name}"))
-                 for name in ("encoder-layers", "encoder-embed-dim", "encoder-ffn-embed-dim",
-                              "decoder-layers", "decoder-embed-dim", "decoder-ffn-embed-dim")
-                 if command_option(command, f"--{name}") is not None}
-    spec = flops.spec_for_arch(arch, **overrides)
-    mask_fraction = (1.0 - float(command_option(command, "--leave-unmasked-prob", "0.1"))
-                     - float(command_option(command, "--random-token-prob", "0.1")))
-    vocab = flops.vocab_size_of(argparse.Namespace(data=str(data), vocab_size=None))
-    per_sequence = flops.training_flops_per_sequence(
-        spec, int(command_option(command, "--tokens-per-sample", "512")),
-        float(command_option(command, "--mask-prob", "0.15")), vocab, mask_fraction)
-    sequences = int(command_option(command, "--batch-size", "1")) * int(
-        command_option(command, "--update-freq", "1"))
-    return per_sequence * sequences / 1e15
-
-
-#: Training documents drawn for a variant's predicted share (:func:`bidirectional_pflops_per_update`).
-SHARE_SAMPLE = 20000
-
-
-def bidirectional_pflops_per_update(command: List[str], data: Path) -> Optional[float]:
-    """Training PFLOPs of one ``bidirectional_lm`` update: rows of ``--tokens-per-sample``
-    tokens, ``--max-tokens`` x ``--update-freq`` tokens an update, the output projection on the
-    variant's share of predicted tokens, drawn by its own objective sampler
-    (:meth:`~fairseq_ext.data.bidirectional_sampling.ObjectiveSampler.expected_predicted_share`)
-    over :data:`SHARE_SAMPLE` training documents (one per line with ``--document-format
-    lines``, cut at the row length as the task cuts them). ``None`` for other document formats,
-    whose documents this does not rebuild."""
-    import numpy as np
-    from fairseq.data import Dictionary, data_utils
-
-    from fairseq_ext import flops
-    from fairseq_ext.data.bidirectional_sampling import ObjectiveSampler
-
-    if command_option(command, "--document-format") != "lines":
-        return None
-    length = int(command_option(command, "--tokens-per-sample", "1024"))
-    dictionary = Dictionary.load(str(Path(data) / "dict.txt"))
-    train = data_utils.load_indexed_dataset(str(Path(data) / "train"), dictionary, combine=False)
-    rng = np.random.default_rng(0)
-    sizes = np.asarray(train.sizes)
-    lengths = np.minimum(rng.choice(sizes, size=min(SHARE_SAMPLE, len(sizes)), replace=False),
-                         length)
-    sampler = ObjectiveSampler.from_flags(
-        command_option(command, "--variant", "hyb_pre"),
-        mask_prob=float(command_option(command, "--mask-prob", "0.15")),
-        plain_lm_prob=float(command_option(command, "--plain-lm-prob", "0.1")),
-        n_mask=command_option(command, "--n-mask"), n_bidir=command_option(command, "--n-bidir"),
-        n_predict=command_option(command, "--n-predict"))
-    share = sampler.expected_predicted_share(lengths, rng)
-    spec = flops.spec_for_arch(command_option(command, "--arch"))
-    vocab = flops.vocab_size_of(argparse.Namespace(data=str(data), vocab_size=None))
-    tokens = int(command_option(command, "--max-tokens")) * int(
-        command_option(command, "--update-freq", "1"))
-    per_row = flops.TRAINING_MULTIPLIER * flops.exact_forward_flops(
-        spec, length, mask_tokens=0.0, other_predicted_tokens=share * length, vocab_size=vocab)
-    return per_row * tokens / length / 1e15
-
-
-def checkpoints_to_score(run_dir: Path, final_updates: int) -> Dict[int, Path]:
-    """``{updates: checkpoint}`` of a run: the interval checkpoints (``checkpoint_E_U.pt``) and
-    the last one, at ``final_updates``."""
-    checkpoints = {}
-    for path in (run_dir / "checkpoints").glob("checkpoint_*_*.pt"):
-        updates = path.stem.rsplit("_", 1)[-1]
-        if updates.isdigit():
-            checkpoints[int(updates)] = path
-    checkpoints[final_updates] = run_dir / "checkpoints" / "checkpoint_last.pt"
-    return dict(sorted(checkpoints.items()))
-
-
-def score_run(data: Path, run_dir: Path, final_updates: int,
-              device: str = "cpu") -> Dict[int, "SequenceScores"]:
-    """Every checkpoint of a run scored on the valid split at :data:`SCORING_MASK_PROB`
-    (:mod:`fairseq_ext.evaluation.masked_lm_scores`, one process; on the CPU one thread, or on
-    ``device`` ``cuda``), by updates."""
-    from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
-
-    checkpoints = checkpoints_to_score(run_dir, final_updates)
-    out = run_dir / "scores.json"
-    cmd = [python_executable(), "-m", "fairseq_ext.evaluation.masked_lm_scores", str(data),
-           *map(str, checkpoints.values()), "--mask-prob", str(SCORING_MASK_PROB),
-           "--device", device, "--out", str(out)]
-    env = dict(os.environ, **ONE_THREAD) if device == "cpu" else dict(os.environ)
-    for _ in stream(cmd, env, run_dir / "scores.log"):
-        pass
-    written = json.loads(out.read_text())
-    scores = written["scores"]
-    by_updates = {updates: SequenceScores.from_json(scores[str(path)])
-                  for updates, path in checkpoints.items()}
-    # keyed by the checkpoint's path relative to the run: the run directory can be moved
-    written["scores"] = {checkpoint_key(path): record for path, record in scores.items()}
-    write_text(out, json.dumps(written), force=True)
-    return by_updates
-
-
-def checkpoint_key(path) -> str:
-    """A scored checkpoint's key in ``scores.json``: ``checkpoints/<file>``, relative to its run
-    directory (older files keyed by the absolute path map to the same key)."""
-    path = Path(path)
-    return f"{path.parent.name}/{path.name}"
-
-
-def curve_points(run_dir: Path, scores: Dict[int, "SequenceScores"]) -> List["CurvePoint"]:
-    """The run's [MASK]-loss curve: each scored checkpoint at the training PFLOPs, wall time and
-    tokens of its update, as the criterion logged them (:mod:`fairseq_ext.reporting.curves`)."""
-    from fairseq_ext.reporting import curves
-
-    log = curves.read_log(run_dir / "train.log")
-    return curves.map_valid_to_train(log.train, [
-        curves.ValidPoint(updates, score.loss_bits().value) for updates, score in scores.items()])
-
-
-def cost_to_reach(curve: Sequence["CurvePoint"], target: float,
-                   axis: str = "pflops") -> Optional[float]:
-    """Training PFLOPs (``axis="wall"``: seconds of training) at which a [MASK]-loss curve
-    first reaches ``target`` (bits), linearly interpolated between the scored checkpoints
-    around the crossing; ``None`` when it never gets there. Before the first checkpoint the
-    curve is not known, so a first point already below the target gives that point's value (an
-    upper bound)."""
-    previous = None
-    for point in curve:
-        if point.valid_loss <= target:
-            if previous is None or previous.valid_loss == point.valid_loss:
-                return getattr(point, axis)
-            share = (previous.valid_loss - target) / (previous.valid_loss - point.valid_loss)
-            before, after = getattr(previous, axis), getattr(point, axis)
-            return before + share * (after - before)
-        previous = point
-    return None
 
 
 def estimate_fields(prefix: str, estimate) -> Dict[str, float]:
@@ -975,12 +663,6 @@ def plan_masked_lm_runs(runs: List[DemoRun], data: Path,
     return [item for name in MASKED_LM_GROUPS for item in plan_group(
         name, [run for run in runs if run.group == name], data, baseline_updates)]
 
-
-def curve_intervals(updates: int) -> tuple:
-    """``(save interval, log interval)`` of a masked-LM run: :data:`CURVE_POINTS` checkpoints,
-    and training records at each of them (the curve's FLOPs)."""
-    interval = max(1, updates // CURVE_POINTS)
-    return interval, (interval // 2 if interval % 2 == 0 else interval)
 
 
 def train_and_score_masked_lm(run: DemoRun, updates: int, data: Path, run_dir: Path,

@@ -56,6 +56,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from fairseq_ext.experiments import recipe_runs
+from fairseq_ext.experiments.run_store import RESULT, SELECTION_SEED, write_result
 from fairseq_ext.reporting.log_records import parse_json_record
 from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
 from fairseq_ext.training.fairseq_bin import python_executable
@@ -63,10 +64,10 @@ from fairseq_ext.training.output_files import write_text
 
 #: The suite's summary, written by ``scripts/prepare_downstream.sh``.
 SUITE_JSON = "downstream.json"
-#: The fine-tuning seed of the learning-rate selection runs (none of the study's).
-SELECTION_SEED = 101
-#: The stage's directory under the study's runs directory, and its result file.
-FINETUNE_DIR, RESULT = "finetune", "result.json"
+#: The stage's directory under the study's runs directory (its runs finish with
+#: :data:`~fairseq_ext.experiments.run_store.RESULT`; selection runs at
+#: :data:`~fairseq_ext.experiments.run_store.SELECTION_SEED`).
+FINETUNE_DIR = "finetune"
 #: The fine-tuning learning rates every arm chooses from (3x steps; the models are small).
 FINETUNE_LRS = ("3e-4", "1e-3", "3e-3")
 FINETUNE_SEEDS = (1, 2, 3)
@@ -420,7 +421,7 @@ def fine_tune(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: P
     if accuracy is None:
         raise SystemExit(f"error: {run_dir / 'train.log'} logged no dev accuracy")
     result = {"accuracy": accuracy, "seconds": seconds, "settings": settings}
-    write_text(run_dir / RESULT, json.dumps(result, indent=2), force=False)
+    write_result(run_dir, result)
     return result
 
 

@@ -1,15 +1,17 @@
 """Running the repository's bash recipes from Python, shared by the demo, the studies and their
 fine-tuning stage: where the checkout is, the environment a recipe runs with, one torch thread
-per run, whole-line printing from parallel runs, and a run's output streamed into its log.
+per run, whole-line printing from parallel runs, and a run's output streamed into its log; a run's
+declaration (:class:`DemoRun`) and the scoring settings the demo and the studies share.
 
 May import: see :mod:`fairseq_ext.experiments` (nothing of its other modules).
 """
+import dataclasses
 import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: recipes/, scripts/
 BIN_DIR = Path(sys.executable).parent
@@ -50,3 +52,34 @@ def stream(cmd: List[str], env: dict, log_path: Path) -> Iterator[str]:
         if proc.wait() != 0:
             sys.stdout.write("".join(tail))
             raise SystemExit(f"error: {cmd[0]} failed (exit {proc.returncode}); full log: {log_path}")
+
+
+DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
+#: Checkpoints scored per masked-LM run (the points of its [MASK]-loss curve), the last included.
+CURVE_POINTS = 4
+#: The corruption rate every masked-LM checkpoint is scored at (the baselines', RoBERTa's and
+#: BERT's 15%): the same valid positions for every model of every group.
+SCORING_MASK_PROB = 0.15
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoRun:
+    """One model of a comparison: a recipe, the environment overrides it runs with, (masked
+    LMs) the :data:`MASKED_LM_GROUPS` entry it belongs to, and fairseq-train flags appended to
+    the recipe's command (a shape, a seed)."""
+
+    name: str
+    recipe: str  # path relative to the repository root
+    env: Dict[str, str] = dataclasses.field(default_factory=dict)
+    group: str = ""
+    args: Tuple[str, ...] = ()
+
+
+#: R values of the demo's suffix-ppl and infilling columns.
+BIDIRECTIONAL_R_VALUES = "0,1"
+#: Masked positions per document in the demo's infilling columns (``--infill-positions``).
+BIDIRECTIONAL_INFILL_POSITIONS = 4
+
+
+def recipe_env(run: DemoRun, data: Path, **extra: str) -> dict:
+    return recipe_environment(data, {**run.env, **extra})  # extra wins over run.env

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 3ml-gpu study (docs/studies.md, "3ML on the GPU"; fairseq_ext/experiments/studies.py
+# The 3ml-gpu study (docs/studies.md, "3ML on the GPU"; fairseq_ext/experiments/studies/catalog/three_ml.py
 # STUDIES["3ml-gpu"]; issue 47): RoBERTa-15% against 3ML-self-40% at 6 x 512, 512-token blocks,
 # 32 a batch, fairseq fp16, 3 seeds at equal analytic training FLOPs, one run at a time on the
 # GPU; reports the wall-clock time (and the FLOPs) 3ML-self-40% takes to reach RoBERTa-15%'s final

@@ -1,0 +1,235 @@
+"""The 3ML studies (``3ml``, ``3ml-gpu``): declarations only.
+
+May import: see :mod:`fairseq_ext.experiments`.
+"""
+from typing import Dict, Optional
+
+from fairseq_ext.experiments.finetuning import FinetuneArm, FinetuneProtocol
+from fairseq_ext.experiments.studies.spec import (
+    FINETUNE_METRIC,
+    LR_GRID,
+    MASKED_LM,
+    MLM_PROXY,
+    ON_PAR_BITS,
+    ON_PAR_POINTS,
+    SEEDS,
+    Claim,
+    Study,
+    StudyModel,
+    finetune_claims,
+    pretraining_helps_claims,
+    register_study,
+)
+
+#: 3ML's shape: the smallest (in RoBERTa-15%'s training FLOPs per 64-token sample, 8,000-piece
+#: vocabulary) of :func:`smallest_3ml_shape`'s grid where 3ML-self-40%'s analytic speedup over
+#: RoBERTa-15% is at least 1.2 (1.21). tests/test_studies.py checks that the search still finds
+#: this shape.
+THREE_ML_ENCODER = ("--encoder-layers", "6", "--encoder-embed-dim", "192",
+                    "--encoder-ffn-embed-dim", "768", "--encoder-attention-heads", "3")
+THREE_ML_DECODER = ("--decoder-layers", "1", "--decoder-embed-dim", "32",
+                    "--decoder-ffn-embed-dim", "128", "--decoder-attention-heads", "1")
+#: The grid :func:`smallest_3ml_shape` searches: encoder layers, encoder dims (FFN 4x, head size
+#: 64), decoder layers, decoder dims (FFN 4x).
+SHAPE_GRID = {"layers": (2, 3, 4, 6, 8), "dims": (128, 192, 256, 384, 512),
+              "decoder_layers": (1, 2), "decoder_dims": (32, 64, 128)}
+
+
+def smallest_3ml_shape(vocab_size: int, length: int = 64, mask_prob: float = 0.4,
+                       baseline_mask_prob: float = 0.15, min_speedup: float = 1.2,
+                       arch: str = "3ml_self_mini") -> Optional[Dict[str, int]]:
+    """The shape of :data:`SHAPE_GRID` with the fewest RoBERTa training FLOPs per sequence
+    whose analytic speedup (:mod:`fairseq_ext.flops`, App. D) of ``arch`` at ``mask_prob``
+    over RoBERTa at ``baseline_mask_prob`` is at least ``min_speedup`` (ties: the higher
+    speedup); ``None`` when none is. Returns the shape's fields and its ``speedup``."""
+    from fairseq_ext import flops
+
+    best = None
+    for layers in SHAPE_GRID["layers"]:
+        for dim in SHAPE_GRID["dims"]:
+            roberta = flops.spec_for_arch("roberta_mini_prenorm", encoder_layers=layers,
+                                          encoder_embed_dim=dim, encoder_ffn_embed_dim=4 * dim)
+            cost = flops.training_flops_per_sequence(roberta, length, baseline_mask_prob,
+                                                     vocab_size)
+            for decoder_layers in SHAPE_GRID["decoder_layers"]:
+                for decoder_dim in (d for d in SHAPE_GRID["decoder_dims"] if d <= dim):
+                    spec = flops.spec_for_arch(
+                        arch, encoder_layers=layers, encoder_embed_dim=dim,
+                        encoder_ffn_embed_dim=4 * dim, decoder_layers=decoder_layers,
+                        decoder_embed_dim=decoder_dim, decoder_ffn_embed_dim=4 * decoder_dim)
+                    speedup = cost / flops.training_flops_per_sequence(spec, length, mask_prob,
+                                                                       vocab_size)
+                    key = (cost, -speedup)
+                    if speedup >= min_speedup and (best is None or key < best[0]):
+                        best = (key, {"encoder_layers": layers, "encoder_embed_dim": dim,
+                                      "decoder_layers": decoder_layers,
+                                      "decoder_embed_dim": decoder_dim, "speedup": speedup})
+    return None if best is None else best[1]
+
+
+
+
+THREE_ML_MODELS = ("roberta-15%", "roberta-40%", "3ml-self-40%", "3ml-cross-40%")
+
+
+
+
+#: 3ML fine-tunes the exported encoder (the decoder dropped, §2.2) with App. B's schedule shape
+#: (Table 5, borrowed from 24hBERT): AdamW, weight decay 0.1, 6% warmup, linear decay.
+THREE_ML_RANDOM_INIT = "random init"
+THREE_ML_FINETUNE = FinetuneProtocol(
+    recipe="recipes/3ml/finetune_glue.sh", checkpoint_env="PRETRAINED",
+    arch_from_checkpoint=True, export_recipes=("recipes/3ml/demo.sh",),
+    arms=tuple(FinetuneArm(name, name) for name in THREE_ML_MODELS)
+    # the four models share the encoder's architecture: one random-init control for all
+    + (FinetuneArm(THREE_ML_RANDOM_INIT, "roberta-15%", random_init=True),),
+    schedule="3ML App. B (Table 5): AdamW, weight decay 0.1, warmup 6%, linear decay; the "
+             "exported encoder (decoder dropped)")
+THREE_ML_FINETUNE_CLAIMS = pretraining_helps_claims(
+    [(name, THREE_ML_RANDOM_INIT) for name in THREE_ML_MODELS]) + finetune_claims(
+    Claim("3ML-self-40% fine-tunes better than RoBERTa-15% at equal pre-training FLOPs",
+          "better", "3ml-self-40%", "roberta-15%", FINETUNE_METRIC,
+          source="3ML, Table 3 (first block)", paper_metric="GLUE dev average",
+          paper_figure="3MLself-40% 85.0 against 24hBERT-15% 84.3",
+          differs="the paper trains both for the same updates, we at equal FLOPs"),
+    Claim("RoBERTa-40% fine-tunes better than RoBERTa-15% (mask more)", "better", "roberta-40%",
+          "roberta-15%", FINETUNE_METRIC, source="3ML, Table 3 (first block)",
+          paper_metric="GLUE dev average",
+          paper_figure="24hBERT-40% 85.0 against 24hBERT-15% 84.3"),
+    Claim("3ML-self-40% fine-tunes on par with RoBERTa-40% (mask later costs nothing)",
+          "on_par", "3ml-self-40%", "roberta-40%", FINETUNE_METRIC,
+          source="3ML, Table 3 (first block)", paper_metric="GLUE dev average",
+          paper_figure="85.0 against 85.0, at speedup 1.34", margin=ON_PAR_POINTS,
+          differs="on par = within 1 point (ours, fixed in advance)"),
+    Claim("3ML-cross-40% fine-tunes on par with RoBERTa-40%", "on_par", "3ml-cross-40%",
+          "roberta-40%", FINETUNE_METRIC, source="3ML, Table 3 (first block)",
+          paper_metric="GLUE dev average", paper_figure="84.8 against 85.0, at speedup 1.37",
+          margin=ON_PAR_POINTS, differs="on par = within 1 point (ours, fixed in advance)"),
+)
+
+register_study(Study(
+    name="3ml",
+    title="3ML (Liao et al. 2022): mask more, mask later",
+    kind=MASKED_LM,
+    models=(
+        StudyModel("roberta-15%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.15"},
+                   THREE_ML_ENCODER),
+        StudyModel("roberta-40%", "recipes/roberta/demo.sh", {"MASK_PROB": "0.4"},
+                   THREE_ML_ENCODER),
+        StudyModel("3ml-self-40%", "recipes/3ml/demo.sh", {"MASK_PROB": "0.4"},
+                   THREE_ML_ENCODER + THREE_ML_DECODER),
+        StudyModel("3ml-cross-40%", "recipes/3ml/demo.sh",
+                   {"MASK_PROB": "0.4", "ARCH": "3ml_cross_mini"},
+                   THREE_ML_ENCODER + THREE_ML_DECODER),
+    ),
+    seeds=SEEDS,
+    baseline_updates=800,
+    lr_grid=LR_GRID,
+    claims=(
+        Claim("Masking 40% beats masking 15% for a plain MLM (mask more)", "better",
+              "roberta-40%", "roberta-15%", source="3ML, Table 3 (first block) and Figure 3",
+              paper_metric="GLUE dev average", proxy=True,
+              paper_figure="24hBERT-40% 85.0 against 24hBERT-15% 84.3 (same updates)",
+              differs=MLM_PROXY + "; equal FLOPs here, so RoBERTa-40% gets about 12% fewer "
+                                  "updates (its output layer runs on more positions); the paper "
+                                  "trains both for the same updates"),
+        Claim("3ML-self-40% reaches RoBERTa-40%'s quality with fewer training FLOPs (mask "
+              "later)", "fewer_flops", "3ml-self-40%", "roberta-40%",
+              source="3ML, Table 3 (first block)", paper_metric="GLUE dev average",
+              proxy=True,
+              paper_figure="3MLself-40% 85.0 at speedup 1.34 against 24hBERT-40% 85.0",
+              differs=MLM_PROXY + "; Table 1 warns that [MASK] loss favours the plain MLM "
+                                  "(the proxy is against 3ML)"),
+        Claim("3ML-cross-40% reaches RoBERTa-40%'s quality with fewer training FLOPs",
+              "fewer_flops", "3ml-cross-40%", "roberta-40%",
+              source="3ML, Table 3 (first block)", paper_metric="GLUE dev average", proxy=True,
+              paper_figure="3MLcross-40% 84.8 at speedup 1.37 against 24hBERT-40% 85.0 "
+                           "(slightly worse, cheaper)",
+              differs=MLM_PROXY),
+        Claim("The plain MLM has the lower [MASK] loss than 3ML-self (same masking rate)",
+              "better", "roberta-40%", "3ml-self-40%", source="3ML, Table 1",
+              paper_metric="valid [MASK] perplexity",
+              paper_figure="24hBERT 7.8 against 3MLself 9.5 and 3MLcross 9.3",
+              differs="the paper compares at equal updates; here at equal FLOPs (3ML-self "
+                      "gets 967 updates against RoBERTa-40%'s 708); scored on 15%-corrupted "
+                      "valid positions"),
+        Claim("3ML-self and 3ML-cross have comparable [MASK] losses", "on_par",
+              "3ml-self-40%", "3ml-cross-40%", source="3ML, Table 1",
+              paper_metric="valid [MASK] perplexity", paper_figure="9.5 against 9.3",
+              margin=ON_PAR_BITS, differs="on par = within 0.1 bits (ours, fixed in advance)"),
+        Claim("3ML-self-40% has a lower [MASK] loss than RoBERTa-15% at equal FLOPs", "better",
+              "3ml-self-40%", "roberta-15%",
+              differs="the demo's comparison; it mixes mask more and mask later"),
+    ),
+    minutes=60,
+    notes="6 layers x 192 (3 heads), a 1-layer decoder of dim 32 (THREE_ML_ENCODER/DECODER): "
+          "the smallest shape where the analytic 3ML-self-40% speedup is >= 1.2 (1.21); the "
+          "demo recipes' settings otherwise (one line per sample, pre-LN), each model at its "
+          "best peak lr of LR_GRID on held-out training data.",
+    finetune=THREE_ML_FINETUNE,
+    finetune_claims=THREE_ML_FINETUNE_CLAIMS,
+))
+
+#: The GPU study's shape (issue 47): 6 encoder layers of 512 (8 heads, FFN 2048); 3ML-self's
+#: decoder is its architecture's default, 2 layers of half the encoder's width (256, 4 heads,
+#: FFN 1024). At 512-token blocks and an 8,000-piece vocabulary, 3ML-self-40%'s analytic
+#: speedup over RoBERTa-15% is 1.25 (App. D; tests/test_studies.py).
+THREE_ML_GPU_ENCODER = ("--encoder-layers", "6", "--encoder-embed-dim", "512",
+                        "--encoder-ffn-embed-dim", "2048", "--encoder-attention-heads", "8")
+THREE_ML_GPU_DECODER = ("--decoder-layers", "2", "--decoder-embed-dim", "256",
+                        "--decoder-ffn-embed-dim", "1024", "--decoder-attention-heads", "4")
+#: Its data and schedule: blocks of up to 512 tokens of whole lines (the pre-training recipes'
+#: ``complete``), 32 a batch (16,384 tokens an update), dropout 0.1 (Table 4's), peak lr 5e-4
+#: for both: the rate the CPU 3ML study chose for every one of its models on held-out training
+#: data (docs/studies/3ml/study.json, ``lr_selection``), not chosen again at this size, to keep
+#: the study inside one device call.
+THREE_ML_GPU_ENV = {"TOKENS_PER_SAMPLE": "512", "SAMPLE_BREAK_MODE": "complete",
+                    "BATCH_SIZE": "32", "MAX_SENTENCES": "32", "PEAK_LR": "5e-4",
+                    "WARMUP_UPDATES": "100", "DROPOUT": "0.1", "ATTENTION_DROPOUT": "0.1"}
+THREE_ML_GPU_DIFFERS = ("one GPU (the paper: 16 V100s), 6 x 512 for 600 RoBERTa updates of 16k "
+                        "tokens (about 6.7 epochs of the embedded corpus's 1.46M training "
+                        "tokens, masks drawn again each epoch), fairseq fp16; a pre-training "
+                        "loss, not GLUE")
+
+register_study(Study(
+    name="3ml-gpu",
+    title="3ML on the GPU (issue 47): RoBERTa-15% against 3ML-self-40%, wall clock",
+    kind=MASKED_LM,
+    models=(
+        StudyModel("roberta-15%", "recipes/roberta/demo.sh",
+                   {**THREE_ML_GPU_ENV, "MASK_PROB": "0.15"}, THREE_ML_GPU_ENCODER),
+        StudyModel("3ml-self-40%", "recipes/3ml/demo.sh",
+                   {**THREE_ML_GPU_ENV, "MASK_PROB": "0.4", "ARCH": "3ml_self_mini"},
+                   THREE_ML_GPU_ENCODER + THREE_ML_GPU_DECODER),
+    ),
+    seeds=SEEDS,
+    baseline_updates=600,
+    claims=(
+        Claim("3ML-self-40% reaches RoBERTa-15%'s final [MASK] loss in less wall-clock "
+              "training time", "less_time", "3ml-self-40%", "roberta-15%",
+              source="3ML, Section 3 (Training Recipes) and Table 3 (first block)",
+              paper_metric="training time, which Section 3 says falls in proportion to the "
+                           "training FLOPs (Table 3's speedup is App. D's FLOP ratio), at the "
+                           "GLUE dev average",
+              paper_figure="speedup 1.34 for 3MLself-40% (GLUE 85.0) against 24hBERT-15% "
+                           "(84.3)", proxy=True,
+              differs=THREE_ML_GPU_DIFFERS + "; fairseq's wall time (whole seconds since its "
+                                             "trainer started, checkpoint saves included)"),
+        Claim("3ML-self-40% reaches RoBERTa-15%'s final [MASK] loss with fewer training FLOPs",
+              "fewer_flops", "3ml-self-40%", "roberta-15%",
+              source="3ML, Table 3 (first block)", paper_metric="GLUE dev average",
+              paper_figure="3MLself-40% 85.0 at speedup 1.34 against 24hBERT-15% 84.3",
+              proxy=True, differs=THREE_ML_GPU_DIFFERS),
+        Claim("3ML-self-40% has a lower [MASK] loss than RoBERTa-15% at equal FLOPs", "better",
+              "3ml-self-40%", "roberta-15%",
+              differs="the CPU study's last claim at the GPU's shape; it mixes mask more and "
+                      "mask later"),
+    ),
+    minutes=10,
+    notes="One GPU, one run at a time (GPU_RUN_ENV: fairseq fp16). 6 layers x 512 (8 heads), "
+          "3ML-self's default decoder (2 x 256); blocks of up to 512 tokens, 32 a batch; peak lr "
+          "5e-4 for both (the CPU 3ML study's choice for every model), 100 warm-up updates, "
+          "dropout 0.1; RoBERTa-15% 600 updates, 3ML-self-40% the updates of the same "
+          "analytic FLOPs (748 on the embedded corpus).",
+    device="cuda",
+))

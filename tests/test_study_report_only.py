@@ -1,0 +1,136 @@
+"""Every committed study summary (``git ls-files '*study.json'``) renders byte-identically
+through the report path of :mod:`fairseq_ext.experiments.studies`.
+
+There is no ``--report-only`` option and no finished run's ``result.json`` is committed (the
+runs directories stay on the machine that trained them), so a summary cannot be regenerated
+from its runs here. What is checked instead, for each committed ``study.json``:
+
+* the text report (:func:`~fairseq_ext.experiments.studies.render.format_report`, and
+  :func:`~fairseq_ext.experiments.studies.render.format_finetune` where it has a fine-tuning
+  section), the docs' markdown rows (``markdown_claims``, ``markdown_finetune``) and the
+  figures for ``--compare`` (``study_figures``) hash to :data:`RENDERED`, the SHA-256 (first 16
+  hex digits) of what the renderer printed for the same file before issue 57 split
+  ``studies.py`` into a package (commit 6e94bf1): the split changed no output;
+* a summary with a ``figures`` section is what the writer
+  (:func:`~fairseq_ext.experiments.studies.cli.report_study`) writes for it: its figures
+  recomputed from the summary and the summary dumped again give the committed bytes.
+
+A deliberate change of the rendering updates :data:`RENDERED` (the failure prints the new
+digest). docs/studies.md's quotations of the claim rows are checked in tests/test_figures.py.
+"""
+import dataclasses
+import hashlib
+import json
+import subprocess
+
+import pytest
+
+from conftest import REPO_ROOT
+from fairseq_ext.experiments import studies
+from fairseq_ext.reporting import figures
+
+RENDERED = {
+    "docs/studies/2026-11-26/3ml/study.json": {
+        "text": "fdc574922ca6d241",
+        "finetune": "e3b0c44298fc1c14",
+        "markdown": "b927acae1ae44519",
+        "markdown_finetune": "e3b0c44298fc1c14",
+        "figures": "ccf7b196a4824559",
+    },
+    "docs/studies/2026-11-26/bidirectional/study.json": {
+        "text": "0a330201cc15f323",
+        "finetune": "e3b0c44298fc1c14",
+        "markdown": "efd5d68ecdb801da",
+        "markdown_finetune": "e3b0c44298fc1c14",
+        "figures": "7805675d76aff474",
+    },
+    "docs/studies/2026-11-26/swishrnn/study.json": {
+        "text": "9f781bbf30cfe6df",
+        "finetune": "e3b0c44298fc1c14",
+        "markdown": "dd556e295c940277",
+        "markdown_finetune": "e3b0c44298fc1c14",
+        "figures": "839bd5224b217057",
+    },
+    "docs/studies/3ml/study.json": {
+        "text": "25b9bd180e005b34",
+        "finetune": "2674af74f74734d8",
+        "markdown": "98aed09d8748bdb9",
+        "markdown_finetune": "9e0cf71f67627526",
+        "figures": "aaaa365f0251653f",
+    },
+    "docs/studies/bidirectional-documents/study.json": {
+        "text": "7a7e8ae9b0481f61",
+        "finetune": "e3b0c44298fc1c14",
+        "markdown": "d0394528984ffc95",
+        "markdown_finetune": "e3b0c44298fc1c14",
+        "figures": "fe3587374ea4c86e",
+    },
+    "docs/studies/bidirectional-flops/study.json": {
+        "text": "9ae8860d5bb8c5d3",
+        "finetune": "e3b0c44298fc1c14",
+        "markdown": "3dc7dca3522b7a8d",
+        "markdown_finetune": "e3b0c44298fc1c14",
+        "figures": "c749739fe5686f3d",
+    },
+    "docs/studies/bidirectional/study.json": {
+        "text": "db90b3dd5845e1ce",
+        "finetune": "ab2e024830099779",
+        "markdown": "3fd6fe905e6fc733",
+        "markdown_finetune": "fbc79fc9fa45a6e3",
+        "figures": "2b3d03c2fa1215fd",
+    },
+    "docs/studies/swishrnn/study.json": {
+        "text": "43029412b99a476e",
+        "finetune": "b924da43cad647d6",
+        "markdown": "34e3b26974837dcf",
+        "markdown_finetune": "a0b3ccbabec4e240",
+        "figures": "0ea417d5290d57f1",
+    },
+}
+
+
+def committed_summaries():
+    try:
+        listed = subprocess.run(["git", "ls-files", "*study.json"], cwd=REPO_ROOT,
+                                capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: what is on disk
+        listed = [str(p.relative_to(REPO_ROOT)) for p in REPO_ROOT.glob("docs/**/study.json")]
+    return sorted(listed)
+
+
+def renderings(report: dict) -> dict:
+    study = dataclasses.replace(studies.STUDIES[report["study"]], seeds=tuple(report["seeds"]))
+    finetune = report.get("finetune")
+    return {
+        "text": studies.format_report(study, report),
+        "finetune": studies.format_finetune(finetune, len(study.seeds)) if finetune else "",
+        "markdown": studies.markdown_claims(report),
+        "markdown_finetune": studies.markdown_finetune(report) if finetune else "",
+        "figures": json.dumps(studies.study_figures(study, report), default=str),
+    }
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def test_every_committed_summary_has_its_renderings_recorded():
+    assert committed_summaries() == sorted(RENDERED)
+
+
+@pytest.mark.parametrize("path", sorted(RENDERED))
+def test_a_committed_summary_renders_byte_identically(path):
+    report = json.loads((REPO_ROOT / path).read_text())
+    got = {name: digest(text) for name, text in renderings(report).items()}
+    assert got == RENDERED[path], f"{path}: renderings now hash to {got}"
+
+
+@pytest.mark.parametrize("path", sorted(RENDERED))
+def test_a_committed_summary_is_what_the_writer_writes_for_it(path):
+    raw = (REPO_ROOT / path).read_text()
+    report = json.loads(raw)
+    if figures.FIGURES not in report:
+        pytest.skip(f"{path} predates the figures section (an archived summary)")
+    study = dataclasses.replace(studies.STUDIES[report["study"]], seeds=tuple(report["seeds"]))
+    again = {**report, figures.FIGURES: studies.study_figures(study, report)}
+    assert json.dumps(again, indent=2, default=str) == raw
