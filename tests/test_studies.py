@@ -292,6 +292,20 @@ def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_pa
     again = json.loads((moved / studies.STUDY_JSON).read_text())
     assert again["wall_seconds"] == resumed["wall_seconds"]  # every run read back: none trained
     assert again["figures"] == resumed["figures"]
+    # --report-only re-renders the report from the finished runs: the same bytes, nothing trained
+    written = (moved / studies.STUDY_JSON).read_bytes()
+    (moved / studies.STUDY_JSON).write_text(json.dumps({"wall_seconds": again["wall_seconds"],
+                                                        "provenance": again["provenance"]}))
+    logs = {path: path.stat().st_mtime_ns for path in moved.rglob("train.log")}
+    lines = []
+    studies.run(TINY_STUDY, tiny_data_bin, moved, printer=lines.append, report_only=True)
+    assert (moved / studies.STUDY_JSON).read_bytes() == written
+    assert {path: path.stat().st_mtime_ns for path in moved.rglob("train.log")} == logs
+    (moved / "3ml-self-40pct" / "seed2" / studies.RESULT).rename(tmp_path / "result.json")
+    with pytest.raises(SystemExit, match=r"--report-only: 1 planned run\(s\) .* not finished "
+                                         r".*3ml-self-40%/seed2; run the study without"):
+        studies.run(TINY_STUDY, tiny_data_bin, moved, printer=lines.append, report_only=True)
+    (tmp_path / "result.json").rename(moved / "3ml-self-40pct" / "seed2" / studies.RESULT)
     # and the comparison of the two reports passes; a planted change fails it
     assert figures.compare_files(moved / studies.STUDY_JSON, moved / studies.STUDY_JSON,
                                  printer=lines.append) == 0

@@ -429,13 +429,15 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
               checkpoints: Dict[Tuple[str, int], Path], suite_dir: Path, runs_dir: Path,
               workers: int = recipe_runs.WORKERS,
               printer: Callable[[str], None] = print,
-              only: Optional[Sequence[str]] = None) -> dict:
+              only: Optional[Sequence[str]] = None, train: bool = True) -> dict:
     """The whole stage (module docstring): exports, learning rates, runs, in ``workers``
     parallel runs of one torch thread each; finished runs read back. ``checkpoints``: the
     last checkpoint of each (model, pre-training seed). Returns the stage's raw results:
     ``{"lr": {arm: {task: {"lr", "scores"}}}, "accuracy": {arm: {task: {seed: [acc per ft
     seed]}}}, "wall_seconds", "runs_now"}``. ``only``: those tasks of the suite. A protocol with
-    one learning rate fine-tunes at it, with no selection runs."""
+    one learning rate fine-tunes at it, with no selection runs. ``train=False``
+    (``--report-only``): finished runs are read back, nothing is exported or trained, and a run
+    that is not finished is an error naming it."""
     tasks, summary = load_suite(suite_dir, only)
     fingerprint = suite_fingerprint(summary)
     start = time.time()
@@ -448,7 +450,7 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
     # 0. what each (model, seed) fine-tunes: its checkpoint, or its exported encoder
     needed = sorted({(arm.model, seed) for arm in protocol.arms for seed in seeds})
     sources: Dict[Tuple[str, int], Tuple[Path, List[str]]] = {}
-    if protocol.arch_from_checkpoint:
+    if protocol.arch_from_checkpoint and train:  # (--report-only exports nothing)
         def prepare(key):
             out = stage_dir / "exports" / safe(key[0]) / f"seed{key[1]}"
             export = models[key[0]].recipe in protocol.export_recipes
@@ -471,6 +473,9 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
         settings = run_settings(protocol, run, fingerprint)
         run_dir = run.directory(runs_dir)
         result = load_run(run_dir / RESULT, settings)
+        if result is None and not train:
+            raise SystemExit(f"error: --report-only: the fine-tuning run {run_dir} is not "
+                             f"finished (no {RESULT}); run the study without --report-only")
         if result is None:
             checkpoint, export_args = source_of(run)
             result = fine_tune(protocol, run, models[run.arm.model], checkpoint, export_args,

@@ -70,9 +70,6 @@ def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: P
     return report, text
 
 
-
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="scripts/study.py", description=__doc__.split("\n\n")[0],
@@ -104,6 +101,10 @@ def main(argv=None) -> None:
                              "report the papers' fine-tuning claims (studies with a fine-tuning "
                              "protocol: " + ", ".join(s.name for s in STUDIES.values()
                                                        if s.finetune) + ")")
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: re-render study.json, curves.png and the report "
+                             "from the finished runs in --runs-dir (an unfinished run is an "
+                             "error naming it)")
     parser.add_argument("--markdown", action="store_true",
                         help="also print the claims as docs/studies.md's Paper vs ours rows")
     figures.add_compare_arguments(parser)
@@ -132,7 +133,7 @@ def main(argv=None) -> None:
         finetuning.load_suite(downstream)  # a wrong folder is told before the training
     runs_dir = (args.runs_dir or REPO_ROOT / "runs" / "studies" / study.name).resolve()
     run(study, data, runs_dir, args.updates, args.seeds, args.workers, args.keep_checkpoints,
-        downstream=downstream)
+        downstream=downstream, report_only=args.report_only)
     if args.markdown:
         report = json.loads((runs_dir / STUDY_JSON).read_text())
         print(markdown_claims(report))
@@ -146,15 +147,25 @@ def main(argv=None) -> None:
 def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
         seeds: Optional[Sequence[int]] = None, workers: int = WORKERS,
         keep_checkpoints: bool = False, printer: Callable[[str], None] = print,
-        downstream: Optional[Path] = None) -> None:
+        downstream: Optional[Path] = None, report_only: bool = False) -> None:
     """Plan, run (resuming), fine-tune on the ``downstream`` suite when given, report (a failure
-    raises). The study trains on ``study.device`` (``dataclasses.replace`` it to move it)."""
+    raises). The study trains on ``study.device`` (``dataclasses.replace`` it to move it).
+    ``report_only`` (``--report-only``): train nothing; the report is computed from the
+    finished runs alone (:func:`report_study`, a function of the runs' results), so it is the
+    one the run that finished them wrote."""
     check_study(study)
     check_device(study.device)
     start = time.time()
-    # the checkout the runs start from; a GPU study's device too
+    if report_only and not runs_dir.is_dir():
+        raise SystemExit(f"error: --report-only: {runs_dir} does not exist: give the --runs-dir "
+                         "of a study that ran")
+    # the checkout the runs start from; a GPU study's device too (--report-only: the one of the
+    # invocation that wrote the report, which trained them)
     provenance = figures.provenance(REPO_ROOT, threads=1 if study.device == "cpu" else None,
                                     device=study.device)
+    if report_only and (runs_dir / STUDY_JSON).is_file():
+        provenance = json.loads((runs_dir / STUDY_JSON).read_text()).get(figures.PROVENANCE,
+                                                                        provenance)
     seeds = tuple(seeds or study.seeds)
     study = dataclasses.replace(study, seeds=seeds)
     if study.device == "cuda" and workers != 1:  # the runs would share the GPU and its clock
@@ -167,12 +178,14 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
                 f"{p.model.name} {p.updates} updates" for p in plan if p.seed == seeds[0]))
     runs_dir.mkdir(parents=True, exist_ok=True)
     earlier = earlier_wall_seconds(runs_dir)
-    selection, selected_now = select_learning_rates(study, data, runs_dir, plan, workers, printer)
+    selection, selected_now = select_learning_rates(study, data, runs_dir, plan, workers, printer,
+                                                    train=not report_only)
     if selection:
         plan = [dataclasses.replace(planned, model=with_lr(planned.model,
                                                            selection[planned.model.name]["lr"]))
                 for planned in plan]
-    results, trained = run_study(study, data, runs_dir, plan, workers, keep_checkpoints)
+    results, trained = run_study(study, data, runs_dir, plan, workers, keep_checkpoints,
+                                 train=not report_only)
     this_time = time.time() - start
     # the study's wall time: every invocation that trained something, summed over resumes
     total = earlier + (this_time if trained or selected_now else 0.0)
@@ -183,7 +196,7 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
                        for model in study.models for seed in seeds}
         finetune_raw = finetuning.run_stage(study.finetune, {m.name: m for m in study.models},
                                             seeds, checkpoints, downstream, runs_dir, workers,
-                                            printer)
+                                            printer, train=not report_only)
     _report, text = report_study(study, results, data, runs_dir, total, selection, provenance,
                                  finetune_raw)
     printer(text)

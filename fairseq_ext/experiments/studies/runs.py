@@ -29,16 +29,17 @@ from fairseq_ext.reporting.text_tables import ascii_table
 
 
 def select_learning_rates(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRun],
-                          workers: int = WORKERS,
-                          printer: Callable[[str], None] = print) -> Tuple[Dict[str, dict], int]:
+                          workers: int = WORKERS, printer: Callable[[str], None] = print,
+                          train: bool = True) -> Tuple[Dict[str, dict], int]:
     """Each model's peak learning rate, the best of ``study.lr_grid`` on held-out training
     data: every (model, lr) trains once (seed :data:`SELECTION_SEED`, the model's planned
     updates) on the training split without its last :data:`HELDOUT_SHARE`
     (:func:`fairseq_ext.corpus.heldout.heldout_data_bin`) and is scored on those lines: the
     final [MASK] loss (masked LMs) or the training objective's loss (bidirectional LMs). The
     valid split, on which the study's figures are measured, is never looked at. Finished
-    selection runs are read back like the study's. Returns ``({model: {"lr": chosen,
-    "scores": {lr: loss}}}, runs trained now)``."""
+    selection runs are read back like the study's (``train=False``: only read back,
+    :func:`run_study`). Returns ``({model: {"lr": chosen, "scores": {lr: loss}}}, runs trained
+    now)``."""
     from fairseq_ext.corpus.heldout import heldout_data_bin
 
     if not study.lr_grid:
@@ -52,7 +53,7 @@ def select_learning_rates(study: Study, data: Path, runs_dir: Path, plan: Sequen
             f"model, scored on the {HELDOUT_SHARE:.0%} of the training split held out "
             f"({heldout})")
     results, trained = run_study(study, heldout, selection_dir, selection_plan, workers,
-                                 evaluate=False, lr_dirs=True)
+                                 evaluate=False, lr_dirs=True, train=train)
     scores_of: Dict[str, Dict[str, float]] = {model.name: {} for model in study.models}
     for planned in selection_plan:
         scores_of[planned.model.name][planned.lr] = heldout_loss(results[planned.key_with_lr])
@@ -156,10 +157,12 @@ def train_and_evaluate(study: Study, planned: PlannedRun, data: Path, run_dir: P
 
 def run_study(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRun],
               workers: int = WORKERS, keep_checkpoints: bool = False,
-              evaluate: bool = True, lr_dirs: bool = False) -> Tuple[Dict[str, dict], int]:
+              evaluate: bool = True, lr_dirs: bool = False,
+              train: bool = True) -> Tuple[Dict[str, dict], int]:
     """Every planned run, ``workers`` at a time, finished ones read back: ``({key: result}``
     with each result's ``run_dir``, the number of runs trained now). ``lr_dirs``: learning-rate
-    selection runs, one directory and key per (model, lr)."""
+    selection runs, one directory and key per (model, lr). ``train=False`` (``--report-only``):
+    nothing is trained; a run that is not finished is an error naming it."""
     def directory(planned: PlannedRun) -> Path:
         return run_dir_of(runs_dir, planned.model.name, planned.seed,
                           planned.lr if lr_dirs else None)
@@ -177,6 +180,11 @@ def run_study(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRu
             say(f"== {key(planned)}: finished earlier ({directory(planned) / RESULT}); "
                      "not retrained")
             results[key(planned)] = result
+    if pending and not train:
+        raise SystemExit(
+            f"error: --report-only: {len(pending)} planned run(s) in {runs_dir} are not finished "
+            f"(no {RESULT}): " + ", ".join(key(planned) for planned in pending)
+            + "; run the study without --report-only to train them")
     # model by model, as planned: at equal FLOPs the runs take about the same time
     lock = threading.Lock()
 
