@@ -41,26 +41,32 @@ SLOW_FIXTURES = frozenset({
 
 
 #: The longest tests (minutes of a fresh clone's suite between them; docs/testing.md): they start
-#: first, so that no pytest-xdist worker is left running one of them alone at the end.
+#: first, so that no pytest-xdist worker is left running one of them alone at the end. The
+#: heavy ones first (``make test-fresh`` only), then the longest of ``make test`` (the real
+#: processes of the kill, resume and determinism tests among them), longest first.
 LONGEST_FIRST = (
-    "test_readme_commands.py::test_readme_commands_run_on_the_demo_outputs",
-    "test_demo.py::test_demo_end_to_end_on_a_tiny_data_bin",
-    "test_studies.py::test_a_tiny_study_end_to_end_then_resumed_after_a_kill",
-    "test_torch_compile_cli.py::test_hydra_demo_config_compiles_once_per_bucket",
     "test_torch_compile_cli.py::test_each_familys_demo_recipe_compiles_once_per_bucket",
+    "test_torch_compile_cli.py::test_hydra_demo_config_compiles_once_per_bucket",
     "test_torch_compile_cli.py::test_variable_lengths_compile_once_per_bucket",
+    "test_checkpoint_faults.py::test_kills_during_checkpoint_writes_leave_complete_checkpoints",
     "test_torch_compile.py::test_compiled_3ml_has_eagers_losses_and_compiles_each_bucket_once",
-    "test_bidirectional_eval.py::test_fairseq_validate_end_to_end",
+    "test_studies.py::test_a_tiny_study_end_to_end_then_resumed_after_a_kill",
+    "test_bench_bidirectional.py::test_flex_part_prints_each_ratio_beside_the_skipped_blocks",
+    "test_readme_commands.py::test_readme_commands_run_on_the_demo_outputs",
     "test_registration.py::test_fairseq_train_help_from_an_installed_copy",
     "test_studies.py::test_a_fixed_seed_repeats_its_figures_exactly_on_one_machine",
-    "test_checkpoint_faults.py::test_kills_during_checkpoint_writes_leave_complete_checkpoints",
+    "test_fairseq_patch_step.py::test_a_model_that_keeps_recompiling_for_one_shape_is_named",
+    "test_exact_resume.py::test_resume_is_exact",
+    "test_torch_compile.py::test_compiled_roberta_has_eagers_losses",
+    "test_demo.py::test_demo_end_to_end_on_a_tiny_data_bin",
+    "test_bidirectional_eval.py::test_fairseq_validate_end_to_end",
 )
 
 
 def run_order(item) -> tuple:
     """The longest tests first (:data:`LONGEST_FIRST`), then the slow ones, then the rest, each
     group in collection order (stable sort)."""
-    name = item.nodeid.split("/")[-1].split("[")[0]
+    name = item.nodeid.split("[")[0].split("/")[-1]  # (a parameter may hold a "/")
     for rank, longest in enumerate(LONGEST_FIRST):
         if name.startswith(longest):
             return (0, rank)
