@@ -75,7 +75,10 @@ def run_order(item) -> tuple:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SLOW_FIXTURES & set(item.fixturenames) or item.get_closest_marker("heavy"):
+        # heavy: make test-fresh only; unserved: its runs never reach the server's log, which
+        # fast_tests_do_not_train reads
+        if SLOW_FIXTURES & set(item.fixturenames) or item.get_closest_marker("heavy") \
+                or item.get_closest_marker("unserved"):
             item.add_marker(pytest.mark.slow)
     items.sort(key=run_order)
 

@@ -33,3 +33,10 @@ def test_run_order_reads_the_name_before_the_parameters():
 def test_a_heavy_test_is_slow_too(request):
     """``heavy`` (make test-fresh only) implies ``slow`` (never in make test-fast)."""
     assert request.node.get_closest_marker("slow") is not None
+
+
+@pytest.mark.unserved
+def test_an_unserved_test_is_slow_too(request):
+    """``unserved`` implies ``slow``: its runs escape the fork server's log, from which
+    ``make test-fast`` learns that a test trains."""
+    assert request.node.get_closest_marker("slow") is not None
