@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist worksteal)
 
-.PHONY: install demo lint test test-fast clean-venv
+.PHONY: install demo lint test test-fast test-fresh clean-venv
 
 install: $(STAMP)
 
@@ -52,14 +52,22 @@ demo: install
 lint: install
 	$(PY) -m ruff check .
 
-# The full suite, as CI runs it (lint first).
+# The full suite, as CI runs it (lint first), but for the tests marked heavy (inductor compiles
+# of the recipes, minutes each: `make test-fresh` runs them).
 test: lint $(EXTRAS_STAMP)
-	$(PYTEST) tests $(PYTEST_ARGS)
+	$(PYTEST) -m "not heavy" tests $(PYTEST_ARGS)
 
 # Everything but the tests marked slow (real fairseq-train runs, recipe runs, compiles): a few
 # minutes, for the edit-test loop.
 test-fast: lint $(EXTRAS_STAMP)
 	$(PYTEST) -m "not slow" tests $(PYTEST_ARGS)
+
+# The tests marked slow, the heavy ones included, with the suite's fork server off
+# (FAIRSEQ_EXT_TEST_ZYGOTE=0): every fairseq CLI, recipe and script a test starts is a real
+# process, as a user's is (docs/testing.md, "Served runs"). CI runs it after `make test`.
+ZYGOTE_OFF := FAIRSEQ_EXT_TEST_ZYGOTE=0
+test-fresh: lint $(EXTRAS_STAMP)
+	$(ZYGOTE_OFF) $(PYTEST) -m slow tests $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -22,9 +22,19 @@ Three parts, in this one module (its top level imports the standard library only
 A request the server cannot serve exactly as a fresh process would is declined, and the shim
 ``exec``-s the real console script instead: a ``fairseq-train``/``fairseq-validate`` without
 ``--user-dir`` naming this checkout's ``fairseq_ext`` (a fresh process would not have the plugin
-registered), a hydra config that does not load the plugin, hydra's ``--multirun``, or a server
-that is not there (``FAIRSEQ_EXT_TEST_CLI_SOCKET`` unset). Tests that check the console script
-itself (a second installed copy, ``--help`` of a bare fairseq) therefore run the real one.
+registered), a hydra config that does not load the plugin, hydra's ``--multirun``, an
+environment whose ``PYTHON*`` variables differ from the server's (``PYTHONPATH``,
+``PYTHONHASHSEED``, ``PYTHONWARNINGS`` ...: the interpreter reads them as it starts, and the
+server started long ago), or a server that is not there (``FAIRSEQ_EXT_TEST_CLI_SOCKET`` unset).
+Tests that check the console script itself (a second installed copy, ``--help`` of a bare
+fairseq) therefore run the real one. The server's log (``CliZygote.log``) has a line per
+request: ``served: CLI ARGS  # TEST``, or ``declined: CLI ARGS  # TEST  [REASON]``.
+
+What a served run shares with the server and a fresh process would not: the hash seed of
+``str`` and ``bytes`` (the server's ``PYTHONHASHSEED``, random where unset: two served runs
+have the same, two fresh ones do not), and the state the imports left (the same as a fresh
+process's once its imports are done). Tests whose point is what separate processes do
+(determinism, exact resume, kills) run real processes (``tests/conftest.py``, ``unserved``).
 """
 import json
 import os
@@ -52,6 +62,8 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR
 HEADER = struct.Struct("!I")
 #: The server's ``sys.path`` without its first entry (tests/), taken before the plugin's import.
 BASE_SYS_PATH = []
+#: The server's ``PYTHON*`` environment variables, as it started (:func:`python_environment`).
+SERVER_PYTHON_ENV = {}
 
 
 # --------------------------------------------------------------------------------- the shim
@@ -203,6 +215,23 @@ def loads_this_plugin(request, plugin_dir: str) -> bool:
     return os.path.realpath(os.path.join(cwd, user_dir)) == os.path.realpath(plugin_dir)
 
 
+def python_environment(env) -> dict:
+    """The ``PYTHON*`` variables of ``env``: what the interpreter reads as it starts."""
+    return {name: value for name, value in env.items() if name.startswith("PYTHON")}
+
+
+def decline_reason(request, plugin_dir: str, server_env: dict):
+    """None if the server runs ``request`` as a fresh process would, else why it declines it
+    (``server_env``: the server's :func:`python_environment`)."""
+    if not loads_this_plugin(request, plugin_dir):
+        return "a fresh process would not load this checkout's plugin"
+    env = python_environment(request["env"])
+    differ = sorted(name for name in {*env, *server_env} if env.get(name) != server_env.get(name))
+    if differ:
+        return f"{', '.join(differ)} not the server's"
+    return None
+
+
 def run_request(request) -> int:
     """In the run's process: the console script's own entry point, as a fresh process runs it."""
     import importlib
@@ -269,8 +298,11 @@ def run_python(request) -> int:
 
 def exit_code(main) -> int:
     """Run ``main`` as the interpreter runs a program: its exit status, a ``sys.exit`` message
-    or an uncaught exception printed, the ``atexit`` functions run, the output flushed."""
+    or an uncaught exception printed, then as the interpreter ends: the non-daemon threads
+    waited for (``threading._shutdown``: a run that a thread keeps alive stays alive, as a
+    real process does), the ``atexit`` functions run, the output flushed."""
     import atexit
+    import threading
 
     try:
         main()
@@ -283,6 +315,7 @@ def exit_code(main) -> int:
         sys.excepthook(*sys.exc_info())  # what Python does with an uncaught exception
         code = 1
     try:
+        threading._shutdown()
         atexit._run_exitfuncs()
     finally:
         sys.stdout.flush()
@@ -302,11 +335,12 @@ def handle(conn, plugin_dir: str) -> None:
             return
         data += chunk
     request = json.loads(data)
-    served = loads_this_plugin(request, plugin_dir)
+    reason = decline_reason(request, plugin_dir, SERVER_PYTHON_ENV)
     test = request["env"].get("PYTEST_CURRENT_TEST", "")  # which test started it
-    print(f"{'served' if served else 'declined'}: {request['cli']} {' '.join(request['args'])}"
-          f"  # {test}", file=sys.stderr, flush=True)  # the server's log (CliZygote.log)
-    if not served:
+    print(f"{'declined' if reason else 'served'}: {request['cli']} {' '.join(request['args'])}"
+          f"  # {test}{f'  [{reason}]' if reason else ''}", file=sys.stderr,
+          flush=True)  # the server's log (CliZygote.log)
+    if reason:
         conn.sendall(b'{"fallback": true}\n')
         return
     pid = os.fork()
@@ -351,6 +385,7 @@ def serve(path: str) -> None:
     from fairseq.utils import import_user_module
 
     BASE_SYS_PATH[:] = sys.path[1:]  # a fresh interpreter's, but for this script's folder
+    SERVER_PYTHON_ENV.update(python_environment(os.environ))
     plugin_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                               "fairseq_ext")
     for module in (*CLI_MODULES.values(), "torch._dynamo"):

@@ -3,11 +3,13 @@
 Everything runs the real fairseq CLIs in subprocesses (the same interpreter as pytest), on data
 the fixtures make, so the tests exercise exactly what a user runs.
 """
+import copy
 import json
 import os
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -39,26 +41,32 @@ SLOW_FIXTURES = frozenset({
 
 
 #: The longest tests (minutes of a fresh clone's suite between them; docs/testing.md): they start
-#: first, so that no pytest-xdist worker is left running one of them alone at the end.
+#: first, so that no pytest-xdist worker is left running one of them alone at the end. The
+#: heavy ones first (``make test-fresh`` only), then the longest of ``make test`` (the real
+#: processes of the kill, resume and determinism tests among them), longest first.
 LONGEST_FIRST = (
-    "test_readme_commands.py::test_readme_commands_run_on_the_demo_outputs",
-    "test_demo.py::test_demo_end_to_end_on_a_tiny_data_bin",
-    "test_studies.py::test_a_tiny_study_end_to_end_then_resumed_after_a_kill",
-    "test_torch_compile_cli.py::test_hydra_demo_config_compiles_once_per_bucket",
     "test_torch_compile_cli.py::test_each_familys_demo_recipe_compiles_once_per_bucket",
+    "test_torch_compile_cli.py::test_hydra_demo_config_compiles_once_per_bucket",
     "test_torch_compile_cli.py::test_variable_lengths_compile_once_per_bucket",
+    "test_checkpoint_faults.py::test_kills_during_checkpoint_writes_leave_complete_checkpoints",
     "test_torch_compile.py::test_compiled_3ml_has_eagers_losses_and_compiles_each_bucket_once",
-    "test_bidirectional_eval.py::test_fairseq_validate_end_to_end",
+    "test_studies.py::test_a_tiny_study_end_to_end_then_resumed_after_a_kill",
+    "test_bench_bidirectional.py::test_flex_part_prints_each_ratio_beside_the_skipped_blocks",
+    "test_readme_commands.py::test_readme_commands_run_on_the_demo_outputs",
     "test_registration.py::test_fairseq_train_help_from_an_installed_copy",
     "test_studies.py::test_a_fixed_seed_repeats_its_figures_exactly_on_one_machine",
-    "test_checkpoint_faults.py::test_kills_during_checkpoint_writes_leave_complete_checkpoints",
+    "test_fairseq_patch_step.py::test_a_model_that_keeps_recompiling_for_one_shape_is_named",
+    "test_exact_resume.py::test_resume_is_exact",
+    "test_torch_compile.py::test_compiled_roberta_has_eagers_losses",
+    "test_demo.py::test_demo_end_to_end_on_a_tiny_data_bin",
+    "test_bidirectional_eval.py::test_fairseq_validate_end_to_end",
 )
 
 
 def run_order(item) -> tuple:
     """The longest tests first (:data:`LONGEST_FIRST`), then the slow ones, then the rest, each
     group in collection order (stable sort)."""
-    name = item.nodeid.split("/")[-1].split("[")[0]
+    name = item.nodeid.split("[")[0].split("/")[-1]  # (a parameter may hold a "/")
     for rank, longest in enumerate(LONGEST_FIRST):
         if name.startswith(longest):
             return (0, rank)
@@ -67,12 +75,19 @@ def run_order(item) -> tuple:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SLOW_FIXTURES & set(item.fixturenames):
+        # heavy: make test-fresh only; unserved: its runs never reach the server's log, which
+        # fast_tests_do_not_train reads
+        if SLOW_FIXTURES & set(item.fixturenames) or item.get_closest_marker("heavy") \
+                or item.get_closest_marker("unserved"):
             item.add_marker(pytest.mark.slow)
     items.sort(key=run_order)
 
 
 _ZYGOTE = []
+
+
+#: ``FAIRSEQ_EXT_TEST_ZYGOTE=0``: no fork server, every run a real process (``make test-fresh``).
+ZYGOTE_SWITCH = "FAIRSEQ_EXT_TEST_ZYGOTE"
 
 
 def cli_zygote():
@@ -81,13 +96,13 @@ def cli_zygote():
     every run a test starts, recipes and scripts included, forks from it instead of importing
     torch and fairseq again. ``FAIRSEQ_EXT_TEST_ZYGOTE=0`` turns it off (every run real), and
     so does a GPU: runs that use CUDA start as real processes (the GPU suite's tests stage)."""
-    if not _ZYGOTE and os.environ.get("FAIRSEQ_EXT_TEST_ZYGOTE", "1") != "0":
+    if not _ZYGOTE and os.environ.get(ZYGOTE_SWITCH, "1") != "0":
         import tempfile
 
         import torch
 
         if torch.cuda.is_available():
-            os.environ["FAIRSEQ_EXT_TEST_ZYGOTE"] = "0"
+            os.environ[ZYGOTE_SWITCH] = "0"
             return None
 
         from cli_zygote import CliZygote
@@ -101,6 +116,73 @@ def cli_zygote():
 #: What the zygote's log says when a test trains (a served or declined run of these CLIs).
 TRAINING_RUNS = tuple(f"{verdict}: {cli} " for verdict in ("served", "declined")
                       for cli in ("fairseq-train", "fairseq-hydra-train"))
+
+
+@pytest.fixture(autouse=True)
+def unserved_runs(request, monkeypatch):
+    """A test marked ``unserved`` (determinism, exact resume, kills: what a fork of one server
+    could pass where fresh processes fail, e.g. two runs that share the server's hash seed) has
+    every run it starts real: the fork server's socket is out of its environment, so the shims
+    in ``FAIRSEQ_BIN`` and ``PATH`` run the installed programs (restored after the test)."""
+    if request.node.get_closest_marker("unserved"):
+        from cli_zygote import SOCKET_ENV
+
+        cli_zygote()  # started now if at all, so that its environment is not set mid-test
+        monkeypatch.delenv(SOCKET_ENV, raising=False)
+    yield
+
+
+def dynamo_config_overrides() -> dict:
+    """What is set in ``torch._dynamo.config`` (``{name: value}``, copies), as
+    :func:`restore_dynamo_config` takes it; ``{}`` where torch._dynamo is not imported (its
+    import sets nothing)."""
+    config = sys.modules.get("torch._dynamo.config")
+    if config is None:
+        return {}
+    from torch.utils._config_module import _UNSET_SENTINEL
+
+    return {name: copy.deepcopy(value) for name, entry in config._config.items()
+            if (value := entry.user_override.get()) is not _UNSET_SENTINEL}
+
+
+def restore_dynamo_config(before: dict) -> list:
+    """Set ``torch._dynamo.config`` back to ``before`` (:func:`dynamo_config_overrides`): each
+    setting a test changed, and each it set that was unset. Returns the names whose value it
+    changed back."""
+    config = sys.modules.get("torch._dynamo.config")
+    if config is None:
+        return []
+    from torch.utils._config_module import _UNSET_SENTINEL
+
+    restored = []
+    with warnings.catch_warnings():  # a deprecated setting warns when set
+        warnings.simplefilter("ignore")
+        for name, entry in config._config.items():
+            now = entry.user_override.get()
+            if entry.alias is not None or (now is _UNSET_SENTINEL and name not in before):
+                continue
+            if name in before:
+                if now is not _UNSET_SENTINEL and now == before[name]:
+                    continue
+                setattr(config, name, copy.deepcopy(before[name]))
+                restored.append(name)
+            else:  # set during the test (or read: a mutable default is copied in): unset again
+                delattr(config, name)
+                entry.hide = False  # delattr hides it (for unittest.mock): it is there again
+                if now != entry.default:
+                    restored.append(name)
+    return restored
+
+
+@pytest.fixture(autouse=True)
+def dynamo_config_restored():
+    """torch._dynamo.config as it was before the test (:func:`restore_dynamo_config`): the
+    patched fairseq Trainer raises dynamo's recompile limit (``--torch-compile``) for the whole
+    process, so a test that builds one in-process would leave it raised for the next tests of
+    its pytest worker. Microseconds a test."""
+    before = dynamo_config_overrides()
+    yield
+    restore_dynamo_config(before)
 
 
 @pytest.fixture(autouse=True)
@@ -321,13 +403,65 @@ def build_uninitialised(monkeypatch):
     return lambda arch, **kwargs: build(arch, **kwargs)[0]
 
 
-@pytest.fixture(scope="session")
-def forked():
-    """A forked fairseq CLI server for this pytest process's runs that need to hold a run's
-    pid (:class:`forked_cli.ForkedCli`): fairseq-train and fairseq-validate without a fresh
-    interpreter each. One per session: each run is a fresh fork, so nothing passes between
-    tests, and its imports are paid once instead of once per module."""
-    from forked_cli import ForkedCli
+class CliRuns:
+    """fairseq's console scripts run with their stdout and stderr in a log file, one torch
+    thread each: through the fork server's shims (:func:`fairseq_cli`, served where it can be),
+    or with ``real`` the installed scripts, with the server's socket out of their environment
+    (so that nothing they start is served either)."""
 
-    with ForkedCli() as cli:
-        yield cli
+    def __init__(self, real: bool = False):
+        self.real = real
+        self.proc = None
+
+    def _popen(self, cli, args, log):
+        env = dict(os.environ, PATH=search_path(), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        if self.real:
+            from cli_zygote import SOCKET_ENV
+
+            env.pop(SOCKET_ENV, None)
+        with open(log, "w") as out:
+            return subprocess.Popen([fairseq_cli(cli, real=self.real), *map(str, args)],
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env)
+
+    def run(self, cli: str, args, log: Path, check: bool = True, timeout=600) -> str:
+        """Run ``cli`` (``fairseq-train``, ...) with ``args``, its output in ``log``. Returns the
+        log's text; raises with its tail when the run fails and ``check``."""
+        proc = self._popen(cli, args, log)
+        try:
+            returncode = proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        output = Path(log).read_text()
+        if check and returncode != 0:
+            raise AssertionError(f"{cli} {' '.join(map(str, args))} failed ({returncode}):\n"
+                                 f"{output[-6000:]}")
+        return output
+
+    def start(self, cli: str, args, log: Path) -> int:
+        """Start ``cli`` as :meth:`run` does, without waiting: returns the pid to signal (with
+        ``real``, the run's; else the shim's, which passes signals on, and whose kill takes its
+        run with it); :meth:`wait` then returns its exit status (negative: killed by that
+        signal). One run at a time."""
+        self.proc = self._popen(cli, args, log)
+        return self.proc.pid
+
+    def wait(self, timeout=600) -> int:
+        """The exit status of the run :meth:`start` started, once it has ended."""
+        proc, self.proc = self.proc, None
+        return proc.wait(timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def served_cli():
+    """fairseq's CLIs with a log file each (:class:`CliRuns`), served by this pytest process's
+    fork server where it can (each run a fresh fork: nothing passes between runs or tests)."""
+    return CliRuns()
+
+
+@pytest.fixture(scope="session")
+def fresh_cli():
+    """fairseq's CLIs with a log file each (:class:`CliRuns`), each a real process: for the
+    tests whose point is what a fresh process does (exact resume, kills, determinism)."""
+    return CliRuns(real=True)

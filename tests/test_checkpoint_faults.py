@@ -150,17 +150,17 @@ def num_updates(path):
 
 
 @pytest.fixture(scope="module")
-def trained(forked, tiny_data_bin, tmp_path_factory):
+def trained(fresh_cli, tiny_data_bin, tmp_path_factory):
     """3 updates of fairseq-train, checkpoints in ``save``: (data, save dir)."""
     save = tmp_path_factory.mktemp("faults") / "save"
-    forked.run("fairseq-train", [tiny_data_bin, "--user-dir", USER_DIR, *TINY, "--max-update",
+    fresh_cli.run("fairseq-train", [tiny_data_bin, "--user-dir", USER_DIR, *TINY, "--max-update",
                                  "3", "--no-epoch-checkpoints", "--save-dir", save],
                save.parent / "train.log")
     assert num_updates(save / "checkpoint_last.pt") == 3
     return tiny_data_bin, save
 
 
-def test_killed_atomic_write_leaves_previous_checkpoint(trained, forked, tmp_path):
+def test_killed_atomic_write_leaves_previous_checkpoint(trained, fresh_cli, tmp_path):
     data, save_dir = trained
     save = tmp_path / "save"
     save.mkdir()
@@ -181,7 +181,7 @@ def test_killed_atomic_write_leaves_previous_checkpoint(trained, forked, tmp_pat
     assert checkpoint_utils.checkpoint_paths(str(save), pattern=r"checkpoint_\d+_(\d+)\.pt") == []
 
     # fairseq-train resumes from the save dir at update 3, and removes the partial file.
-    output = forked.run("fairseq-train", [data, "--user-dir", USER_DIR, *TINY, "--max-update",
+    output = fresh_cli.run("fairseq-train", [data, "--user-dir", USER_DIR, *TINY, "--max-update",
                                           "4", "--no-epoch-checkpoints", "--save-dir", save],
                         tmp_path / "resumed.log")
     assert f"Loaded checkpoint {last}" in output and "@ 3 updates" in output, output[-3000:]
@@ -282,11 +282,11 @@ def saved_state(path):
 
 
 @pytest.fixture(scope="module")
-def never_killed(forked, tiny_data_bin, tmp_path_factory):
+def never_killed(fresh_cli, tiny_data_bin, tmp_path_factory):
     """The run, never killed: (save dir, {update: name of its checkpoint, the first file of
     that save}, {update: saved_state})."""
     save = tmp_path_factory.mktemp("never_killed") / "save"
-    output = forked.run("fairseq-train", [tiny_data_bin, *KILL_RUN, "--save-dir", save],
+    output = fresh_cli.run("fairseq-train", [tiny_data_bin, *KILL_RUN, "--save-dir", save],
                         save.parent / "train.log")
     first_files = {int(update): name for update, name in re.findall(
         r"@ (\d+) updates$\n.*Saving checkpoint to \S+/(checkpoint\S*\.pt)$", output, re.M)}
@@ -334,7 +334,7 @@ def kill_inside_a_write(pid, log, target, threshold, update, timeout=180):
     first, then. The run removes old ``.tmp`` files before it saves anything, so a target that
     exists is this save's write."""
     deadline = time.monotonic() + timeout
-    while not log.exists():  # the forked run opens it
+    while not log.exists():  # the run's log (opened as it starts)
         assert time.monotonic() < deadline, f"{log} never appeared"
         time.sleep(0.002)
     with open(log) as stream:
@@ -372,7 +372,7 @@ def landed_in(save):
 
 @pytest.mark.slow
 def test_kills_during_checkpoint_writes_leave_complete_checkpoints_and_resume_exactly(
-        forked, never_killed, tiny_data_bin, tmp_path):
+        fresh_cli, never_killed, tiny_data_bin, tmp_path):
     reference_dir, first_files, reference_states = never_killed
     folder = CheckedFolder(reference_states)
     save = tmp_path / "save"
@@ -391,12 +391,12 @@ def test_kills_during_checkpoint_writes_leave_complete_checkpoints_and_resume_ex
         log = tmp_path / f"killed_{i}.log"
         left_over = sorted(save.glob("*.tmp")) if save.exists() else []
         size = (reference_dir / first_files[update]).stat().st_size
-        pid = forked.start("fairseq-train", [tiny_data_bin, *KILL_RUN, "--save-dir", save], log)
+        pid = fresh_cli.start("fairseq-train", [tiny_data_bin, *KILL_RUN, "--save-dir", save], log)
         try:
             kill_inside_a_write(pid, log, save / f"{target}.tmp", max(1, int(fraction * size)),
                                 update)
         finally:
-            status = forked.wait()
+            status = fresh_cli.wait()
         output = log.read_text()
         assert status == -signal.SIGKILL, f"run {i} ended with {status}:\n{output[-3000:]}"
         # It resumed from the checkpoint_last.pt the kill before left, and removed its .tmp.
@@ -412,7 +412,7 @@ def test_kills_during_checkpoint_writes_leave_complete_checkpoints_and_resume_ex
 
     # The same command again finishes the run: the files are the never-killed run's, every one
     # equal to it, and nothing partial is left.
-    output = forked.run("fairseq-train", [tiny_data_bin, *KILL_RUN, "--save-dir", save],
+    output = fresh_cli.run("fairseq-train", [tiny_data_bin, *KILL_RUN, "--save-dir", save],
                         tmp_path / "finished.log")
     assert [int(u) for u in LOADED_LINE.findall(output)] == [last_update]
     updates = folder.check(save)
@@ -444,7 +444,7 @@ def truncated_message(path, complete=None, flag=None):
 
 @pytest.mark.slow
 def test_truncated_checkpoint_last_is_one_line_naming_the_checkpoint_to_use(
-        forked, never_killed, tiny_data_bin, tmp_path):
+        fresh_cli, never_killed, tiny_data_bin, tmp_path):
     """A save directory of an older run (fairseq 0.12's in-place copy killed): complete
     checkpoints of updates 3 and 4, a truncated checkpoint_1_5.pt (an interrupted cp, say), and
     checkpoint_last.pt truncated. fairseq-train and fairseq-validate stop with one line, not a
@@ -477,7 +477,7 @@ def test_truncated_checkpoint_last_is_one_line_naming_the_checkpoint_to_use(
         assert "Traceback" not in output, output[-3000:]
 
     # As it says: --restore-file checkpoint_1_4.pt continues the run exactly.
-    output = forked.run("fairseq-train", [tiny_data_bin, *KILL_RUN, "--save-dir", save,
+    output = fresh_cli.run("fairseq-train", [tiny_data_bin, *KILL_RUN, "--save-dir", save,
                                           "--restore-file", complete, "--max-update", "6"],
                         tmp_path / "restored.log")
     assert [int(u) for u in LOADED_LINE.findall(output)] == [4]

@@ -6,12 +6,22 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
-from cli_zygote import loads_this_plugin
+from cli_zygote import SOCKET_ENV, decline_reason, loads_this_plugin, python_environment
 
-from conftest import REPO_ROOT, USER_DIR, cli_zygote, fairseq_cli, json_log_records, search_path
+from conftest import (
+    REPO_ROOT,
+    USER_DIR,
+    cli_zygote,
+    dynamo_config_overrides,
+    fairseq_cli,
+    json_log_records,
+    restore_dynamo_config,
+    search_path,
+)
 
 PLUGIN = str(USER_DIR)
 
@@ -186,3 +196,148 @@ def test_the_shim_runs_the_real_script_without_a_server(tmp_path):
     proc = subprocess.run([str(tmp_path / "bin" / "fairseq-train"), "a", "b c"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout) == (0, "real a b c\n")
+
+
+# --- parity with a fresh process: each check with a planted difference (issue 57) -------------
+
+def test_a_request_whose_python_variables_differ_is_declined(tmp_path):
+    """The PYTHON* variables a fresh interpreter reads as it starts must be the server's: any
+    that differs, is missing or is extra declines the request."""
+    server = {"PYTHONPATH": "/a", "PYTHONHASHSEED": "0"}
+    fresh = request("python", "-m", "fairseq_ext.flops")
+    for env, reason in [
+        (dict(server, HOME="/elsewhere", OMP_NUM_THREADS="3"), None),
+        (dict(server, PYTHONPATH="/a:/b"), "PYTHONPATH not the server's"),
+        ({"PYTHONPATH": "/a"}, "PYTHONHASHSEED not the server's"),
+        (dict(server, PYTHONWARNINGS="ignore", PYTHONHASHSEED="1"),
+         "PYTHONHASHSEED, PYTHONWARNINGS not the server's"),
+    ]:
+        assert decline_reason(dict(fresh, env=env), PLUGIN, server) == reason
+    assert "plugin" in decline_reason(dict(request("fairseq-train", "data"), env=server), PLUGIN,
+                                      server)
+    assert python_environment({"PYTHONX": "1", "PATH": "/bin", "MYPYTHON": "2"}) == {"PYTHONX": "1"}
+
+
+PROBE = """import atexit, os, sys, threading, time
+if False:  # the server serves a script that imports the plugin; not imported: fresh runs are quick
+    import fairseq_ext  # noqa: F401
+what = sys.argv[1]
+if what == "hash":
+    print(hash("x"))
+elif what == "path":
+    import planted_module
+    print(planted_module.WHERE)
+elif what == "thread":
+    def late():
+        time.sleep(float(sys.argv[2]))
+        print("thread done", flush=True)
+    threading.Thread(target=late).start()  # not a daemon: the process waits for it
+    atexit.register(lambda: print("atexit", flush=True))
+    print("main done", flush=True)
+"""
+
+
+def run_probe(zygote, tmp_path, *args, served=True, **env):
+    """(completed process, the server's log lines of it) of the probe script run through the
+    python shim (``served``) or by this interpreter, with ``env`` added to this process's."""
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    before = len(served_lines(zygote))
+    python = os.path.join(zygote.shims, "python") if served else sys.executable
+    proc = subprocess.run([python, str(script), *args], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, **env))
+    return proc, [line for line in served_lines(zygote)[before:] if "probe.py" in line]
+
+
+@pytest.mark.slow
+def test_a_different_pythonpath_runs_fresh_and_sees_its_path(zygote, tmp_path):
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "planted_module.py").write_text("WHERE = 'planted on PYTHONPATH'\n")
+    path = os.pathsep.join(filter(None, [str(extra), os.environ.get("PYTHONPATH")]))
+    proc, lines = run_probe(zygote, tmp_path, "path", PYTHONPATH=path)
+    assert (proc.returncode, proc.stdout) == (0, "planted on PYTHONPATH\n"), proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("declined: python ")
+    assert lines[0].rstrip().endswith("[PYTHONPATH not the server's]")
+    # without it, served: the module is not found, as in a fresh process without it
+    proc, lines = run_probe(zygote, tmp_path, "path")
+    assert proc.returncode == 1 and "No module named 'planted_module'" in proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("served: python ")
+
+
+@pytest.mark.slow
+def test_a_different_hash_seed_runs_fresh_with_its_hashes(zygote, tmp_path):
+    hashes = {}
+    for seed in ("1", "2"):
+        proc, lines = run_probe(zygote, tmp_path, "hash", PYTHONHASHSEED=seed)
+        real, _ = run_probe(zygote, tmp_path, "hash", served=False, PYTHONHASHSEED=seed)
+        assert proc.returncode == 0 and proc.stdout == real.stdout, proc.stderr[-3000:]
+        assert len(lines) == 1 and "[PYTHONHASHSEED not the server's]" in lines[0]
+        hashes[seed] = proc.stdout
+    assert hashes["1"] != hashes["2"]
+    # The server's own seed: served runs share it (why the determinism tests run real
+    # processes), where two fresh processes without a seed have two.
+    served = [run_probe(zygote, tmp_path, "hash") for _ in range(2)]
+    assert all(lines[0].startswith("served: ") for _, lines in served)
+    assert served[0][0].stdout == served[1][0].stdout
+    if "PYTHONHASHSEED" not in os.environ:
+        real = [run_probe(zygote, tmp_path, "hash", served=False)[0].stdout for _ in range(2)]
+        assert real[0] != real[1]
+
+
+@pytest.mark.slow
+def test_a_served_run_waits_for_its_non_daemon_thread_as_a_fresh_one_does(zygote, tmp_path):
+    """A thread that is not a daemon keeps a process alive after its main code ends (and
+    before its atexit functions): the served run too, however long it takes."""
+    outputs = []
+    for served in (True, False):
+        start = time.monotonic()
+        proc, lines = run_probe(zygote, tmp_path, "thread", "1.5", served=served)
+        assert time.monotonic() - start >= 1.5
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert len(lines) == (1 if served else 0) and (not served or lines[0].startswith("served"))
+        outputs.append(proc.stdout)
+    assert outputs[0] == outputs[1] == "main done\nthread done\natexit\n"
+
+
+def test_a_dynamo_config_change_is_set_back_for_the_next_test():
+    """What conftest.dynamo_config_restored does after each test: the patched Trainer's
+    --torch-compile setup raises dynamo's limits for the whole process; they are set back."""
+    import argparse
+
+    import torch
+    from fairseq.trainer import Trainer
+    from torch._dynamo import config
+
+    before = dynamo_config_overrides()
+    limit, capture = config.recompile_limit, config.capture_dynamic_output_shape_ops
+    fake = argparse.Namespace(
+        cfg=argparse.Namespace(
+            common=argparse.Namespace(torch_compile=True, torch_compile_mode=None, tpu=False,
+                                      torch_compile_backend="eager"),
+            distributed_training=argparse.Namespace(ddp_backend="legacy_ddp",
+                                                    pipeline_model_parallel=False)),
+        device=torch.device("cpu"), _model=torch.nn.Linear(2, 2))
+    Trainer._compile_model(fake)  # compiles lazily: nothing compiled here
+    assert (config.recompile_limit, config.capture_dynamic_output_shape_ops) == (
+        max(limit, 64), True)
+    assert limit < 64 and not capture  # (so the restore below does change them)
+    config.suppress_errors = not config.suppress_errors  # and a setting set by hand
+    assert sorted(restore_dynamo_config(before)) == [
+        "capture_dynamic_output_shape_ops", "recompile_limit", "suppress_errors"]
+    assert (config.recompile_limit, config.capture_dynamic_output_shape_ops) == (limit, capture)
+    assert dynamo_config_overrides() == before and restore_dynamo_config(before) == []
+    # from a process where dynamo was not imported yet ({}: nothing set): back to the defaults
+    config.recompile_limit = limit + 1
+    restore_dynamo_config({})
+    assert config.recompile_limit == config._config["recompile_limit"].default
+    restore_dynamo_config(before)
+    assert dynamo_config_overrides() == before
+
+
+@pytest.mark.slow
+@pytest.mark.unserved
+def test_an_unserved_test_runs_real_processes(zygote, tmp_path):
+    assert SOCKET_ENV not in os.environ
+    proc, lines = run_probe(zygote, tmp_path, "hash")
+    assert proc.returncode == 0 and lines == []  # the shim ran the real interpreter

@@ -25,7 +25,6 @@ import concurrent.futures
 import pytest
 import torch
 import torch.distributed as dist
-from forked_cli import ForkedCli
 from recipe_checks import dry_run
 
 import fairseq_ext  # noqa: F401  (the allow-list: torch.load of fairseq checkpoints)
@@ -60,10 +59,10 @@ COMMON = ["--user-dir", USER_DIR, "--tokens-per-sample", "32", "--optimizer", "f
 
 
 @pytest.fixture(scope="module")
-def ranks(forked):
-    """Two fork servers: rank 0 (and the one-process reference: the session's) and rank 1."""
-    with ForkedCli() as second:
-        yield forked, second
+def ranks(served_cli):
+    """The runs of rank 0 (and of the one-process reference) and of rank 1: two served runs at
+    once (:class:`conftest.CliRuns`)."""
+    return served_cli, served_cli
 
 
 def train_both_ways(ranks, args, tmp_path, ddp_args=()):

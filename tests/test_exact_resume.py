@@ -1,8 +1,9 @@
 """Exact resume for every model family (issue 15): N updates straight equal N/2 updates, a stop,
 and N/2 more, bit for bit on the CPU, FLOP counter included.
 
-Per family, four ``fairseq-train`` runs of a tiny model, each a fresh process
-(:mod:`forked_cli`):
+Per family, four ``fairseq-train`` runs of a tiny model, each a real process (``conftest.fresh_cli``,
+never a fork of the suite's server: a resume that only worked because some state survived in a
+server would pass there and fail for a user):
 
 * ``straight``: 6 updates with ``--save-interval-updates 1`` (a checkpoint after every update);
 * ``stopped``: ``--max-update 3``; then ``resumed``: the same command with ``--max-update 6`` in
@@ -64,9 +65,9 @@ def inner_records(output):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_resume_is_exact(family, forked, tiny_data_bin, tmp_path):
+def test_resume_is_exact(family, fresh_cli, tiny_data_bin, tmp_path):
     def train(name, save_dir, max_update, *extra):
-        output = forked.run("fairseq-train", [tiny_data_bin, *FAMILIES[family], *COMMON,
+        output = fresh_cli.run("fairseq-train", [tiny_data_bin, *FAMILIES[family], *COMMON,
                                               "--save-dir", save_dir, "--max-update", max_update,
                                               *extra], tmp_path / f"{name}.log")
         return inner_records(output)

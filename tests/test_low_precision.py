@@ -49,10 +49,10 @@ PRECISIONS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("family", FAMILIES)
-def test_300_updates_without_nan(family, precision, forked, tiny_data_bin, tmp_path):
+def test_300_updates_without_nan(family, precision, served_cli, tiny_data_bin, tmp_path):
     config_dir, model = FAMILIES[family]
     overrides, dtype = PRECISIONS[precision]
-    output = forked.run("fairseq-hydra-train", [
+    output = served_cli.run("fairseq-hydra-train", [
         "--config-dir", REPO_ROOT / "recipes/config" / config_dir, "--config-name", "demo",
         f"task.data={tiny_data_bin}", f"checkpoint.save_dir={tmp_path}", "common.log_file=null",
         "common.log_format=json", "common.no_progress_bar=true",

@@ -204,6 +204,7 @@ TINY_STUDY = Study(
             Claim("3ML-self-40% has the lower loss", "better", "3ml-self-40%", "roberta-15%")))
 
 
+@pytest.mark.unserved  # the resume reads what real processes left
 def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_path):
     """Two tiny models, two seeds, 4 updates: trained, scored, reported; then one run is made
     half-written (its result.json gone, as if killed during evaluation) and the study run again:
@@ -402,6 +403,7 @@ def test_bidirectional_claims_are_paired_within_seed_then_over_seeds(tiny_data_b
     assert [cell.strip() for cell in row_a.split("|")[1:4]] == ["a", "10", "-"]
 
 
+@pytest.mark.unserved  # two forks of one server share its hash seed; two processes do not
 def test_a_fixed_seed_repeats_its_figures_exactly_on_one_machine(tiny_data_bin, tmp_path):
     """Two runs of the same model and seed, one torch thread each: the same losses at every
     logged update and the same [MASK] scores, to the bit (what lets a summary be compared with a

@@ -16,6 +16,11 @@ shape, gradient mode or training mode (fairseq's masked_lm criterion passes
 Variable lengths (``--sample-break-mode eos`` and ``complete``, as the recipes use them):
 ``--torch-compile`` chooses ``--required-seq-len-multiple`` (logged), every batch's length is
 a multiple of it, and each padded length compiles once, at most 8 of them.
+
+The inductor runs (1-3 min each on 2 cores, 10 of a fresh clone's suite between them) are
+``heavy``: ``make test-fresh`` runs them, ``make test`` does not (issue 57, docs/testing.md);
+the aot_eager pairings, which check the same compile-once-per-shape on every pairing, stay in
+``make test``.
 """
 import re
 from pathlib import Path
@@ -108,6 +113,7 @@ def test_every_pairing_compiles_once_per_batch_shape(tiny_data_bin, tmp_path, ar
         assert len({shape for split, shape in compiles if split == "train"}) == 1
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("arch,criterion,mode", [
     ("3ml_self_base", "masked_lm", "eos"),  # issue 56: recompiled at every update
     ("bidir_lm_125m", "bidirectional_lm", "complete"),
@@ -137,6 +143,7 @@ RECIPES = {
 }
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_each_familys_demo_recipe_compiles_once_per_bucket(tiny_data_bin, tmp_path, recipe):
     """A user's `recipes/*/demo.sh ... --torch-compile`: the recipe's own variable lengths
@@ -158,6 +165,7 @@ def test_each_familys_demo_recipe_compiles_once_per_bucket(tiny_data_bin, tmp_pa
     assert records and int(records[-1]["num_updates"]) == 10
 
 
+@pytest.mark.heavy
 def test_hydra_demo_config_compiles_once_per_bucket(tiny_data_bin, tmp_path):
     """The issue's report: the 3ML demo YAML with common.torch_compile=true recompiled 33
     times in 20 updates (its eos rows have their own lengths)."""

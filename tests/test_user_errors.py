@@ -293,12 +293,12 @@ def validate_args(arch, data, checkpoint):
 
 
 @pytest.fixture(scope="module")
-def one_update(forked, tiny_data_bin, tmp_path_factory):
+def one_update(served_cli, tiny_data_bin, tmp_path_factory):
     """{arch: checkpoint_last.pt after one update on tiny_data_bin}."""
     root = tmp_path_factory.mktemp("one_update")
     checkpoints = {}
     for arch, flags in ONE_UPDATE.items():
-        forked.run("fairseq-train", [tiny_data_bin, *flags, *TRAIN_ONE, "--disable-validation",
+        served_cli.run("fairseq-train", [tiny_data_bin, *flags, *TRAIN_ONE, "--disable-validation",
                                      "--save-dir", root / arch], root / f"{arch}.log")
         checkpoints[arch] = root / arch / "checkpoint_last.pt"
     return checkpoints
@@ -325,7 +325,7 @@ def copy_data_bin(source, dest, keep_dict_lines=None, empty_valid=False):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ONE_UPDATE)
-def test_checkpoint_on_a_data_bin_with_another_dictionary(arch, one_update, forked, tiny_data_bin,
+def test_checkpoint_on_a_data_bin_with_another_dictionary(arch, one_update, served_cli, tiny_data_bin,
                                                           tmp_path):
     """fairseq-validate and fairseq-train --restore-file: our models name the dictionary and
     both vocabulary sizes in one line; fairseq's roberta keeps torch's size-mismatch dump."""
@@ -336,9 +336,9 @@ def test_checkpoint_on_a_data_bin_with_another_dictionary(arch, one_update, fork
     trained_dict = len((tiny_data_bin / "dict.txt").read_text().splitlines())
     # <s> <pad> </s> <unk> and <mask> besides dict.txt's entries
     assert embedding.shape[0] == trained_dict + 5
-    validate = forked.run("fairseq-validate", validate_args(arch, other, checkpoint),
+    validate = served_cli.run("fairseq-validate", validate_args(arch, other, checkpoint),
                           tmp_path / "validate.log", check=False)
-    restore = forked.run("fairseq-train", [other, *ONE_UPDATE[arch], *TRAIN_ONE,
+    restore = served_cli.run("fairseq-train", [other, *ONE_UPDATE[arch], *TRAIN_ONE,
                                            "--max-update", "2", "--restore-file", checkpoint,
                                            "--save-dir", tmp_path / "ckpt"],
                          tmp_path / "restore.log", check=False)
@@ -370,30 +370,30 @@ EMPTY_VALID = ("the valid split of {data} is empty ({data}/valid.bin has 0 bytes
 
 
 @pytest.mark.slow
-def test_empty_validation_set(one_update, forked, tiny_data_bin, tmp_path):
+def test_empty_validation_set(one_update, served_cli, tiny_data_bin, tmp_path):
     """fairseq would stop in np.memmap with 'cannot mmap an empty file'. masked_lm runs are
     stopped while fairseq reads the flags, before anything is written."""
     data = copy_data_bin(tiny_data_bin, tmp_path / "data", empty_valid=True)
     expected = EMPTY_VALID.format(data=data)
     for arch in ("3ml_self_tiny", "bidir_lm_tiny"):
-        output = forked.run("fairseq-train", [data, *ONE_UPDATE[arch], *TRAIN_ONE,
+        output = served_cli.run("fairseq-train", [data, *ONE_UPDATE[arch], *TRAIN_ONE,
                                               "--save-dir", tmp_path / arch],
                             tmp_path / f"train-{arch}.log", check=False)
         assert last_line(output) == one_line("fairseq-train", expected), output[-3000:]
         assert "cannot mmap" not in output and "Traceback" not in output
         assert arch == "bidir_lm_tiny" or not (tmp_path / arch).exists()
-        output = forked.run("fairseq-validate", validate_args(arch, data, one_update[arch]),
+        output = served_cli.run("fairseq-validate", validate_args(arch, data, one_update[arch]),
                             tmp_path / f"validate-{arch}.log", check=False)
         assert last_line(output) == one_line("fairseq-validate", expected), output[-3000:]
     # the fix it offers works: training without validation runs
-    forked.run("fairseq-train", [data, *ONE_UPDATE["roberta_tiny"], *TRAIN_ONE,
+    served_cli.run("fairseq-train", [data, *ONE_UPDATE["roberta_tiny"], *TRAIN_ONE,
                                  "--disable-validation", "--save-dir", tmp_path / "ok"],
                tmp_path / "ok.log")
     assert (tmp_path / "ok" / "checkpoint_last.pt").is_file()
 
 
 @pytest.mark.slow
-def test_data_path_that_does_not_exist(one_update, forked, tmp_path):
+def test_data_path_that_does_not_exist(one_update, served_cli, tmp_path):
     """One line from our bidirectional_lm task, and from our archs on fairseq's masked_lm under
     fairseq-train (checked when the config is read). fairseq-validate sets fairseq's masked_lm
     task up (reading dict.txt) before it builds the model, so that one stays fairseq's
@@ -402,10 +402,10 @@ def test_data_path_that_does_not_exist(one_update, forked, tmp_path):
     expected = (f"the data-bin {missing} does not exist: check the path (the positional DATA "
                 "argument), or make it with scripts/prepare_corpus.sh")
     for arch in ("roberta_tiny", "bidir_lm_tiny"):
-        train = forked.run("fairseq-train", [missing, *ONE_UPDATE[arch], *TRAIN_ONE,
+        train = served_cli.run("fairseq-train", [missing, *ONE_UPDATE[arch], *TRAIN_ONE,
                                              "--save-dir", tmp_path / arch],
                            tmp_path / f"train-{arch}.log", check=False)
-        validate = forked.run("fairseq-validate", validate_args(arch, missing, one_update[arch]),
+        validate = served_cli.run("fairseq-validate", validate_args(arch, missing, one_update[arch]),
                               tmp_path / f"validate-{arch}.log", check=False)
         for program, output in (("fairseq-train", train), ("fairseq-validate", validate)):
             if (program, arch) == ("fairseq-validate", "roberta_tiny"):
@@ -477,15 +477,15 @@ BAD_INPUT = {
 }
 
 
-def run_to_the_end(forked, cli, args, log):
-    """(exit status, output) of a forked fairseq CLI run."""
-    forked.start(cli, args, log)
-    return forked.wait(), log.read_text()
+def run_to_the_end(served_cli, cli, args, log):
+    """(exit status, output) of a fairseq CLI run."""
+    served_cli.start(cli, args, log)
+    return served_cli.wait(), log.read_text()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", BAD_INPUT)
-def test_our_errors_print_one_line_through_the_clis(case, one_update, forked, tiny_data_bin,
+def test_our_errors_print_one_line_through_the_clis(case, one_update, served_cli, tiny_data_bin,
                                                     tmp_path):
     cli, arch, flags, message = BAD_INPUT[case]
     if cli == "fairseq-train":
@@ -496,7 +496,7 @@ def test_our_errors_print_one_line_through_the_clis(case, one_update, forked, ti
         args = [tiny_data_bin, "--user-dir", USER_DIR, "--task", "bidirectional_lm",
                 "--path", one_update["bidir_lm_tiny"], "--batch-size", "4", "--cpu",
                 "--num-workers", "0", *flags]
-    status, output = run_to_the_end(forked, cli, args, tmp_path / "run.log")
+    status, output = run_to_the_end(served_cli, cli, args, tmp_path / "run.log")
     assert status == 1, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
     line = last_line(output)
@@ -517,13 +517,13 @@ def cut_split(data, split, keep=0.5):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "bidir_lm_tiny"])
-def test_a_truncated_data_bin_is_one_line_naming_the_file(arch, one_update, forked,
+def test_a_truncated_data_bin_is_one_line_naming_the_file(arch, one_update, served_cli,
                                                          tiny_data_bin, tmp_path):
     """fairseq would map the cut train.bin and stop when a batch first reaches the lost
     sequences: ``ValueError: offset must be non-negative and no greater than buffer length``."""
     data = copy_data_bin(tiny_data_bin, tmp_path / "data")
     kept, size = cut_split(data, "train")
-    status, output = run_to_the_end(forked, "fairseq-train", [
+    status, output = run_to_the_end(served_cli, "fairseq-train", [
         data, *ONE_UPDATE[arch], *TRAIN_ONE, "--save-dir", tmp_path / "ckpt"],
         tmp_path / "train.log")
     assert status == 1 and "Traceback" not in output, output[-3000:]
@@ -536,7 +536,7 @@ def test_a_truncated_data_bin_is_one_line_naming_the_file(arch, one_update, fork
     assert "offset must be non-negative" not in output
     # fairseq-validate reads the valid split, checked the same way
     kept, size = cut_split(data, "valid", keep=0.9)
-    status, output = run_to_the_end(forked, "fairseq-validate", validate_args(
+    status, output = run_to_the_end(served_cli, "fairseq-validate", validate_args(
         arch, data, one_update[arch]), tmp_path / "validate.log")
     assert status == 1 and "Traceback" not in output, output[-3000:]
     assert last_line(output).startswith(
@@ -553,9 +553,9 @@ def data_utils_sizes(data, split):
 
 @pytest.mark.slow
 def test_one_line_in_a_fresh_process_and_the_traceback_on_request(tiny_data_bin, tmp_path):
-    """Not forked: importing the plugin through --user-dir installs the one-line printing in a
+    """Not served: importing the plugin through --user-dir installs the one-line printing in a
     fresh fairseq-train; FAIRSEQ_EXT_TRACEBACK=1 brings Python's traceback back."""
-    command = [fairseq_cli("fairseq-train"), tiny_data_bin, "--user-dir", USER_DIR,
+    command = [fairseq_cli("fairseq-train", real=True), tiny_data_bin, "--user-dir", USER_DIR,
                "--task", "masked_lm", "--criterion", "masked_lm_categories",
                "--arch", "3ml_self_tiny", "--mask-stdev", "-1", *TRAIN_TINY,
                "--save-dir", tmp_path / "ckpt"]

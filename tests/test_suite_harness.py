@@ -1,0 +1,42 @@
+"""The suite's own machinery (tests/conftest.py): its run order names tests that exist, and
+the markers that choose what ``make test``, ``make test-fast`` and ``make test-fresh`` run."""
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import LONGEST_FIRST, REPO_ROOT, run_order
+
+
+def test_the_longest_first_names_tests_that_exist():
+    for entry in LONGEST_FIRST:
+        path, name = entry.split("::")
+        text = (REPO_ROOT / "tests" / path).read_text()
+        assert re.search(rf"^def {re.escape(name)}", text, re.M), f"{entry}: no such test"
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+
+
+def item(nodeid, slow=False):
+    return SimpleNamespace(nodeid=nodeid, get_closest_marker=lambda name: slow or None)
+
+
+def test_run_order_reads_the_name_before_the_parameters():
+    """A parameter that holds a "/" (a recipe's path) does not hide the test's name."""
+    recipe = item("tests/test_torch_compile_cli.py::test_each_familys_demo_recipe_compiles_once_"
+                  "per_bucket[recipes/roberta/demo.sh]", slow=True)
+    assert run_order(recipe) == (0, 0)
+    assert run_order(item("tests/test_x.py::test_y[a/b]", slow=True)) == (1, 0)
+    assert run_order(item("tests/test_x.py::test_y")) == (2, 0)
+
+
+@pytest.mark.heavy
+def test_a_heavy_test_is_slow_too(request):
+    """``heavy`` (make test-fresh only) implies ``slow`` (never in make test-fast)."""
+    assert request.node.get_closest_marker("slow") is not None
+
+
+@pytest.mark.unserved
+def test_an_unserved_test_is_slow_too(request):
+    """``unserved`` implies ``slow``: its runs escape the fork server's log, from which
+    ``make test-fast`` learns that a test trains."""
+    assert request.node.get_closest_marker("slow") is not None
