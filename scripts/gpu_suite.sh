@@ -14,4 +14,4 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONUNBUFFERED=1
-exec "${GPU_PYTHON:-python3}" -S "${REPO}/fairseq_ext/benchmarks/gpu_suite.py" "$@"
+exec "${GPU_PYTHON:-python3}" -S "${REPO}/fairseq_ext/benchmarks/gpu_suite/__main__.py" "$@"
