@@ -284,17 +284,15 @@ class DeviceReadCounter:
 
 @contextlib.contextmanager
 def sized_as_on_cuda(module: torch.nn.Module):
-    """Run ``module``'s size choices as on CUDA: ``--static-sizes auto`` (3ML) becomes static,
-    as it is there (and under torch.compile), so that the reads counted on the CPU are the
-    GPU's."""
-    switched = [m for m in module.modules() if getattr(m, "static_sizes", None) == "auto"]
-    for m in switched:
-        m.static_sizes = "always"
-    try:
+    """Run ``module``'s size choices as on CUDA: each submodule that offers a
+    ``sized_as_on_cuda()`` context (3ML's model: ``--static-sizes auto`` becomes static, as it
+    is there and under torch.compile) is entered, so that the reads counted on the CPU are the
+    GPU's; each restores itself on exit."""
+    with contextlib.ExitStack() as stack:
+        for m in module.modules():
+            if callable(getattr(m, "sized_as_on_cuda", None)):
+                stack.enter_context(m.sized_as_on_cuda())
         yield
-    finally:
-        for m in switched:
-            m.static_sizes = "auto"
 
 
 def count_step(step: Callable[[], object], steps: int = 1) -> Counts:
