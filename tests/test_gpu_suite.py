@@ -485,7 +485,7 @@ def test_train_stage_trains_for_real_on_the_cpu(tmp_path, tiny_data_bin):
 def test_the_bench_stages_arguments_parse(tmp_path, monkeypatch):
     """Each benchmark command of the bench stages, as the dry run prints it, is accepted by the
     script's own argument parser (CUDA faked as available: the parsers check --device cuda)."""
-    from fairseq_ext.benchmarks import bidirectional, swishrnn, three_ml, train_step
+    from fairseq_ext.benchmarks import bench_step, bidirectional, swishrnn, three_ml
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     out = tmp_path / "out"
@@ -493,7 +493,7 @@ def test_the_bench_stages_arguments_parse(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     parsers = {"bench_swishrnn.py": swishrnn.parse_args, "bench_3ml.py": three_ml.parse_args,
                "bench_bidirectional.py": bidirectional.parse_args,
-               "bench_step.py": train_step.parse_args}
+               "bench_step.py": bench_step.parse_args}
     seen = set()
     for name in ("step", "bench_swishrnn", "bench_3ml", "bench_bidir"):
         for line in (out / f"{name}.log").read_text().splitlines():
