@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from .settings import REPO, Settings
 
@@ -194,3 +194,32 @@ def terminate(signum, frame):
     """SIGTERM/SIGHUP: leave through the normal exits, so the running stage's group is ended and
     the tar is packed (the driver), or the study stage's files are copied."""
     raise SystemExit(128 + signum)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bench:
+    """One benchmark invocation of a stage's table: ``scripts/SCRIPT ARGS``, where an argument
+    ``{NAME}`` is the stage's value NAME (a list is spliced in: none, one or more arguments),
+    its output teed into OUTDIR/OUTPUT.txt (OUTPUT formatted with the same values) and, with
+    `json`, ``--json OUTDIR/OUTPUT.json --force`` last (a stage run again measures again)."""
+
+    name: str
+    script: str
+    args: Tuple[str, ...]
+    output: str
+    json: bool = True
+
+
+def run_bench(run: StageRun, py: str, bench: Bench, values: Mapping[str, object]) -> None:
+    """Print and run `bench` (:class:`Bench`) with the stage's `values`, with interpreter `py`."""
+    argv: List[object] = [py, f"scripts/{bench.script}"]
+    for arg in bench.args:
+        if arg.startswith("{") and arg.endswith("}"):
+            value = values[arg[1:-1]]
+            argv += value if isinstance(value, list) else [value]
+        else:
+            argv.append(arg)
+    output = run.outdir / bench.output.format(**values)
+    if bench.json:
+        argv += ["--json", f"{output}.json", "--force"]
+    run.run(argv, tee=Path(f"{output}.txt"))

@@ -10,8 +10,19 @@ each case's profiled updates as Chrome traces (OUTDIR/step-traces/).
 """
 import os
 
-from ..runner import Stage, StageRun, use_env
+from ..runner import Bench, Stage, StageRun, run_bench, use_env
 from ..settings import REPO
+
+#: The stage's invocation, once per STEP_BATCHES micro-batch ({batch}); {families},
+#: {compile}, {peak}, {updates}: STEP_FAMILIES, STEP_COMPILE, GPU_SUITE_PEAK_TFLOPS,
+#: STEP_UPDATES; {data}: the carried data-bin or a synthetic one; {trace}: the first batch's.
+BENCH = Bench("step", "bench_step.py", (
+    "--families", "{families}", "--dim", "768", "--layers", "12", "--seq-len", "512",
+    "--batch-size", "{batch}", "--dtype", "bf16", "--optimizer", "fused_adamw", "--compile",
+    "{compile}", "--peak-tflops", "{peak}", "--warmup", "5", "--updates", "{updates}",
+    "--share-updates", "3", "--count-updates", "1", "{data}", "{trace}",
+    "--fairseq-args=--reduce-stats-at-log-interval --required-seq-len-multiple 64"),
+    "bench-step-base-512-b{batch}")
 
 
 def stage_step(run: StageRun) -> None:
@@ -26,14 +37,9 @@ def stage_step(run: StageRun) -> None:
         "--cache", s.work / "bench-step", "--vocab", "8000"]
     for index, batch in enumerate(s.step_batches):
         trace = ["--trace", out / "step-traces"] if index == 0 else []
-        run.run([py, "scripts/bench_step.py", "--families", s.step_families,
-                 "--dim", "768", "--layers", "12", "--seq-len", "512", "--batch-size", batch,
-                 "--dtype", "bf16", "--optimizer", "fused_adamw", "--compile", s.step_compile,
-                 "--peak-tflops", s.peak_tflops, "--warmup", "5", "--updates", s.step_updates,
-                 "--share-updates", "3", "--count-updates", "1", *data, *trace,
-                 "--fairseq-args=--reduce-stats-at-log-interval --required-seq-len-multiple 64",
-                 "--json", out / f"bench-step-base-512-b{batch}.json", "--force"],
-                tee=out / f"bench-step-base-512-b{batch}.txt")
+        run_bench(run, py, BENCH, {"families": s.step_families, "batch": batch,
+                                   "compile": s.step_compile, "peak": s.peak_tflops,
+                                   "updates": s.step_updates, "data": data, "trace": trace})
 
 
 STAGE = Stage("step", stage_step, ("scripts/bench_step.py: the train step at base/512, eager and "
