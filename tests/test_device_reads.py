@@ -16,6 +16,7 @@ from fairseq_ext.benchmarks.device_reads import (
     DeviceReadCounter,
     attribute,
     call_site,
+    classify,
     count_step,
     sized_as_on_cuda,
 )
@@ -235,3 +236,14 @@ def test_tokens_beyond_the_static_sizes_are_counted_and_logged(monkeypatch):
     with metrics.aggregate(new_root=True) as agg:
         type(criterion).reduce_metrics([log])
         assert agg["kept_dropped"].sum == 5 and agg["predicted_dropped"].sum == 2
+
+
+def test_the_trainer_step_harness_is_no_source_of_reads():
+    """TrainerStep (fairseq_ext/training/trainer_step.py) drives the update from outside, as the
+    benchmark module that held it did: its frames name no part, while the rest of training/ is
+    our trainer."""
+    import fairseq_ext.training.fused_kernels as plumbing
+    import fairseq_ext.training.trainer_step as harness
+
+    assert classify(harness.__file__) is None
+    assert classify(plumbing.__file__) == ("ours", "trainer")

@@ -82,6 +82,10 @@ SOURCES: Dict[Tuple[str, ...], Tuple[str, Optional[str]]] = {
     ("fairseq", "utils.py"): ("fairseq", None),
 }
 OWNER_NAMES = {"ours": "our", "fairseq": "fairseq's"}
+#: Files in a listed folder that are no source of reads: they drive fairseq's update from
+#: outside, as a benchmark does (TrainerStep, which lives with the run plumbing but is the
+#: harness, not the trainer): skipped like a file outside both packages.
+HARNESS_FILES = frozenset({("fairseq_ext", "training", "trainer_step.py")})
 
 
 def _package_parts(filename: str) -> Optional[Tuple[str, ...]]:
@@ -99,7 +103,9 @@ def classify(filename: str) -> Optional[Tuple[str, Optional[str]]]:
     """``(owner, part)`` of a source file (:data:`SOURCES`), or ``None`` for files outside
     fairseq and fairseq-ext or not listed there."""
     parts = _package_parts(filename)
-    return None if parts is None else SOURCES.get(parts)
+    if parts is None or tuple(filename.replace(os.sep, "/").split("/")[-3:]) in HARNESS_FILES:
+        return None
+    return SOURCES.get(parts)
 
 
 Frames = List[Tuple[str, int]]  # (filename, line), innermost first
