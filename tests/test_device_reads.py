@@ -16,7 +16,9 @@ from fairseq_ext.benchmarks.device_reads import (
     DeviceReadCounter,
     attribute,
     call_site,
+    classify,
     count_step,
+    sized_as_on_cuda,
 )
 from fairseq_ext.criterions.masked_lm_flops import MaskedLmFlopsLoss
 from fairseq_ext.data.masking_capacity import MaskingCapacity
@@ -169,6 +171,29 @@ def test_three_ml_static_sizes_flag_reaches_the_model():
     assert three_ml.STATIC_SIZES == ("auto", "always", "never")
 
 
+def test_the_model_sizes_as_on_cuda_within_its_context_and_restores_it():
+    """3ML's ``with model.sized_as_on_cuda():`` makes ``auto`` static and restores it, on an
+    exception too; device_reads.sized_as_on_cuda enters it for every such submodule (a wrapper
+    around the model included) and sets no attribute itself; ``never`` stays ``never``."""
+    task = MaskedLmTaskStub(60, mask_prob=0.5)
+    model = build_arch("3ml_self_tiny", task, 32)
+    capacity = MaskingCapacity.from_task(task.cfg)
+    src = torch.zeros(2, 8, dtype=torch.long)
+    with model.sized_as_on_cuda():
+        assert model.static_sizes == "always" and model.uses_static_sizes(src, capacity)
+    assert model.static_sizes == "auto"
+    with pytest.raises(RuntimeError), model.sized_as_on_cuda():
+        raise RuntimeError
+    assert model.static_sizes == "auto"
+    wrapper = torch.nn.Sequential(model)
+    with sized_as_on_cuda(wrapper):
+        assert model.static_sizes == "always"
+    assert model.static_sizes == "auto"
+    model.static_sizes = "never"
+    with sized_as_on_cuda(model):
+        assert model.static_sizes == "never"
+
+
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
 def test_criterion_logs_the_same_with_static_and_exact_sizes(arch):
     task = MaskedLmTaskStub(60, mask_prob=0.5, leave_unmasked_prob=0.1, random_token_prob=0.1)
@@ -211,3 +236,14 @@ def test_tokens_beyond_the_static_sizes_are_counted_and_logged(monkeypatch):
     with metrics.aggregate(new_root=True) as agg:
         type(criterion).reduce_metrics([log])
         assert agg["kept_dropped"].sum == 5 and agg["predicted_dropped"].sum == 2
+
+
+def test_the_trainer_step_harness_is_no_source_of_reads():
+    """TrainerStep (fairseq_ext/training/trainer_step.py) drives the update from outside, as the
+    benchmark module that held it did: its frames name no part, while the rest of training/ is
+    our trainer."""
+    import fairseq_ext.training.fused_kernels as plumbing
+    import fairseq_ext.training.trainer_step as harness
+
+    assert classify(harness.__file__) is None
+    assert classify(plumbing.__file__) == ("ours", "trainer")

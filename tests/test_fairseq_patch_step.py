@@ -166,8 +166,9 @@ def test_reduced_at_the_log_interval_fairseq_train_logs_the_same(tiny_data_bin, 
 
 
 def test_between_log_intervals_the_trainer_reads_only_its_nan_check(tiny_data_bin):
+    from fairseq_ext.benchmarks.bench_step import FAMILIES
     from fairseq_ext.benchmarks.device_reads import count_step, sized_as_on_cuda
-    from fairseq_ext.benchmarks.train_step import FAMILIES, TrainerStep
+    from fairseq_ext.training.trainer_step import TrainerStep
 
     width = {"layers": 2, "dim": 16, "ffn": 64, "heads": 1}
     reads = {}

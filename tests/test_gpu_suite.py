@@ -1,5 +1,5 @@
-"""scripts/gpu_suite.sh, the GPU checks of issue 14 (a wrapper that runs the driver
-fairseq_ext/benchmarks/gpu_suite.py), as far as a CPU machine can check it: the stages run in
+"""scripts/gpu_suite.sh, the GPU checks of issue 14 (a wrapper that runs the package
+fairseq_ext/benchmarks/gpu_suite/), as far as a CPU machine can check it: the stages run in
 order, each timed into stages.tsv with its own log; the first failing stage stops the suite with
 its log's tail and a non-zero exit; timeouts, the budget, --tar, --dry-run (the commands each
 stage would run) and, with the wheel this machine's `make install` built, the real setup stage
@@ -7,10 +7,12 @@ stage would run) and, with the wheel this machine's `make install` built, the re
 fairseq-hydra-train commands (bf16 as hydra's common.bf16), its check of fairseq's json logs
 (overflow, NaN, a loss that did not fall, ...) on canned logs, directly and through a stand-in
 CLI, and a real run on the CPU at a tiny size. The driver's functions (the budget arithmetic,
-the stage lists, the junit skip check, ...) are also called directly: the module is loaded by its
-path, as the GPU machine runs it (the standard library only, no fairseq_ext package).
+the stage lists, the junit skip check, ...) are also called directly: the package is loaded from
+its folder as a top-level ``gpu_suite``, as the GPU machine runs it (the standard library only,
+no fairseq_ext package).
 
 Stages are replaced by shell commands through GPU_SUITE_CMD_<stage>."""
+import importlib
 import importlib.util
 import json
 import math
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -29,20 +32,28 @@ import torch
 from conftest import REPO_ROOT, cli_zygote
 
 SUITE = REPO_ROOT / "scripts" / "gpu_suite.sh"
-DRIVER = REPO_ROOT / "fairseq_ext" / "benchmarks" / "gpu_suite.py"
+PACKAGE = REPO_ROOT / "fairseq_ext" / "benchmarks" / "gpu_suite"
+DRIVER = PACKAGE / "__main__.py"
 WHEELS = REPO_ROOT / "scripts" / "gpu_wheels.sh"
 STAGES = ["setup", "build", "step", "tests", "bench_swishrnn", "bench_3ml", "bench_bidir", "train",
           "fsdp", "study"]
 
 
 def load_driver():
-    """fairseq_ext/benchmarks/gpu_suite.py loaded by its path (not through the fairseq_ext
-    package, whose __init__ imports fairseq), as scripts/gpu_suite.sh runs it."""
-    spec = importlib.util.spec_from_file_location("gpu_suite_driver", DRIVER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    """The package fairseq_ext/benchmarks/gpu_suite/ loaded from its folder as ``gpu_suite``
+    (not through the fairseq_ext package, whose __init__ imports fairseq), as
+    scripts/gpu_suite.sh runs it: one namespace of its modules' public names."""
+    spec = importlib.util.spec_from_file_location("gpu_suite", PACKAGE / "__init__.py",
+                                                  submodule_search_locations=[str(PACKAGE)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package  # dataclasses and the relative imports look it up there
+    spec.loader.exec_module(package)
+    names = {}
+    for name in ("settings", "checks", "runner", "stages", "stages.train", "stages.fsdp",
+                 "stages.bench_3ml", "stages.tests", "driver"):
+        module = importlib.import_module(f"gpu_suite.{name}")
+        names.update((k, v) for k, v in vars(module).items() if not k.startswith("_"))
+    return types.SimpleNamespace(**names)
 
 
 gs = load_driver()
@@ -474,7 +485,7 @@ def test_train_stage_trains_for_real_on_the_cpu(tmp_path, tiny_data_bin):
 def test_the_bench_stages_arguments_parse(tmp_path, monkeypatch):
     """Each benchmark command of the bench stages, as the dry run prints it, is accepted by the
     script's own argument parser (CUDA faked as available: the parsers check --device cuda)."""
-    from fairseq_ext.benchmarks import bidirectional, swishrnn, three_ml, train_step
+    from fairseq_ext.benchmarks import bench_step, bidirectional, swishrnn, three_ml
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     out = tmp_path / "out"
@@ -482,7 +493,7 @@ def test_the_bench_stages_arguments_parse(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     parsers = {"bench_swishrnn.py": swishrnn.parse_args, "bench_3ml.py": three_ml.parse_args,
                "bench_bidirectional.py": bidirectional.parse_args,
-               "bench_step.py": train_step.parse_args}
+               "bench_step.py": bench_step.parse_args}
     seen = set()
     for name in ("step", "bench_swishrnn", "bench_3ml", "bench_bidir"):
         for line in (out / f"{name}.log").read_text().splitlines():
@@ -541,13 +552,14 @@ def test_setup_installs_wheels_beside_the_interpreters_torch_once(tmp_path):
 
 def test_the_driver_needs_only_the_standard_library():
     """The GPU machine runs the driver before fairseq is installed: loaded without site-packages
-    (-S, as the wrapper runs it), it imports neither torch nor any of fairseq_ext."""
-    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('d', sys.argv[1]); "
-            "m = importlib.util.module_from_spec(spec); sys.modules['d'] = m; spec.loader.exec_module(m); "
-            "print(sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'fairseq', 'fairseq_ext')))")
+    (-S, as the wrapper runs it) the way its __main__.py loads it, it imports neither torch nor
+    any of fairseq_ext."""
+    code = ("import runpy, sys; runpy.run_path(sys.argv[1]); "
+            "print(sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'fairseq', 'fairseq_ext')), "
+            "'gpu_suite.driver' in sys.modules)")
     proc = subprocess.run([sys.executable, "-S", "-c", code, str(DRIVER)], capture_output=True,
                           text=True, check=True)
-    assert proc.stdout.strip() == "[]"
+    assert proc.stdout.strip() == "[] True"
 
 
 def test_the_stage_table_and_the_stage_lists():
@@ -642,6 +654,47 @@ def test_the_junit_check_fails_skips_of_the_cuda_paths(tmp_path, capsys):
     assert "2 CUDA test(s) skipped on the GPU machine" in err
     assert gs.check_junit_skips(junit, listing, require_cuda=False)  # a CPU trial
     assert not gs.check_junit_skips(tmp_path / "none.xml", listing, require_cuda=False)
+
+
+def module_junit(reason: str, ran_one: bool = False) -> str:
+    """pytest's junit XML of one CUDA test module (a class of it too), every test skipped for
+    `reason` (with `ran_one`, but one test that ran), and of a module whose tests ran."""
+    skip = f'<skipped type="pytest.skip" message="{reason}">skip</skipped>'
+    return f"""<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.test_cuda_module" name="test_a">{skip}</testcase>
+<testcase classname="tests.test_cuda_module.TestOnCuda" name="test_b">{'' if ran_one else skip}</testcase>
+<testcase classname="tests.test_swish_rnn" name="test_cpu_layer"/>
+</testsuite></testsuites>"""
+
+
+@pytest.mark.parametrize("reason, passes", [
+    ("this torch has no FlexAttention", False),  # tests/test_block_sparse_attention.py's skip
+    ("needs a newer triton", False),  # a reason outside ACCEPTED_MODULE_SKIPS: the module never ran
+    ("a GPU: scripts/gpu_suite.sh checks FSDP", True),  # an accepted one
+])
+def test_the_junit_check_fails_a_cuda_module_skipped_whole_for_an_unlisted_reason(
+        tmp_path, capsys, reason, passes):
+    """A CUDA test module whose every test is skipped fails the tests stage unless its reason is
+    one of the accepted ones; FlexAttention's module skip is a missing GPU path."""
+    junit, listing = tmp_path / "junit.xml", tmp_path / "skipped.txt"
+    junit.write_text(module_junit(reason))
+    assert gs.check_junit_skips(junit, listing, require_cuda=True) == passes
+    out, err = capsys.readouterr()
+    if reason == "needs a newer triton":
+        assert "every test of tests.test_cuda_module skipped" in out
+        assert "1 CUDA test module(s) skipped whole on the GPU machine: tests.test_cuda_module" in err
+    assert gs.check_junit_skips(junit, listing, require_cuda=False)  # a CPU trial
+    junit.write_text(module_junit(reason, ran_one=True))  # one test of the module ran
+    ran = gs.check_junit_skips(junit, listing, require_cuda=True)
+    assert ran == (reason != "this torch has no FlexAttention")  # that one is a missing GPU path
+
+
+def test_the_flex_attention_module_skip_is_declared():
+    """tests/test_block_sparse_attention.py's module skip reason is one the junit check knows as
+    a missing GPU path (it once matched none, so the suite passed with FlexAttention untested)."""
+    text = (REPO_ROOT / "tests" / "test_block_sparse_attention.py").read_text()
+    reason = "this torch has no FlexAttention"
+    assert f'reason="{reason}"' in text and gs.no_gpu_skip(reason)
 
 
 def test_the_suite_packs_its_tar_when_it_is_terminated(tmp_path):

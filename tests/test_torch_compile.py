@@ -4,7 +4,7 @@ after warm-up over batches of several lengths bucketed by --required-seq-len-mul
 clear error where torch cannot compile.
 
 The updates run fairseq's own ``Trainer.train_step`` in this process
-(:class:`fairseq_ext.benchmarks.train_step.TrainerStep`, built from fairseq-train's flags), on
+(:class:`fairseq_ext.training.trainer_step.TrainerStep`, built from fairseq-train's flags), on
 the shared tiny data-bin. Dropout is 0: a compiled graph draws its dropout masks from another
 random stream than eager (the same distribution), so only dropout-free losses can match.
 """
@@ -13,7 +13,8 @@ import argparse
 import pytest
 import torch
 
-from fairseq_ext.benchmarks.train_step import FAMILIES, TrainerStep
+from fairseq_ext.benchmarks.bench_step import FAMILIES
+from fairseq_ext.training.trainer_step import TrainerStep
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +29,7 @@ def trainer_step(data_bin, family, *extra, seq_len=32, batches=20, shuffle=False
 def losses(step, updates):
     out = []
     for _ in range(updates):
-        sample = step.samples[step._step % len(step.samples)]
-        step._step += 1
-        log = step.trainer.train_step([sample])
+        _, log = step.step()
         out.append(float(log["loss"]))
     return out
 
@@ -42,10 +41,9 @@ def losses_and_compiles(step, updates):
 
     out, compiled_at = [], []
     for index in range(updates):
-        sample = step.samples[step._step % len(step.samples)]
-        step._step += 1
         before = counters["frames"]["ok"]
-        out.append(float(step.trainer.train_step([sample])["loss"]))
+        sample, log = step.step()
+        out.append(float(log["loss"]))
         if counters["frames"]["ok"] != before:
             compiled_at.append((index, tuple(sample["net_input"]["src_tokens"].shape)))
     return out, compiled_at

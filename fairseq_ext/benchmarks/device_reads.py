@@ -82,6 +82,10 @@ SOURCES: Dict[Tuple[str, ...], Tuple[str, Optional[str]]] = {
     ("fairseq", "utils.py"): ("fairseq", None),
 }
 OWNER_NAMES = {"ours": "our", "fairseq": "fairseq's"}
+#: Files in a listed folder that are no source of reads: they drive fairseq's update from
+#: outside, as a benchmark does (TrainerStep, which lives with the run plumbing but is the
+#: harness, not the trainer): skipped like a file outside both packages.
+HARNESS_FILES = frozenset({("fairseq_ext", "training", "trainer_step.py")})
 
 
 def _package_parts(filename: str) -> Optional[Tuple[str, ...]]:
@@ -99,7 +103,9 @@ def classify(filename: str) -> Optional[Tuple[str, Optional[str]]]:
     """``(owner, part)`` of a source file (:data:`SOURCES`), or ``None`` for files outside
     fairseq and fairseq-ext or not listed there."""
     parts = _package_parts(filename)
-    return None if parts is None else SOURCES.get(parts)
+    if parts is None or tuple(filename.replace(os.sep, "/").split("/")[-3:]) in HARNESS_FILES:
+        return None
+    return SOURCES.get(parts)
 
 
 Frames = List[Tuple[str, int]]  # (filename, line), innermost first
@@ -284,17 +290,15 @@ class DeviceReadCounter:
 
 @contextlib.contextmanager
 def sized_as_on_cuda(module: torch.nn.Module):
-    """Run ``module``'s size choices as on CUDA: ``--static-sizes auto`` (3ML) becomes static,
-    as it is there (and under torch.compile), so that the reads counted on the CPU are the
-    GPU's."""
-    switched = [m for m in module.modules() if getattr(m, "static_sizes", None) == "auto"]
-    for m in switched:
-        m.static_sizes = "always"
-    try:
+    """Run ``module``'s size choices as on CUDA: each submodule that offers a
+    ``sized_as_on_cuda()`` context (3ML's model: ``--static-sizes auto`` becomes static, as it
+    is there and under torch.compile) is entered, so that the reads counted on the CPU are the
+    GPU's; each restores itself on exit."""
+    with contextlib.ExitStack() as stack:
+        for m in module.modules():
+            if callable(getattr(m, "sized_as_on_cuda", None)):
+                stack.enter_context(m.sized_as_on_cuda())
         yield
-    finally:
-        for m in switched:
-            m.static_sizes = "auto"
 
 
 def count_step(step: Callable[[], object], steps: int = 1) -> Counts:

@@ -40,6 +40,9 @@ MOVED_MODULES: Dict[str, str] = {
     "fairseq_ext.finetune_grid": "fairseq_ext.evaluation.finetune_grid",
     "fairseq_ext.demo": "fairseq_ext.experiments.demo",
     "fairseq_ext.hf_export": "fairseq_ext.export.huggingface",
+    # issue 57: the bench module is named as its script, scripts/bench_step.py (it still
+    # answers TrainerStep, which now lives in fairseq_ext.training.trainer_step)
+    "fairseq_ext.benchmarks.train_step": "fairseq_ext.benchmarks.bench_step",
 }
 #: The release that drops the old paths.
 REMOVED_IN = "0.2"

@@ -37,6 +37,7 @@ After pre-training the decoder is dropped: ``scripts/export_encoder.py`` writes 
 fairseq RoBERTa checkpoint for fine-tuning.
 """
 import argparse
+import contextlib
 import functools
 import logging
 from typing import Optional, Tuple
@@ -397,6 +398,21 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
             return False
         return (self.static_sizes == "always" or src_tokens.is_cuda
                 or torch.compiler.is_compiling())
+
+    @contextlib.contextmanager
+    def sized_as_on_cuda(self):
+        """Within it, this model makes its size choices as on CUDA: ``--static-sizes auto``
+        becomes static, as it is there (and under torch.compile), so that what runs on the CPU
+        (the device reads a benchmark counts) is the GPU's; restored on exit. ``always`` and
+        ``never`` stay as they are."""
+        switched = self.static_sizes == "auto"
+        if switched:
+            self.static_sizes = "always"
+        try:
+            yield self
+        finally:
+            if switched:
+                self.static_sizes = "auto"
 
     def static_masked_lm_logits(self, src_tokens, masked_tokens, capacity: MaskingCapacity,
                                 every_asked: bool = False):

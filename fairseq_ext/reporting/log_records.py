@@ -3,7 +3,7 @@
 fairseq prints one JSON object per log record, after a logging prefix on stdout
 (``2026-01-01 12:00:00 | INFO | train_inner | {...}``) or bare in a ``--log-file``; every
 figure is a string. ``scripts/demo.py`` and ``scripts/plot_curves.py`` read runs through this,
-and so does the GPU suite (``fairseq_ext/benchmarks/gpu_suite.py``), which loads this file by its
+and so does the GPU suite (``fairseq_ext/benchmarks/gpu_suite/``), which loads this file by its
 path before fairseq is installed: it imports the standard library only.
 """
 import json

@@ -4,8 +4,9 @@ never over what the user saved without ``--force`` (:mod:`.output_files`), an ar
 fairseq-train (:mod:`.model_building`), the apex / torch fused-kernel choice
 (:mod:`.fused_kernels`), the ``${fairseq_ext.user_dir:}`` resolver the hydra YAMLs register
 (:mod:`.hydra_config`) and where fairseq's console scripts are (``FAIRSEQ_BIN``,
-:mod:`.fairseq_bin`). The memory plan, which needs the FLOP formulas' parameter counts, is
-:mod:`fairseq_ext.flops.memory_plan`.
+:mod:`.fairseq_bin`), and fairseq's own ``Trainer`` built from ``fairseq-train`` flags, one
+``train_step`` at a time (:mod:`.trainer_step`). The memory plan, which needs the FLOP
+formulas' parameter counts, is :mod:`fairseq_ext.flops.memory_plan`.
 
 May import: cli.
 """

@@ -61,6 +61,7 @@ from fairseq_ext.benchmarks.device_reads import (
 )
 from fairseq_ext.benchmarks.three_ml import MATMUL_OPS
 from fairseq_ext.reporting.uncertainty import mean_over_seeds
+from fairseq_ext.training.trainer_step import TrainerStep
 
 PROG = "bench_step.py"
 USER_DIR = Path(__file__).resolve().parents[1]
@@ -149,45 +150,13 @@ def synthetic_data_bin(cache: Path, vocab: int = 1000, documents: int = 400,
     return dest
 
 
-# --------------------------------------------------------------------------- the trainer
+# --------------------------------------------------------------------------- the timing
 
 
-class TrainerStep:
-    """fairseq's ``Trainer`` built from ``fairseq-train`` flags, and the first ``batches``
-    batches of its training iterator (in fairseq's order of sizes, or shuffled as
-    fairseq-train's first epoch); :meth:`update` is one ``Trainer.train_step``. ``bf16``
-    trains in bfloat16 as ``fairseq-hydra-train ... common.bf16=true`` does."""
-
-    def __init__(self, argv: Sequence[str], batches: int = 8, shuffle: bool = False,
-                 bf16: bool = False):
-        from fairseq import options, tasks, utils
-        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-        from fairseq.trainer import Trainer
-
-        parser = options.get_training_parser()
-        args = options.parse_args_and_arch(parser, list(argv))
-        cfg = convert_namespace_to_omegaconf(args)
-        if bf16:  # as fairseq-hydra-train's common.bf16=true (fairseq-train's --bf16 is TPU's)
-            cfg.common.bf16 = True
-        utils.import_user_module(cfg.common)
-        torch.manual_seed(cfg.common.seed)
-        self.cfg = cfg
-        self.task = tasks.setup_task(cfg.task)
-        self.task.load_dataset("train")
-        model = self.task.build_model(cfg.model)
-        criterion = self.task.build_criterion(cfg.criterion)
-        self.trainer = Trainer(cfg, self.task, model, criterion)
-        iterator = self.trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=shuffle)
-        self.samples = [next(iterator) for _ in range(batches)]
-        self._step = 0
-
-    def update(self) -> None:
-        sample = self.samples[self._step % len(self.samples)]
-        self._step += 1
-        self.trainer.train_step([sample])
-
-    def timed_update(self) -> float:
-        return timed(self.update, self.trainer.device)
+def timed_updates(step: TrainerStep):
+    """A callable that makes one update of ``step`` and returns its seconds (the device
+    synchronised, :func:`~fairseq_ext.benchmarks.common.timed`)."""
+    return lambda: timed(step.update, step.trainer.device)
 
 
 @dataclasses.dataclass
@@ -483,7 +452,7 @@ def main(argv=None) -> int:
         except Exception as error:  # e.g. FlexAttention's training step on the CPU
             failed[case] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
             say(f"{label[case]} not built: {failed[case]}")
-    times = interleaved_rounds({label[case]: step.timed_update for case, step in steps.items()},
+    times = interleaved_rounds({label[case]: timed_updates(step) for case, step in steps.items()},
                                args.warmup, args.updates, progress=True)
     times = {case: times[label[case]] for case in steps}
     results = []
