@@ -51,7 +51,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
@@ -66,6 +65,7 @@ from fairseq_ext.experiments.recipe_runs import (
     SCORING_MASK_PROB,
     WORKERS,
     DemoRun,
+    in_parallel,
     say,
 )
 from fairseq_ext.experiments.recipe_training import (
@@ -721,6 +721,5 @@ def run_all(plan: List[tuple], bidirectional_plan: List[tuple], data: Path, runs
     workers = min(WORKERS, len(jobs))
     with clock.stage(f"training and scoring: {len(jobs)} runs, {workers} at a time",
                      concurrent=True):
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            rows = list(pool.map(lambda job: job(), jobs))
+        rows = in_parallel(lambda job: job(), jobs, workers)
     return {row["name"]: row for row in rows}

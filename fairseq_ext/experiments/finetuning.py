@@ -49,7 +49,6 @@ import shutil
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -443,7 +442,6 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
     start = time.time()
     stage_dir = runs_dir / FINETUNE_DIR
     stage_dir.mkdir(parents=True, exist_ok=True)
-    pool = ThreadPoolExecutor(max_workers=max(1, workers))
     lock = threading.Lock()
     ran = [0]
 
@@ -456,7 +454,7 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
             export = models[key[0]].recipe in protocol.export_recipes
             sources[key] = prepare_checkpoint(checkpoints[key], out, export)
 
-        list(pool.map(prepare, needed))
+        recipe_runs.in_parallel(prepare, needed, workers)
     else:
         sources = {key: (checkpoints[key], []) for key in needed}
 
@@ -497,7 +495,7 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
                 f"{len(protocol.arms)} arms x {len(tasks)} tasks ({len(selection_runs)} runs on "
                 "the suite's selection data-bins: the training split's last 10% held out)")
     chosen: Dict[str, Dict[str, dict]] = {arm.name: {} for arm in protocol.arms}
-    for run, result in pool.map(one, selection_runs):
+    for run, result in recipe_runs.in_parallel(one, selection_runs, workers):
         entry = chosen[run.arm.name].setdefault(run.task.name, {"scores": {}})
         entry["scores"][run.lr] = result["accuracy"]
     for arm in protocol.arms:
@@ -519,10 +517,9 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
         arm.name: {task.name: {seed: [] for seed in seeds} for task in tasks}
         for arm in protocol.arms}
     seconds = 0.0
-    for run, result in pool.map(one, runs):
+    for run, result in recipe_runs.in_parallel(one, runs, workers):
         accuracy[run.arm.name][run.task.name][run.seed].append(result["accuracy"])
         seconds += result["seconds"]
-    pool.shutdown()
 
     wall_file = stage_dir / "wall.json"
     earlier = json.loads(wall_file.read_text())["wall_seconds"] if wall_file.is_file() else 0.0

@@ -1,6 +1,7 @@
 """Running the repository's bash recipes from Python, shared by the demo, the studies and their
 fine-tuning stage: where the checkout is, the environment a recipe runs with, one torch thread
-per run, whole-line printing from parallel runs, and a run's output streamed into its log; a run's
+per run, the one worker pool (:func:`in_parallel`), whole-line printing from parallel runs, and a
+run's output streamed into its log; a run's
 declaration (:class:`DemoRun`) and the scoring settings the demo and the studies share.
 
 May import: see :mod:`fairseq_ext.experiments` (nothing of its other modules).
@@ -10,8 +11,9 @@ import os
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Tuple, TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: recipes/, scripts/
 BIN_DIR = Path(sys.executable).parent
@@ -20,6 +22,21 @@ WORKERS = 2
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 _OUTPUT = threading.Lock()
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+
+def in_parallel(function: Callable[[_Item], _Result], items: Iterable[_Item],
+                workers: int = WORKERS) -> List[_Result]:
+    """``[function(item) for item in items]``, ``workers`` at a time (threads: each item runs a
+    recipe or a fairseq process), started in order; the first exception is raised once every
+    started item has ended. The demo, the studies and the fine-tuning stage all run their runs
+    here."""
+    items = list(items)
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items)))) as pool:
+        return list(pool.map(function, items))
 
 
 def say(line: str) -> None:

@@ -8,11 +8,10 @@ import math
 import shutil
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from fairseq_ext.experiments.recipe_runs import ONE_THREAD, WORKERS, say
+from fairseq_ext.experiments.recipe_runs import ONE_THREAD, WORKERS, in_parallel, say
 from fairseq_ext.experiments.recipe_training import (
     curve_intervals,
 )
@@ -197,10 +196,7 @@ def run_study(study: Study, data: Path, runs_dir: Path, plan: Sequence[PlannedRu
         with lock:
             results[key(planned)] = result
 
-    if pending:
-        with ThreadPoolExecutor(max_workers=min(workers, len(pending))) as pool:
-            for future in [pool.submit(one, planned) for planned in pending]:
-                future.result()
+    in_parallel(one, pending, workers)
     for planned in plan:  # where the run is now: the runs directory may have moved
         results[key(planned)]["run_dir"] = str(directory(planned))
     return results, len(pending)
