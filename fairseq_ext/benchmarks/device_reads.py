@@ -57,9 +57,12 @@ MASK_INDEX_OPS = frozenset({"aten::index", "aten::index_put", "aten::index_put_"
 READ_METHODS = frozenset({"tolist", "numpy", "__array__", "cpu"})
 
 #: Where a read comes from: (package, its first level: subpackage or module file) of the
-#: file -> (owner, part); files not listed are skipped. ``None`` parts are neutral (helpers
-#: anyone calls, such as ``fairseq.utils.item``): the frame that called them decides.
-SOURCES: Dict[Tuple[str, ...], Tuple[str, Optional[str]]] = {
+#: (package, folder or top-level file) or (package, folder, file) -> (owner, part), or ``None``
+#: for a file that is no source (it drives fairseq's update from outside, as a benchmark does);
+#: a file's own entry wins over its folder's; files not listed are skipped. ``None`` parts are
+#: neutral (helpers anyone calls, such as ``fairseq.utils.item``): the frame that called them
+#: decides.
+SOURCES: Dict[Tuple[str, ...], Optional[Tuple[str, Optional[str]]]] = {
     ("fairseq_ext", "models"): ("ours", "model"),
     ("fairseq_ext", "modules"): ("ours", "model"),
     ("fairseq_ext", "ops"): ("ours", "model"),
@@ -69,6 +72,8 @@ SOURCES: Dict[Tuple[str, ...], Tuple[str, Optional[str]]] = {
     ("fairseq_ext", "data"): ("ours", "task"),
     ("fairseq_ext", "optim"): ("ours", "trainer"),
     ("fairseq_ext", "training"): ("ours", "trainer"),
+    # TrainerStep lives with the run plumbing but is the harness, not the trainer
+    ("fairseq_ext", "training", "trainer_step.py"): None,
     ("fairseq", "models"): ("fairseq", "model"),
     ("fairseq", "modules"): ("fairseq", "model"),
     ("fairseq", "criterions"): ("fairseq", "criterion"),
@@ -82,10 +87,6 @@ SOURCES: Dict[Tuple[str, ...], Tuple[str, Optional[str]]] = {
     ("fairseq", "utils.py"): ("fairseq", None),
 }
 OWNER_NAMES = {"ours": "our", "fairseq": "fairseq's"}
-#: Files in a listed folder that are no source of reads: they drive fairseq's update from
-#: outside, as a benchmark does (TrainerStep, which lives with the run plumbing but is the
-#: harness, not the trainer): skipped like a file outside both packages.
-HARNESS_FILES = frozenset({("fairseq_ext", "training", "trainer_step.py")})
 
 
 def _package_parts(filename: str) -> Optional[Tuple[str, ...]]:
@@ -103,9 +104,10 @@ def classify(filename: str) -> Optional[Tuple[str, Optional[str]]]:
     """``(owner, part)`` of a source file (:data:`SOURCES`), or ``None`` for files outside
     fairseq and fairseq-ext or not listed there."""
     parts = _package_parts(filename)
-    if parts is None or tuple(filename.replace(os.sep, "/").split("/")[-3:]) in HARNESS_FILES:
+    if parts is None:
         return None
-    return SOURCES.get(parts)
+    own = parts + (os.path.basename(filename),)
+    return SOURCES[own] if own in SOURCES else SOURCES.get(parts)
 
 
 Frames = List[Tuple[str, int]]  # (filename, line), innermost first
