@@ -61,9 +61,53 @@ def test_paired_over_seeds_takes_the_spread_of_the_per_seed_differences():
     (Estimate(-0.5, 0.1, 3), "on_par", "fails"),         # wholly beyond -0.1: [-0.82, -0.18]
     (Estimate(0.05, 0.1, 3), "on_par", "unresolved"),    # [-0.27, 0.37]: cannot tell
     (Estimate(-0.5, math.nan, 3), "better", "unresolved"),
+    # every seed gave the same difference: an SE of 0 is no evidence of precision
+    (Estimate(-0.5, 0.0, 2), "better", "unresolved"),
+    (Estimate(0.5, 0.0, 2), "better", "unresolved"),
+    (Estimate(0.02, 0.0, 2), "on_par", "unresolved"),
+    (Estimate(-0.5, 0.0), "better", "unresolved"),
 ])
 def test_verdict(difference, kind, expected):
     assert studies.verdict(difference, kind, margin=0.1) == expected
+
+
+def test_zero_standard_error_resolves_nothing():
+    assert not Estimate(-0.5, 0.0, 2).resolved() and not Estimate(1.0, 0.0).resolved()
+    assert Estimate(-0.5, 0.1, 2).resolved()  # 5 SE > t(0.975, 2) = 4.30
+
+
+def test_minimum_detectable_effect_by_hand():
+    from fairseq_ext.experiments.studies import power
+
+    # (t(0.975, df) + t(0.80, df)) SE from the printed t tables: df 2: 4.303 + 1.061;
+    # df 7: 2.365 + 0.896; many rows: 1.960... but our many-row interval is 2 SE: 2 + 0.842
+    assert power.minimum_detectable_effect(1.0, 2) == pytest.approx(4.303 + 1.061, abs=2e-3)
+    assert power.minimum_detectable_effect(0.5, 7) == pytest.approx(0.5 * (2.365 + 0.896),
+                                                                    abs=2e-3)
+    assert power.minimum_detectable_effect(1.0, None) == pytest.approx(2.0 + 0.8416, abs=1e-3)
+    assert math.isnan(power.minimum_detectable_effect(0.0, 2))
+    assert math.isnan(power.minimum_detectable_effect(math.nan, 2))
+    # planned from a reference run's per-seed differences: sd 1 (values 1, 2, 3), 8 seeds
+    assert power.planned_mde([1.0, 2.0, 3.0], 8) == pytest.approx(
+        (2.365 + 0.896) / math.sqrt(8), abs=2e-3)
+    # 7 seeds: (2.447 + 0.906) / sqrt(7) = 1.267 > 1.2 >= 1.153 at 8
+    assert power.seeds_needed([1.0, 2.0, 3.0], 1.2) == 8
+    assert power.seeds_needed([1.0, 2.0, 3.0], 0.01) is None
+
+
+@pytest.mark.parametrize("verdict, mde, effect, expected", [
+    ("unresolved", 3.0, 1.7, "underpowered"),   # could not have seen the paper's 1.7
+    ("unresolved", 1.0, 1.7, "unresolved"),     # could have, and did not
+    ("unresolved", 3.0, -1.7, "underpowered"),  # the effect's size, not its sign
+    ("holds", 3.0, 1.7, "holds"),               # a resolved claim keeps its verdict
+    ("fails", 3.0, 1.7, "fails"),
+    ("unresolved", 3.0, None, "unresolved"),    # no comparable paper effect
+    ("unresolved", math.nan, 1.7, "unresolved"),
+])
+def test_underpowered_replaces_unresolved_only(verdict, mde, effect, expected):
+    from fairseq_ext.experiments.studies import power
+
+    assert power.with_power(verdict, mde, effect) == expected
 
 
 def test_t_critical_against_the_t_table():
@@ -238,8 +282,18 @@ def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_pa
                                       - rows["roberta-15%"]["per_seed"][s]["mask_loss"], abs=1e-9)
     better = report["claims"][1]
     assert better["difference"] == pytest.approx(sum(per_seed_vs) / 2)
-    assert better["verdict"] == studies.verdict(
-        Estimate(better["difference"], better["difference_se"]))
+    # the verdict by hand: 2 seeds, so SE = |d1 - d2| / 2 and the 95% t interval spans
+    # t(0.975, 1) = 12.706 SE either side; holds below 0, fails above, else unresolved
+    d1, d2 = per_seed_vs
+    hand_se = abs(d1 - d2) / 2
+    assert better["difference_se"] == pytest.approx(hand_se)
+    low, high = (d1 + d2) / 2 - 12.7062 * hand_se, (d1 + d2) / 2 + 12.7062 * hand_se
+    assert better["ci_low"] == pytest.approx(low, rel=1e-4)
+    assert better["ci_high"] == pytest.approx(high, rel=1e-4)
+    hand = "holds" if high < 0 else "fails" if low > 0 else "unresolved"
+    assert hand_se > 0 and better["verdict"] == hand
+    # its MDE by hand: (t(0.975, 1) + t(0.8, 1)) SE = (12.706 + 1.376) SE
+    assert better["mde"] == pytest.approx((12.7062 + 1.3764) * hand_se, rel=1e-3)
     assert "| unigram (train counts)" in text and "3ML-self-40% has the lower loss" in text
     assert "a tiny study: 2 seeds" in text and "trained on cpu" in text
 

@@ -1,6 +1,6 @@
 """The raw sources of the offline fine-tuning tasks (:mod:`.downstream`), read into labelled
-examples: Debian package descriptions (``DebSection``), WordNet 3.0 glosses (``GlossPair``) and
-fortunes (``FortuneTopic``). What each task takes from its source, and why, is
+examples: Debian package descriptions (``DebSection``), WordNet 3.0 glosses (``GlossTopic``,
+``GlossPair``) and fortunes (``FortuneTopic``). What each task takes from its source, and why, is
 :mod:`.downstream`'s docstring; deduplication, splits, overlap removal, baselines and data-bins are
 there too.
 """
@@ -31,6 +31,10 @@ SECTIONS = ("admin", "games", "graphics", "net", "science", "sound")
 #: Fortune categories with 600+ entries of prose (no ASCII art, no translations to do).
 CATEGORIES = ("computers", "people", "politics", "science", "songs-poems", "work")
 WORDNET_FILES = {"noun": "data.noun", "verb": "data.verb", "adj": "data.adj", "adv": "data.adv"}
+#: GlossTopic's classes: WordNet lexicographer files (a data line's ``lex_filenum``, the
+#: numbering of WordNet's lexnames(5WN)), six noun topics of 2,500+ synsets each whose
+#: definitions describe a kind of thing (not the abstract files: act, attribute, state...).
+GLOSS_TOPICS = {5: "animal", 6: "artifact", 13: "food", 15: "location", 18: "person", 20: "plant"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Synset:
     offset: str
     lemmas: tuple[str, ...]
     definition: str
+    lex_filenum: int = -1  # the lexicographer file (lexnames(5WN)): GlossTopic's label
 
 
 # --- text ---------------------------------------------------------------------------------
@@ -272,7 +277,7 @@ def parse_synset(line: str, pos: str) -> Synset | None:
     definition = gloss.split(";", 1)[0].strip()
     if not lemmas or not definition:
         return None
-    return Synset(pos, fields[0], tuple(lemmas), cut(definition))
+    return Synset(pos, fields[0], tuple(lemmas), cut(definition), int(fields[1]))
 
 
 def read_wordnet(wordnet_dir: Path) -> list[Synset]:
@@ -289,6 +294,14 @@ def read_wordnet(wordnet_dir: Path) -> list[Synset]:
         with open(path, encoding="utf-8", errors="replace") as handle:
             synsets += filter(None, (parse_synset(line.rstrip("\n"), pos) for line in handle))
     return synsets
+
+
+def gloss_topic_examples(synsets: Iterable[Synset]) -> list[Example]:
+    """GlossTopic's candidates: each noun synset of a :data:`GLOSS_TOPICS` file as its
+    definition (no lemma) labelled with that file's topic; in the files' order."""
+    return [Example((synset.definition,), GLOSS_TOPICS[synset.lex_filenum])
+            for synset in synsets
+            if synset.pos == "noun" and synset.lex_filenum in GLOSS_TOPICS]
 
 
 def lemma_in(lemma: str, definition: str) -> bool:

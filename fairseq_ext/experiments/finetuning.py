@@ -11,16 +11,18 @@ fairseq's stock ``sentence_prediction`` task and criterion), each :class:`Finetu
 model, possibly with other recipe settings, such as the bidirectional LMs' attention type
 ``R_BIDIR``) on every task of the suite:
 
-1. **learning rate**, one per (arm, task): every rate of :attr:`FinetuneProtocol.lrs` fine-tunes
-   the first pre-training seed's checkpoint once (fine-tuning seed :data:`SELECTION_SEED`) on
-   the suite's selection data-bin (``selection/<TASK>-bin``: the task's training split without
-   its last 10%, scored on that 10%); the best held-out accuracy wins (ties: the first in the
-   grid). The dev split is never looked at;
-2. **runs**: every (arm, pre-training seed, task, fine-tuning seed of
-   :attr:`FinetuneProtocol.seeds`) fine-tunes at the chosen rate for
-   :attr:`FinetuneProtocol.epochs` epochs of batch :attr:`FinetuneProtocol.batch`; its score is
-   the dev accuracy fairseq logs at the end of training (the final model, not the best of
-   several validations, which would choose on dev);
+1. **runs**: every (arm, pre-training seed, task, learning rate of
+   :attr:`FinetuneProtocol.lrs`, fine-tuning seed of :attr:`FinetuneProtocol.seeds`) fine-tunes
+   for :attr:`FinetuneProtocol.epochs` epochs of batch :attr:`FinetuneProtocol.batch` on the
+   task's training split, and is scored at the end of training (the final model, not the best
+   of several validations) on the dev split (``valid``) and on the selection split
+   (``valid1``: 500 held-out rows of the train pool, disjoint from train and dev,
+   ``scripts/prepare_downstream.sh``);
+2. **learning rate, per (arm, pre-training seed, task)**: the rate with the best selection
+   accuracy, averaged over the fine-tuning seeds (ties: the first in the grid), chosen apart for
+   every pre-training seed so that the choice's noise is in the spread over seeds (issue 58);
+   the dev split is never looked at. The seed's dev figure is its runs' at that rate. A
+   protocol with one rate (the demo) has no selection: its runs validate on dev alone;
 3. **figures** (:func:`arm_task_estimate`, :func:`arm_average_estimate`): a pre-training seed's
    figure is the mean over its fine-tuning seeds; the arm's figure is the mean over
    pre-training seeds ± the standard error over pre-training seeds (the spread of the per-seed
@@ -34,8 +36,7 @@ Layout, under the study's runs directory (a run is finished when its ``result.js
 it is never redone, and one fine-tuned with other settings is refused)::
 
     finetune/exports/<model>/seed<S>/finetune_args.txt, [encoder.pt]  (arch read off the checkpoint)
-    finetune/lr-selection/<arm>/<TASK>/lr<LR>/{train.log,result.json}
-    finetune/<arm>/seed<S>/<TASK>/ft<F>/{train.log,result.json}
+    finetune/<arm>/seed<S>/<TASK>/lr<LR>/ft<F>/{train.log,result.json}
     finetune/wall.json                                               the stage's wall time
 
 May import: see :mod:`fairseq_ext.experiments` (nothing of :mod:`~fairseq_ext.experiments.studies`,
@@ -55,7 +56,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from fairseq_ext.experiments import recipe_runs
-from fairseq_ext.experiments.run_store import RESULT, SELECTION_SEED, write_result
+from fairseq_ext.experiments.run_store import RESULT, write_result
 from fairseq_ext.reporting.log_records import parse_json_record
 from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
 from fairseq_ext.training.fairseq_bin import python_executable
@@ -64,9 +65,11 @@ from fairseq_ext.training.output_files import write_text
 #: The suite's summary, written by ``scripts/prepare_downstream.sh``.
 SUITE_JSON = "downstream.json"
 #: The stage's directory under the study's runs directory (its runs finish with
-#: :data:`~fairseq_ext.experiments.run_store.RESULT`; selection runs at
-#: :data:`~fairseq_ext.experiments.run_store.SELECTION_SEED`).
+#: :data:`~fairseq_ext.experiments.run_store.RESULT`).
 FINETUNE_DIR = "finetune"
+#: The suite's selection split (:data:`fairseq_ext.corpus.downstream.SELECTION_SPLIT`): runs of a
+#: protocol with a learning-rate grid validate on ``valid`` and on it.
+SELECTION_SPLIT = "valid1"
 #: The fine-tuning learning rates every arm chooses from (3x steps; the models are small).
 FINETUNE_LRS = ("3e-4", "1e-3", "3e-3")
 FINETUNE_SEEDS = (1, 2, 3)
@@ -169,8 +172,6 @@ def check_protocol(protocol: FinetuneProtocol, model_names: Sequence[str]) -> Li
                             f"{list(model_names)}")
     if len(protocol.seeds) < 1 or len(set(protocol.seeds)) != len(protocol.seeds):
         problems.append(f"fine-tuning seeds must be distinct, at least one: {protocol.seeds}")
-    if SELECTION_SEED in protocol.seeds:
-        problems.append(f"fine-tuning seed {SELECTION_SEED} is the selection runs' seed")
     for lr in not_positive(protocol.lrs):
         problems.append(f"fine-tuning lr {lr!r} is not a positive learning rate")
     if protocol.batch < 1 or protocol.epochs < 1:
@@ -186,13 +187,13 @@ def check_protocol(protocol: FinetuneProtocol, model_names: Sequence[str]) -> Li
 
 @dataclasses.dataclass(frozen=True)
 class SuiteTask:
-    """One task of the suite as the study needs it: its data-bins and training sizes."""
+    """One task of the suite as the study needs it: its data-bin, training and selection sizes
+    and baselines."""
 
     name: str
     data: Path
-    selection: Path
     train_examples: int
-    selection_train_examples: int
+    selection_examples: int
     baselines: Dict[str, dict]
 
 
@@ -213,14 +214,16 @@ def load_suite(suite_dir: Path,
         if only is not None and name not in only:
             continue
         data = suite_dir / f"{name}-bin"
-        selection = suite_dir / "selection" / f"{name}-bin"
-        for folder in (data, selection):
-            if not (folder / "input0" / "train.idx").is_file():
-                raise SystemExit(f"error: {folder} is not a finished data-bin: rebuild the suite "
-                                 f"with scripts/prepare_downstream.sh DATA_BIN {suite_dir}")
+        if not (data / "input0" / "train.idx").is_file():
+            raise SystemExit(f"error: {data} is not a finished data-bin: rebuild the suite "
+                             f"with scripts/prepare_downstream.sh DATA_BIN {suite_dir}")
         sizes = entry["sizes"]
-        tasks.append(SuiteTask(name, data, selection, int(sizes["train"]),
-                               int(sizes["selection_train"]), entry.get("baselines", {})))
+        if "selection" not in sizes or not (data / "input0" / f"{SELECTION_SPLIT}.idx").is_file():
+            raise SystemExit(f"error: {data} has no selection split ({SELECTION_SPLIT}): it was "
+                             "built by an older scripts/prepare_downstream.sh; rebuild the suite "
+                             f"with scripts/prepare_downstream.sh DATA_BIN {suite_dir} --force")
+        tasks.append(SuiteTask(name, data, int(sizes["train"]), int(sizes["selection"]),
+                               entry.get("baselines", {})))
     from fairseq_ext.corpus.downstream import TASKS
 
     order = {name: index for index, name in enumerate(TASKS)}  # the builder's, as built or not
@@ -243,8 +246,16 @@ def suite_fingerprint(summary: dict) -> str:
     order = {name: index for index, name in enumerate(TASKS)}
     entries = sorted(entries, key=lambda t: (order.get(t["name"], len(order)), t["name"]))
     key = {"settings": summary.get("settings"),
-           "tasks": [(t["name"], t["sizes"]["train"], t["sizes"]["dev"]) for t in entries]}
+           "tasks": [(t["name"], t["sizes"]["train"], t["sizes"]["dev"], t["sizes"]["selection"])
+                     for t in entries]}
     return sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def stage_wall_seconds(runs_dir: Path) -> float:
+    """The fine-tuning stage's wall time over earlier invocations on ``runs_dir`` (0 without
+    one)."""
+    path = runs_dir / FINETUNE_DIR / "wall.json"
+    return float(json.loads(path.read_text())["wall_seconds"]) if path.is_file() else 0.0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,25 +264,22 @@ def suite_fingerprint(summary: dict) -> str:
 @dataclasses.dataclass(frozen=True)
 class FinetuneRun:
     """One fine-tuning run: an arm's checkpoint of pre-training seed ``seed`` on ``task`` at
-    ``lr`` with fine-tuning seed ``ft_seed``; ``selection``: a learning-rate selection run (on
-    the selection data-bin)."""
+    ``lr`` with fine-tuning seed ``ft_seed``; ``select``: also scored on the selection split."""
 
     arm: FinetuneArm
     seed: int
     task: SuiteTask
     lr: str
     ft_seed: int
-    selection: bool = False
+    select: bool = True
 
     @property
     def train_examples(self) -> int:
-        return self.task.selection_train_examples if self.selection else self.task.train_examples
+        return self.task.train_examples
 
     def directory(self, runs_dir: Path) -> Path:
-        root = runs_dir / FINETUNE_DIR
-        if self.selection:
-            return root / "lr-selection" / safe(self.arm.name) / self.task.name / f"lr{self.lr}"
-        return root / safe(self.arm.name) / f"seed{self.seed}" / self.task.name / f"ft{self.ft_seed}"
+        return (runs_dir / FINETUNE_DIR / safe(self.arm.name) / f"seed{self.seed}"
+                / self.task.name / f"lr{self.lr}" / f"ft{self.ft_seed}")
 
 
 def safe(name: str) -> str:
@@ -351,7 +359,8 @@ def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoin
     env = {**protocol.env,
            **{key: model.env[key] for key in protocol.model_env_keys if key in model.env},
            **run.arm.env,
-           "TASK": run.task.name, "DATA": str(run.task.selection if run.selection else run.task.data),
+           "TASK": run.task.name, "DATA": str(run.task.data),
+           "VALID_SUBSET": f"valid,{SELECTION_SPLIT}" if run.select else "valid",
            protocol.checkpoint_env: str(checkpoint), "LR": run.lr, "SEED": str(run.ft_seed),
            "BATCH_SIZE": str(protocol.batch), "BATCH": str(protocol.batch),
            "MAX_SENTENCES": str(protocol.batch), "EPOCHS": str(protocol.epochs),
@@ -385,7 +394,7 @@ def run_settings(protocol: FinetuneProtocol, run: FinetuneRun, fingerprint: str)
     total, warmup = schedule(protocol, run.train_examples)
     settings = {"recipe": protocol.recipe, "arm_env": run.arm.env, "lr": run.lr,
                 "ft_seed": run.ft_seed, "seed": run.seed, "task": run.task.name,
-                "selection": run.selection, "total_updates": total, "warmup_updates": warmup,
+                "select": run.select, "total_updates": total, "warmup_updates": warmup,
                 "batch": protocol.batch, "suite": fingerprint}
     if run.arm.random_init:
         settings["random_init_draw"] = random_init_draw(run.seed, run.ft_seed)
@@ -417,9 +426,12 @@ def fine_tune(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: P
     lines = list(recipe_runs.stream(command, full_env, run_dir / "train.log"))
     seconds = time.time() - start
     accuracy = final_accuracy(lines)
-    if accuracy is None:
-        raise SystemExit(f"error: {run_dir / 'train.log'} logged no dev accuracy")
-    result = {"accuracy": accuracy, "seconds": seconds, "settings": settings}
+    selection = final_accuracy(lines, SELECTION_SPLIT) if run.select else None
+    if accuracy is None or (run.select and selection is None):
+        raise SystemExit(f"error: {run_dir / 'train.log'} logged no dev"
+                         f"{' or selection' if run.select else ''} accuracy")
+    result = {"accuracy": accuracy, "selection_accuracy": selection, "seconds": seconds,
+              "settings": settings}
     write_result(run_dir, result)
     return result
 
@@ -432,9 +444,10 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
     """The whole stage (module docstring): exports, learning rates, runs, in ``workers``
     parallel runs of one torch thread each; finished runs read back. ``checkpoints``: the
     last checkpoint of each (model, pre-training seed). Returns the stage's raw results:
-    ``{"lr": {arm: {task: {"lr", "scores"}}}, "accuracy": {arm: {task: {seed: [acc per ft
-    seed]}}}, "wall_seconds", "runs_now"}``. ``only``: those tasks of the suite. A protocol with
-    one learning rate fine-tunes at it, with no selection runs. ``train=False``
+    ``{"lr": {arm: {task: {seed: {"lr", "selection", "dev"}}}}, "accuracy": {arm: {task: {seed:
+    [dev acc per ft seed at the chosen lr]}}}, "wall_seconds", "runs_now"}``. ``only``: those
+    tasks of the suite. A protocol with one learning rate fine-tunes at it, scored on dev
+    alone. ``train=False``
     (``--report-only``): finished runs are read back, nothing is exported or trained, and a run
     that is not finished is an error naming it."""
     tasks, summary = load_suite(suite_dir, only)
@@ -481,48 +494,47 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
             with lock:
                 ran[0] += 1
             recipe_runs.say(f"== fine-tune {run.arm.name} seed{run.seed} {run.task.name} "
-                            f"{'lr-selection ' if run.selection else ''}lr {run.lr} "
-                            f"ft{run.ft_seed}: {result['accuracy']:.1f}% in "
-                            f"{result['seconds']:.0f} s")
+                            f"lr {run.lr} ft{run.ft_seed}: dev {result['accuracy']:.1f}%"
+                            + (f", selection {result['selection_accuracy']:.1f}%"
+                               if run.select else "") + f" in {result['seconds']:.0f} s")
         return run, result
 
-    # 1. the learning rate of each (arm, task), on held-out training data
-    selection_runs = [FinetuneRun(arm, seeds[0], task, lr, SELECTION_SEED, selection=True)
-                      for arm in protocol.arms for task in tasks for lr in protocol.lrs
-                      if len(protocol.lrs) > 1]
-    if selection_runs:
-        printer(f"== fine-tuning: learning rates {', '.join(protocol.lrs)} for "
-                f"{len(protocol.arms)} arms x {len(tasks)} tasks ({len(selection_runs)} runs on "
-                "the suite's selection data-bins: the training split's last 10% held out)")
-    chosen: Dict[str, Dict[str, dict]] = {arm.name: {} for arm in protocol.arms}
-    for run, result in recipe_runs.in_parallel(one, selection_runs, workers):
-        entry = chosen[run.arm.name].setdefault(run.task.name, {"scores": {}})
-        entry["scores"][run.lr] = result["accuracy"]
-    for arm in protocol.arms:
-        for task in tasks:
-            entry = chosen[arm.name].setdefault(task.name, {"scores": {}})
-            if not selection_runs:
-                entry["lr"] = protocol.lrs[0]
-                continue
-            entry["lr"] = max(protocol.lrs, key=lambda lr: (entry["scores"][lr],
-                                                            -protocol.lrs.index(lr)))
-
-    # 2. every (arm, seed, task, fine-tuning seed) at its chosen rate
-    runs = [FinetuneRun(arm, seed, task, chosen[arm.name][task.name]["lr"], ft_seed)
+    # 1. every (arm, seed, task, lr, fine-tuning seed), scored on dev and on the selection split
+    select = len(protocol.lrs) > 1
+    runs = [FinetuneRun(arm, seed, task, lr, ft_seed, select=select)
             for arm in protocol.arms for seed in seeds for task in tasks
-            for ft_seed in protocol.seeds]
+            for lr in protocol.lrs for ft_seed in protocol.seeds]
     printer(f"== fine-tuning: {len(runs)} runs ({len(protocol.arms)} arms x {len(seeds)} "
-            f"pre-training seeds x {len(tasks)} tasks x {len(protocol.seeds)} fine-tuning seeds)")
-    accuracy: Dict[str, Dict[str, Dict[int, List[float]]]] = {
-        arm.name: {task.name: {seed: [] for seed in seeds} for task in tasks}
-        for arm in protocol.arms}
+            f"pre-training seeds x {len(tasks)} tasks x {len(protocol.lrs)} learning rates x "
+            f"{len(protocol.seeds)} fine-tuning seeds)"
+            + (f"; each seed's rate chosen on the tasks' {SELECTION_SPLIT} split" if select
+               else ""))
+    scores: Dict[Tuple[str, str, int, str], Dict[str, List[float]]] = {}
     seconds = 0.0
     for run, result in recipe_runs.in_parallel(one, runs, workers):
-        accuracy[run.arm.name][run.task.name][run.seed].append(result["accuracy"])
+        entry = scores.setdefault((run.arm.name, run.task.name, run.seed, run.lr),
+                                  {"dev": [], "selection": []})
+        entry["dev"].append(result["accuracy"])
+        if select:
+            entry["selection"].append(result["selection_accuracy"])
         seconds += result["seconds"]
 
+    # 2. each (arm, task, pre-training seed)'s rate: the best mean selection accuracy
+    chosen: Dict[str, Dict[str, Dict[int, dict]]] = {
+        arm.name: {task.name: {} for task in tasks} for arm in protocol.arms}
+    accuracy: Dict[str, Dict[str, Dict[int, List[float]]]] = {
+        arm.name: {task.name: {} for task in tasks} for arm in protocol.arms}
+    for arm in protocol.arms:
+        for task in tasks:
+            for seed in seeds:
+                entry = choose_lr(protocol.lrs, {lr: scores[(arm.name, task.name, seed, lr)]
+                                                 for lr in protocol.lrs})
+                chosen[arm.name][task.name][seed] = entry
+                accuracy[arm.name][task.name][seed] = list(
+                    scores[(arm.name, task.name, seed, entry["lr"])]["dev"])
+
     wall_file = stage_dir / "wall.json"
-    earlier = json.loads(wall_file.read_text())["wall_seconds"] if wall_file.is_file() else 0.0
+    earlier = stage_wall_seconds(runs_dir)
     this_time = time.time() - start
     wall = earlier + (this_time if ran[0] else 0.0)
     write_text(wall_file, json.dumps({"wall_seconds": wall}), force=True)
@@ -531,6 +543,27 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
             "wall_seconds": wall, "runs_now": ran[0], "run_seconds": seconds,
             "suite": {"dir": str(suite_dir), "fingerprint": fingerprint,
                       "settings": summary.get("settings")}}
+
+
+def choose_lr(lrs: Sequence[str], scores: Dict[str, Dict[str, List[float]]]) -> dict:
+    """One (arm, task, pre-training seed)'s learning rate from its runs' ``scores`` ({lr:
+    {"selection": [...], "dev": [...]}} over fine-tuning seeds): the best mean selection
+    accuracy (ties: the first in ``lrs``; one rate: that one). Returns ``{"lr", "selection":
+    {lr: mean}, "dev": {lr: mean}}``: every rate's means are kept (study.json), but only the
+    selection means choose."""
+    selection = {lr: float(np.mean(scores[lr]["selection"])) for lr in lrs
+                 if scores[lr]["selection"]}
+    best = lrs[0] if len(lrs) == 1 else max(lrs, key=lambda lr: (selection[lr], -lrs.index(lr)))
+    return {"lr": best, "selection": selection,
+            "dev": {lr: float(np.mean(scores[lr]["dev"])) for lr in lrs}}
+
+
+def chosen_lrs(raw_lr: dict) -> Dict[str, str]:
+    """{pre-training seed: lr} of one (arm, task)'s entry of the stage's ``lr``; an entry of
+    the format before issue 58 (one ``{"lr", "scores"}`` for every seed) as ``{"all": lr}``."""
+    if "lr" in raw_lr:
+        return {"all": raw_lr["lr"]}
+    return {str(seed): entry["lr"] for seed, entry in raw_lr.items()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -642,7 +675,8 @@ def demo_table(raw: dict, task: str = DEMO_TASK,
         estimate = mean_over_seeds(per_seed[name])
         row = {"name": name, "accuracy": estimate.value, "accuracy_se": estimate.standard_error,
                "accuracy_dof": estimate.degrees_of_freedom, "per_seed": per_seed[name],
-               "lr": raw["lr"][name][task]["lr"], "random_init": name == random_name}
+               "lr": sorted(set(chosen_lrs(raw["lr"][name][task]).values()))[0],
+               "random_init": name == random_name}
         pairs = [("vs_random", random_name)] if name in pretrained and random_name else []
         if pretrained and name in pretrained[1:]:
             pairs.append(("vs_first", pretrained[0]))

@@ -6,14 +6,16 @@ declaration (:class:`DemoRun`) and the scoring settings the demo and the studies
 
 May import: see :mod:`fairseq_ext.experiments` (nothing of its other modules).
 """
+import contextlib
 import dataclasses
 import os
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Tuple, TypeVar
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: recipes/, scripts/
 BIN_DIR = Path(sys.executable).parent
@@ -26,17 +28,50 @@ _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
 
 
+class OverTime(SystemExit):
+    """A time budget ran out: no further item starts (:func:`time_budget`)."""
+
+
+_BUDGET: List[Tuple[float, str]] = []  # (deadline on time.monotonic(), the message), innermost last
+
+
+@contextlib.contextmanager
+def time_budget(seconds: Optional[float], message: str) -> Iterator[None]:
+    """Within it, :func:`in_parallel` starts no item once ``seconds`` have passed: the items
+    not started raise :class:`OverTime` with ``message`` (the started ones finish; the first
+    exception is raised after them). ``None``: no budget. A study enforces its declared
+    minutes with it (``Study.minutes``, ``scripts/study.py --minutes``)."""
+    if seconds is None:
+        yield
+        return
+    _BUDGET.append((time.monotonic() + seconds, message))
+    try:
+        yield
+    finally:
+        _BUDGET.pop()
+
+
+def _within_budget(function: Callable[[_Item], _Result]) -> Callable[[_Item], _Result]:
+    def guarded(item: _Item) -> _Result:
+        for deadline, message in list(_BUDGET):
+            if time.monotonic() > deadline:
+                raise OverTime(message)
+        return function(item)
+
+    return guarded
+
+
 def in_parallel(function: Callable[[_Item], _Result], items: Iterable[_Item],
                 workers: int = WORKERS) -> List[_Result]:
     """``[function(item) for item in items]``, ``workers`` at a time (threads: each item runs a
     recipe or a fairseq process), started in order; the first exception is raised once every
-    started item has ended. The demo, the studies and the fine-tuning stage all run their runs
-    here."""
+    started item has ended; within a :func:`time_budget` that has run out, no item starts. The
+    demo, the studies and the fine-tuning stage all run their runs here."""
     items = list(items)
     if not items:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items)))) as pool:
-        return list(pool.map(function, items))
+        return list(pool.map(_within_budget(function), items))
 
 
 def say(line: str) -> None:

@@ -110,7 +110,10 @@ class Estimate:
     def resolved(self) -> bool:
         """Whether a *difference* lies outside its interval's half-width from 0: more than
         :data:`RESOLVED_AT` standard errors for a many-row error, more than the t quantile for a
-        few-seed one (a Python bool: JSON writes it as true/false)."""
+        few-seed one (a Python bool: JSON writes it as true/false). A zero or unknown error
+        resolves nothing: it is no evidence of precision."""
+        if not (math.isfinite(self.standard_error) and self.standard_error > 0):
+            return False
         return bool(abs(self.value) > self.critical * self.standard_error)
 
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from fairseq_ext.experiments import finetuning
+from fairseq_ext.experiments import finetuning, recipe_runs
 from fairseq_ext.experiments.recipe_runs import DEFAULT_DATA, REPO_ROOT, WORKERS
 from fairseq_ext.experiments.studies.kinds import kind_of
 from fairseq_ext.experiments.studies.plan import plan_study, with_lr
@@ -50,6 +50,7 @@ def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: P
     report = kind_of(study).report(study, results, data)
     report.update({"study": study.name, "title": study.title, "seeds": list(study.seeds),
                    "notes": study.notes, "wall_seconds": wall_seconds, "budget": study.budget,
+                   "minutes": study.minutes,
                    "lr_selection": selection or {},
                    "runs": {key: {k: v for k, v in result.items() if k != "curve"}
                             for key, result in results.items()},
@@ -105,6 +106,10 @@ def main(argv=None) -> None:
                         help="train nothing: re-render study.json, curves.png and the report "
                              "from the finished runs in --runs-dir (an unfinished run is an "
                              "error naming it)")
+    parser.add_argument("--minutes", type=int, default=None,
+                        help="the study's time budget in minutes, over every invocation on "
+                             "--runs-dir (default: the study's own, Study.minutes; 0: none); no "
+                             "run starts past it, and the finished ones are kept")
     parser.add_argument("--markdown", action="store_true",
                         help="also print the claims as docs/studies.md's Paper vs ours rows")
     figures.add_compare_arguments(parser)
@@ -123,6 +128,10 @@ def main(argv=None) -> None:
         parser.error(f"--updates {args.updates}: give a positive number of updates")
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: give at least 1")
+    if args.minutes is not None:
+        if args.minutes < 0:
+            parser.error(f"--minutes {args.minutes}: give a number of minutes, or 0 for none")
+        study = dataclasses.replace(study, minutes=args.minutes)
     downstream = None
     if args.downstream is not None:
         if study.finetune is None:
@@ -178,25 +187,36 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
                 f"{p.model.name} {p.updates} updates" for p in plan if p.seed == seeds[0]))
     runs_dir.mkdir(parents=True, exist_ok=True)
     earlier = earlier_wall_seconds(runs_dir)
-    selection, selected_now = select_learning_rates(study, data, runs_dir, plan, workers, printer,
-                                                    train=not report_only)
-    if selection:
-        plan = [dataclasses.replace(planned, model=with_lr(planned.model,
-                                                           selection[planned.model.name]["lr"]))
+    spent = earlier + finetuning.stage_wall_seconds(runs_dir)
+    budget = None
+    if study.minutes > 0 and not report_only:
+        budget = study.minutes * 60 - spent
+        printer(f"== time budget: {study.minutes} min (Study.minutes; --minutes to change), "
+                f"{spent / 60:.1f} min spent by earlier invocations on {runs_dir}")
+    over = (f"error: study {study.name} is over its time budget of {study.minutes} min "
+            "(Study.minutes, docs/studies.md): no run starts past it, and the finished runs "
+            "are kept; to finish, run the same command with --minutes M for a larger budget "
+            "(finished runs are read back, never retrained)")
+    with recipe_runs.time_budget(budget, over):
+        selection, selected_now = select_learning_rates(study, data, runs_dir, plan, workers,
+                                                        printer, train=not report_only)
+        if selection:
+            plan = [dataclasses.replace(
+                planned, model=with_lr(planned.model, selection[planned.model.name]["lr"]))
                 for planned in plan]
-    results, trained = run_study(study, data, runs_dir, plan, workers, keep_checkpoints,
-                                 train=not report_only)
-    this_time = time.time() - start
-    # the study's wall time: every invocation that trained something, summed over resumes
-    total = earlier + (this_time if trained or selected_now else 0.0)
-    finetune_raw = None
-    if downstream is not None:
-        checkpoints = {(model.name, seed): Path(results[f"{model.name}/seed{seed}"]["run_dir"])
-                       / "checkpoints" / "checkpoint_last.pt"
-                       for model in study.models for seed in seeds}
-        finetune_raw = finetuning.run_stage(study.finetune, {m.name: m for m in study.models},
-                                            seeds, checkpoints, downstream, runs_dir, workers,
-                                            printer, train=not report_only)
+        results, trained = run_study(study, data, runs_dir, plan, workers, keep_checkpoints,
+                                     train=not report_only)
+        this_time = time.time() - start
+        # the study's wall time: every invocation that trained something, summed over resumes
+        total = earlier + (this_time if trained or selected_now else 0.0)
+        finetune_raw = None
+        if downstream is not None:
+            checkpoints = {(model.name, seed): Path(results[f"{model.name}/seed{seed}"]["run_dir"])
+                           / "checkpoints" / "checkpoint_last.pt"
+                           for model in study.models for seed in seeds}
+            finetune_raw = finetuning.run_stage(study.finetune, {m.name: m for m in study.models},
+                                                seeds, checkpoints, downstream, runs_dir, workers,
+                                                printer, train=not report_only)
     _report, text = report_study(study, results, data, runs_dir, total, selection, provenance,
                                  finetune_raw)
     printer(text)
@@ -204,7 +224,8 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
     printer(f"study wall time: {total / 60:.1f} min of pre-training over the invocations that "
             f"trained (this one {this_time / 60:.1f} min; finished runs read back cost nothing)"
             + ("" if finetune_raw is None else
-               f"; fine-tuning {finetune_raw['wall_seconds'] / 60:.1f} min"))
+               f"; fine-tuning {finetune_raw['wall_seconds'] / 60:.1f} min")
+            + (f"; budget {study.minutes} min" if study.minutes > 0 else ""))
 
 
 def earlier_wall_seconds(runs_dir: Path) -> float:

@@ -122,6 +122,19 @@ def baseline_cells(row: dict, tasks: Sequence[str]) -> List[str]:
     return [field(row, task, 2) if task in row else "-" for task in [*tasks, "average"]]
 
 
+def lr_cell(chosen) -> str:
+    """An arm's fine-tuning lr on a task: one rate (a study.json from before issue 58, or every
+    seed chose the same), else each rate with the number of pre-training seeds that chose it."""
+    if isinstance(chosen, str):
+        return chosen
+    counts: Dict[str, int] = {}
+    for lr in chosen.values():
+        counts[lr] = counts.get(lr, 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{lr} x{n}" for lr, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
 def format_finetune(report: dict, seeds: int) -> str:
     """The fine-tuning tables: arms and baselines by task and average, then the claims."""
     tasks = report["tasks"]
@@ -129,12 +142,13 @@ def format_finetune(report: dict, seeds: int) -> str:
              f"{report['epochs']} epochs of batch {report['batch']}): dev accuracy (%), mean over "
              f"{seeds} pre-training seeds of the mean over fine-tuning seeds "
              f"{report['finetune_seeds']}, ± SE over pre-training seeds (ft: the SE over "
-             "fine-tuning seeds within a pre-training seed); lr chosen per task on held-out "
-             "training data"]
+             "fine-tuning seeds within a pre-training seed); lr chosen per task "
+             + ("and pre-training seed on the selection split (x N: chosen by N seeds)"
+                if report.get("lr_per_seed") else "on held-out training data")]
     table = []
     for row in report["arms"]:
         table.append([row["name"]] + [
-            f"{field(row, task, 2)} (ft {row[f'{task}_ft_se']:.2f}; lr {row['lr'][task]})"
+            f"{field(row, task, 2)} (ft {row[f'{task}_ft_se']:.2f}; lr {lr_cell(row['lr'][task])})"
             for task in tasks] + [field(row, "average", 2)])
     for row in report["baselines"]:
         table.append([row["name"]] + baseline_cells(row, tasks))
@@ -180,7 +194,7 @@ def markdown_finetune(report: dict) -> str:
              "| --- | " + " | ".join("---" for _ in tasks) + " | --- |"]
     for row in finetune["arms"]:
         lines.append(f"| {row['name']} | " + " | ".join(
-            f"{field(row, task, 2)} (lr {row['lr'][task]})" for task in tasks)
+            f"{field(row, task, 2)} (lr {lr_cell(row['lr'][task])})" for task in tasks)
             + f" | {field(row, 'average', 2)} |")
     for row in finetune["baselines"]:
         lines.append(f"| *{row['name']}* | " + " | ".join(baseline_cells(row, tasks)) + " |")

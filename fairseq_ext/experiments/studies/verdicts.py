@@ -8,6 +8,7 @@ import math
 from typing import Dict, Optional
 
 from fairseq_ext.experiments import finetuning
+from fairseq_ext.experiments.studies.power import judged
 from fairseq_ext.experiments.studies.spec import Claim, Study
 from fairseq_ext.reporting.uncertainty import (
     CONFIDENCE,
@@ -48,8 +49,12 @@ def verdict(difference: Estimate, kind: str = "better", margin: Optional[float] 
       ``unresolved``;
     * ``on_par``: ``holds`` when the interval lies within ``± margin``, ``fails`` when it lies
       wholly beyond it, else ``unresolved`` (a difference resolved from 0 but small enough to
-      be inside the margin is on par; one the seeds cannot place is not a fail)."""
-    if not math.isfinite(difference.value) or not math.isfinite(difference.standard_error):
+      be inside the margin is on par; one the seeds cannot place is not a fail).
+
+    A standard error of 0 (every seed gave the same difference: with 2-3 seeds and whole-row
+    accuracies it happens) or a non-finite one is no evidence of precision: ``unresolved``."""
+    if (not math.isfinite(difference.value) or not math.isfinite(difference.standard_error)
+            or difference.standard_error <= 0):
         return "unresolved"
     low, high = difference.interval()
     if not (math.isfinite(low) and math.isfinite(high)):
@@ -118,7 +123,7 @@ def finetune_report(study: Study, raw: dict) -> dict:
     for arm in protocol.arms:
         per_task = raw["accuracy"][arm.name]
         row = {"name": arm.name, "model": arm.model, "env": dict(arm.env),
-               "lr": {task: raw["lr"][arm.name][task]["lr"] for task in tasks},
+               "lr": {task: finetuning.chosen_lrs(raw["lr"][arm.name][task]) for task in tasks},
                "per_seed": {task: {str(seed): values for seed, values in per_task[task].items()}
                             for task in tasks}}
         for task in tasks:
@@ -162,14 +167,18 @@ def finetune_report(study: Study, raw: dict) -> dict:
                            "measured": f"{claim.a} - {claim.b}"
                                        f"{'' if task is None else ' on ' + task}: "
                                        f"{fmt(difference, 2, True)} points",
-                           "verdict": verdict(a_better_negative, claim.kind, claim.margin),
+                           **judged(verdict(a_better_negative, claim.kind, claim.margin),
+                                    difference, claim.paper_effect),
                            "difference": difference.value, "difference_se":
                            difference.standard_error, **interval_fields(difference),
                            "unit": "accuracy points",
                            "per_seed": {str(seed): per_seed_a[seed] - per_seed_b[seed]
                                         for seed in sorted(per_seed_a)}})
     return {"tasks": tasks, "arms": rows, "baselines": baselines, "claims": claims,
-            "lr_selection": raw["lr"], "lrs": list(protocol.lrs),
+            "lr_selection": {arm: {task: {str(seed): entry for seed, entry in per_seed.items()}
+                                   for task, per_seed in per_task.items()}
+                             for arm, per_task in raw["lr"].items()},
+            "lr_per_seed": True, "lrs": list(protocol.lrs),
             "finetune_seeds": list(protocol.seeds), "epochs": protocol.epochs,
             "batch": protocol.batch, "recipe": protocol.recipe, "schedule": protocol.schedule,
             "suite": raw["suite"], "wall_seconds": raw["wall_seconds"],

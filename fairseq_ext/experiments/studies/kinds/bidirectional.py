@@ -11,6 +11,7 @@ from typing import Dict, List, Tuple
 from fairseq_ext.experiments.recipe_runs import BIDIRECTIONAL_INFILL_POSITIONS, ONE_THREAD, DemoRun
 from fairseq_ext.experiments.recipe_training import train
 from fairseq_ext.experiments.studies.kinds.base import Kind
+from fairseq_ext.experiments.studies.power import judged
 from fairseq_ext.experiments.studies.spec import BIDIRECTIONAL, CURVE_VALID_BATCHES, R_VALUES, Study
 from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
@@ -173,7 +174,8 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
         claims.append({**claim_fields(claim),
                        "measured": f"{claim.a} {column_a} - {claim.b} {column_b}: "
                                    f"{fmt(difference, 2, True)} {unit}",
-                       "verdict": verdict(signed, claim.kind, claim.margin),
+                       **judged(verdict(signed, claim.kind, claim.margin), difference,
+                                claim.paper_effect),
                        "difference": difference.value,
                        "difference_se": difference.standard_error,
                        **interval_fields(difference), "unit": unit,

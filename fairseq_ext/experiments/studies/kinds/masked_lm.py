@@ -19,6 +19,7 @@ from fairseq_ext.experiments.recipe_training import (
 )
 from fairseq_ext.experiments.run_store import RESULT
 from fairseq_ext.experiments.studies.kinds.base import Kind
+from fairseq_ext.experiments.studies.power import judged
 from fairseq_ext.experiments.studies.spec import MASKED_LM, REACH_AXES, Claim, Study
 from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
@@ -106,7 +107,8 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
             difference = mean_over_seeds(values)  # each value already paired within its seed
             claims.append({**claim_fields(claim),
                            "measured": f"{claim.a} - {claim.b}: {fmt(difference, 3, True)} bits",
-                           "verdict": verdict(difference, claim.kind, claim.margin),
+                           **judged(verdict(difference, claim.kind, claim.margin),
+                                    difference, claim.paper_effect),
                            "difference": difference.value, "difference_se":
                            difference.standard_error, **interval_fields(difference),
                            "unit": "bits",
