@@ -25,6 +25,12 @@ ARM_B = {"T1": {1: [78.0, 80.0, 79.0], 2: [71.0, 69.0, 70.0]},
          "T2": {1: [58.0, 61.0, 61.0], 2: [52.0, 50.0, 51.0]}}
 
 
+def chosen(arms, tasks=("T1", "T2"), seeds=(1, 2), lr="1e-3"):
+    """The stage's ``lr`` record: every (arm, task, pre-training seed) chose ``lr``."""
+    return {arm: {task: {seed: {"lr": lr, "selection": {lr: 50.0}, "dev": {lr: 50.0}}
+                         for seed in seeds} for task in tasks} for arm in arms}
+
+
 def test_a_seed_figure_is_the_mean_over_its_fine_tuning_seeds():
     assert finetuning.seed_means(ARM_A["T1"]) == {1: 82.0, 2: 72.0}
     # within seed 1: sd(80, 82, 84) = 2, SE 2/sqrt(3); seed 2: sd(70, 74, 72) = 2, the same
@@ -67,8 +73,7 @@ def test_the_report_turns_the_stage_into_rows_baselines_and_verdicts():
         finetune_claims=tuple(c for c in studies.THREE_ML_FINETUNE_CLAIMS if not c.per_task)[:1])
     raw = {"tasks": ["T1", "T2"],
            "accuracy": {"3ml-self-40%": ARM_A, "roberta-15%": ARM_B},
-           "lr": {arm: {task: {"lr": "1e-3", "scores": {"1e-3": 50.0}} for task in ("T1", "T2")}
-                  for arm in ("3ml-self-40%", "roberta-15%")},
+           "lr": chosen(("3ml-self-40%", "roberta-15%")),
            "baselines": {"T1": {"majority": {"accuracy": 0.5, "se": 0.02},
                                 "bow_logreg": {"accuracy": 0.7, "se": 0.02}},
                          "T2": {"majority": {"accuracy": 0.3, "se": 0.02},
@@ -83,8 +88,12 @@ def test_the_report_turns_the_stage_into_rows_baselines_and_verdicts():
     assert majority["average_se"] == pytest.approx(math.sqrt(2 * 2.0 ** 2) / 2)
     (claim,) = report["claims"]
     assert claim["difference"] == pytest.approx(2.0)
-    # SE 0 over seeds: an interval of zero width above 0 -> the paper's direction holds
-    assert claim["verdict"] == "holds"
+    # SE 0 over seeds (+2, +2): no evidence of precision, so unresolved (issue 58), and no
+    # minimum detectable effect either
+    assert claim["difference_se"] == 0.0 and claim["verdict"] == "unresolved"
+    assert math.isnan(claim["mde"])
+    assert report["arms"][0]["lr"] == {"T1": {"1": "1e-3", "2": "1e-3"},
+                                       "T2": {"1": "1e-3", "2": "1e-3"}}
     text = studies.format_finetune(report, 2)
     assert "67.00 ± 4.50" in text and "bag of words" in text
     assert "| 3ML-self-40% fine-tunes better than RoBERTa-15%" in studies.markdown_claims(
@@ -99,17 +108,21 @@ def test_pretraining_helps_is_read_on_the_average_and_each_task_and_opens_the_re
             FinetuneArm("roberta-15%", "roberta-15%"),
             FinetuneArm(random, "roberta-15%", random_init=True))),
         finetune_claims=studies.pretraining_helps_claims([("roberta-15%", random)]))
-    raw = {"tasks": ["T1", "T2"], "accuracy": {"roberta-15%": ARM_B, random: ARM_A},
-           "lr": {arm: {task: {"lr": "1e-3", "scores": {"1e-3": 50.0}} for task in ("T1", "T2")}
-                  for arm in ("roberta-15%", random)},
+    # the random-init arm: ARM_A raised by 10 points on seed 1, 10.5 on seed 2
+    shifted = {task: {seed: [v + (10.0 if seed == 1 else 10.5) for v in values]
+                      for seed, values in per_seed.items()} for task, per_seed in ARM_A.items()}
+    raw = {"tasks": ["T1", "T2"], "accuracy": {"roberta-15%": ARM_B, random: shifted},
+           "lr": chosen(("roberta-15%", random)),
            "baselines": {"T1": {}, "T2": {}}, "suite": {}, "wall_seconds": 1.0,
            "run_seconds": 1.0}
     report = studies.finetune_report(study, raw)
     average, t1, t2 = report["claims"]
     assert (average["task"], t1["task"], t2["task"]) == (None, "T1", "T2")
-    # pre-trained (ARM_B) minus random (ARM_A): average -2 (SE 0), T2 -1.5 ± 0.5
-    assert average["difference"] == pytest.approx(-2.0) and average["verdict"] == "fails"
-    assert t2["difference"] == pytest.approx(-1.5) and t2["difference_se"] == pytest.approx(0.5)
+    # pre-trained (ARM_B) minus random: average -12 and -12.5 (mean -12.25, SE 0.25: its 95%
+    # interval, ± 12.706 SE, lies below 0); T2: 60 - 71 = -11, 51 - 63.5 = -12.5 (SE 0.75)
+    assert average["difference"] == pytest.approx(-12.25) and average["verdict"] == "fails"
+    assert average["difference_se"] == pytest.approx(0.25)
+    assert t2["difference"] == pytest.approx(-11.75) and t2["difference_se"] == pytest.approx(0.75)
     assert t2["claim"].endswith("(on T2)") and "on T2" in t2["measured"]
     text = studies.format_finetune(report, 2)
     assert "pre-training helps" in text and "fails for roberta-15%" in text
@@ -120,21 +133,29 @@ def test_pretraining_helps_is_read_on_the_average_and_each_task_and_opens_the_re
 
 
 def test_on_par_claims_read_the_margin_and_better_claims_the_side():
-    worse = {task: {seed: [v - 3.0 for v in values] for seed, values in per_seed.items()}
-             for task, per_seed in ARM_B.items()}
+    # worse by 3 points on seed 1 and 3.2 on seed 2: mean -3.1, SE 0.1, interval ± 1.27
+    worse = {task: {seed: [v - (3.0 if seed == 1 else 3.2) for v in values]
+                    for seed, values in per_seed.items()} for task, per_seed in ARM_B.items()}
     difference = finetuning.paired_average_difference(worse, ARM_B)
-    assert difference.value == pytest.approx(-3.0)
+    assert difference.value == pytest.approx(-3.1)
+    assert difference.standard_error == pytest.approx(0.1)
     flipped = dataclasses.replace(difference, value=-difference.value)
     assert studies.verdict(flipped, "better") == "fails"
-    close = finetuning.paired_average_difference(ARM_B, ARM_B)
+    # within 0.05 and 0.07 of each other: interval [0.06 - 0.127, 0.06 + 0.127] inside ± 1
+    close_arm = {task: {seed: [v + (0.05 if seed == 1 else 0.07) for v in values]
+                        for seed, values in per_seed.items()} for task, per_seed in ARM_B.items()}
+    close = finetuning.paired_average_difference(close_arm, ARM_B)
     assert studies.verdict(close, "on_par", 1.0) == "holds"
+    # the identical arm: SE 0 is no evidence, even of being on par
+    same = finetuning.paired_average_difference(ARM_B, ARM_B)
+    assert studies.verdict(same, "on_par", 1.0) == "unresolved"
 
 
 # ----------------------------------------------------------------------------------------------
 # Plans and recipe inputs
 
-TASK = SuiteTask("GlossPair", Path("suite/GlossPair-bin"), Path("suite/selection/GlossPair-bin"),
-                 train_examples=1000, selection_train_examples=900, baselines={})
+TASK = SuiteTask("GlossTopic", Path("suite/GlossTopic-bin"), train_examples=1000,
+                 selection_examples=500, baselines={})
 
 
 def test_the_schedule_is_epochs_of_batches_with_a_warmup_share():
@@ -143,20 +164,38 @@ def test_the_schedule_is_epochs_of_batches_with_a_warmup_share():
     assert finetuning.schedule(protocol, 900) == (2 * 57, 7)
 
 
-def test_selection_runs_use_the_held_out_data_bin_and_never_a_study_seed():
+def test_every_run_trains_on_train_and_validates_on_dev_and_the_selection_split():
     arm = FinetuneArm("msk_bi r=0", "msk_bi", {"R_BIDIR": "0"})
-    selection = FinetuneRun(arm, 1, TASK, "1e-3", finetuning.SELECTION_SEED, selection=True)
-    model = studies.STUDIES["bidirectional"].model("msk_bi")
-    env, args = finetuning.recipe_inputs(studies.BIDIRECTIONAL_FINETUNE, selection, model,
-                                         Path("ckpt.pt"))
-    assert env["DATA"] == str(TASK.selection) and env["SEED"] == "101"
-    assert env["R_BIDIR"] == "0" and env["CKPT"] == "ckpt.pt"
-    assert env["TOTAL_UPDATES"] == str(2 * 57)  # the selection split's 900 examples
-    assert "--no-save" in args
-    assert selection.directory(Path("R")) == Path("R/finetune/lr-selection/msk_bi_r0/GlossPair/lr1e-3")
     run = FinetuneRun(arm, 2, TASK, "1e-3", 3)
-    assert run.directory(Path("R")) == Path("R/finetune/msk_bi_r0/seed2/GlossPair/ft3")
-    assert finetuning.SELECTION_SEED not in studies.BIDIRECTIONAL_FINETUNE.seeds
+    model = studies.STUDIES["bidirectional"].model("msk_bi")
+    env, args = finetuning.recipe_inputs(studies.BIDIRECTIONAL_FINETUNE, run, model,
+                                         Path("ckpt.pt"))
+    assert env["DATA"] == str(TASK.data) and env["SEED"] == "3" and env["LR"] == "1e-3"
+    assert env["VALID_SUBSET"] == "valid,valid1"  # dev, and the 500 selection rows
+    assert env["R_BIDIR"] == "0" and env["CKPT"] == "ckpt.pt"
+    assert env["TOTAL_UPDATES"] == str(2 * 63)  # the training split's 1,000 examples
+    assert "--no-save" in args
+    assert run.directory(Path("R")) == Path("R/finetune/msk_bi_r0/seed2/GlossTopic/lr1e-3/ft3")
+    alone = FinetuneRun(arm, 2, TASK, "1e-3", 3, select=False)  # one rate: dev only
+    assert finetuning.recipe_inputs(studies.BIDIRECTIONAL_FINETUNE, alone, model,
+                                    Path("ckpt.pt"))[0]["VALID_SUBSET"] == "valid"
+
+
+def test_each_pre_training_seed_chooses_its_rate_on_the_selection_split_only():
+    scores = {"1e-3": {"selection": [40.0, 44.0], "dev": [90.0, 90.0]},
+              "3e-3": {"selection": [45.0, 41.0], "dev": [10.0, 12.0]},
+              "6e-3": {"selection": [43.0, 43.0], "dev": [50.0, 50.0]}}
+    # selection means 42, 43, 43: 3e-3 and 6e-3 tie, the first in the grid wins; dev (which
+    # would choose 1e-3) is not looked at
+    entry = finetuning.choose_lr(("1e-3", "3e-3", "6e-3"), scores)
+    assert entry["lr"] == "3e-3"
+    assert entry["selection"] == {"1e-3": 42.0, "3e-3": 43.0, "6e-3": 43.0}
+    assert entry["dev"] == {"1e-3": 90.0, "3e-3": 11.0, "6e-3": 50.0}
+    one = finetuning.choose_lr(("1e-3",), {"1e-3": {"selection": [], "dev": [30.0]}})
+    assert one["lr"] == "1e-3" and one["selection"] == {}
+    assert finetuning.chosen_lrs({1: {"lr": "1e-3"}, 2: {"lr": "3e-3"}}) == {"1": "1e-3",
+                                                                           "2": "3e-3"}
+    assert finetuning.chosen_lrs({"lr": "1e-3", "scores": {}}) == {"all": "1e-3"}  # before 58
 
 
 def test_an_exported_encoder_s_arch_and_shape_reach_the_recipe():
@@ -297,7 +336,8 @@ def test_the_bidirectional_and_swishrnn_recipes_need_updates_for_a_downstream_ta
 
 @pytest.fixture(scope="module")
 def tiny_study(tmp_path_factory):
-    """(suite dir, {(model, seed): checkpoint}, runs dir): a GlossPair suite of the samples, and
+    """(suite dir, {(model, seed): checkpoint}, runs dir): a GlossPair suite of the samples (a
+    pair task: both inputs reach the model), and
     roberta_tiny pre-trained for a few updates on text encoded with the suite's dictionary."""
     import sentencepiece
     from test_prepare_downstream import sample_args
@@ -328,7 +368,7 @@ def tiny_study(tmp_path_factory):
              "--destdir", data, "--workers", "1"])
     suite = root / "suite"
     assert downstream.main(sample_args(suite, data, "GlossPair", "--train-size", "40",
-                                       "--dev-size", "20")) == 0
+                                       "--dev-size", "20", "--selection-size", "10")) == 0
     save = root / "pretrained"
     run_cli([REPO_ROOT / "recipes/roberta/demo.sh", "--log-format", "json", "--no-progress-bar"],
             env=dict(TINY_SHELL_ENV, DATA=str(data), SAVE_DIR=str(save), TOTAL_UPDATES="4"))
@@ -343,23 +383,31 @@ def test_the_stage_fine_tunes_a_checkpoint_end_to_end_and_reads_it_back(tiny_stu
         lrs=("1e-4", "1e-3"), seeds=(1, 2), epochs=1)
     models = {"roberta-15%": studies.STUDIES["3ml"].model("roberta-15%")}
     raw = finetuning.run_stage(protocol, models, (1,), checkpoints, suite, runs_dir, workers=2)
-    assert raw["tasks"] == ["GlossPair"] and raw["runs_now"] == 4  # 2 rates + 2 seeds
-    selection = raw["lr"]["roberta-15%"]["GlossPair"]
-    assert set(selection["scores"]) == {"1e-4", "1e-3"}
-    assert selection["scores"][selection["lr"]] == max(selection["scores"].values())
+    assert raw["tasks"] == ["GlossPair"] and raw["runs_now"] == 4  # 2 rates x 2 seeds
+    selection = raw["lr"]["roberta-15%"]["GlossPair"][1]
+    assert set(selection["selection"]) == {"1e-4", "1e-3"}
+    assert selection["selection"][selection["lr"]] == max(selection["selection"].values())
     scores = raw["accuracy"]["roberta-15%"]["GlossPair"][1]
+    assert scores == [json.loads((runs_dir / f"finetune/roberta-15pct/seed1/GlossPair/"
+                                  f"lr{selection['lr']}/ft{ft}/result.json").read_text())
+                      ["accuracy"] for ft in (1, 2)]  # the chosen rate's dev scores
     summary = json.loads((suite / "downstream.json").read_text())["tasks"]["GlossPair"]
-    dev = summary["sizes"]["dev"]
-    # each score is a whole number of the dev rows right, as fairseq counts them
-    for score in scores:
-        assert 0 <= score <= 100 and abs(score / 100 * dev - round(score / 100 * dev)) < 0.02
+    # each score is a whole number of the rows right, as fairseq counts them
+    for ft in (1, 2):
+        result = json.loads((runs_dir / f"finetune/roberta-15pct/seed1/GlossPair/lr1e-4/ft{ft}/"
+                             "result.json").read_text())
+        for score, rows in ((result["accuracy"], summary["sizes"]["dev"]),
+                            (result["selection_accuracy"], summary["sizes"]["selection"])):
+            assert 0 <= score <= 100 and abs(score / 100 * rows - round(score / 100 * rows)) < 0.02
     # the exported encoder took the pre-trained weights, the recipe the export's arch
     export = runs_dir / "finetune/exports/roberta-15pct/seed1"
     assert not (export / "encoder.pt").exists()  # RoBERTa's checkpoint is fine-tuned as it is
     assert "--arch roberta_tiny" in (export / "finetune_args.txt").read_text()
-    log = (runs_dir / "finetune/roberta-15pct/seed1/GlossPair/ft2/train.log").read_text()
+    log = (runs_dir / f"finetune/roberta-15pct/seed1/GlossPair/lr{selection['lr']}/ft2/"
+           "train.log").read_text()
     assert "--seed 2" in log and f"--lr {selection['lr']}" in log and "--num-classes 2" in log
     assert "Loaded checkpoint" in log and "input1" in log  # restored; a sentence-pair task
+    assert "valid1_accuracy" in log  # validated on the selection split too
     # a second call reads every run back: nothing is fine-tuned again, the figures repeat
     again = finetuning.run_stage(protocol, models, (1,), checkpoints, suite, runs_dir, workers=2)
     assert again["runs_now"] == 0 and again["accuracy"] == raw["accuracy"]
@@ -391,7 +439,7 @@ def test_a_random_init_arm_fine_tunes_fresh_draws_of_the_same_architecture(tiny_
     assert set(first) == set(trained) and first[key].shape == trained[key].shape
     assert not torch.equal(first[key], trained[key]) and not torch.equal(first[key], second[key])
     assert abs(float(first[key].std()) - 0.02) < 0.005  # init_bert_params: normal(0, 0.02)
-    run = runs_dir / "finetune/roberta-15pct_(random_init)/seed1/GlossPair/ft2"
+    run = runs_dir / "finetune/roberta-15pct_(random_init)/seed1/GlossPair/lr1e-3/ft2"
     assert f"--restore-file {draws / 'draw1002.pt'}" in (run / "train.log").read_text()
     assert json.loads((run / "result.json").read_text())["settings"]["random_init_draw"] == 1002
 
@@ -404,8 +452,7 @@ def test_the_demo_table_pairs_each_model_with_random_init_and_3ml_with_roberta()
     raw = {"accuracy": {"roberta-15%": {"FortuneTopic": {1: [24.0, 26.0, 25.0]}},
                         "3ml-self-40%": {"FortuneTopic": {1: [27.0, 27.0, 30.0]}},
                         random: {"FortuneTopic": {1: [30.0, 33.0, 30.0]}}},
-           "lr": {name: {"FortuneTopic": {"lr": "1e-3", "scores": {}}}
-                  for name in ("roberta-15%", "3ml-self-40%", random)},
+           "lr": chosen(("roberta-15%", "3ml-self-40%", random), ("FortuneTopic",), (1,)),
            "baselines": {"FortuneTopic": {"majority": {"accuracy": 1 / 6, "se": 0.0167},
                                           "bow_logreg": {"accuracy": 0.45, "se": 0.022}}}}
     rows, text = finetuning.demo_table(raw)
@@ -477,14 +524,14 @@ def test_fetch_downloads_a_missing_source_and_leaves_a_present_one(tmp_path, mon
 
 
 def test_the_suite_fingerprint_ignores_the_order_tasks_were_built_in():
-    tasks = {name: {"name": name, "sizes": {"train": 10, "dev": 5}}
-             for name in ("FortuneTopic", "DebSection", "GlossPair")}
+    tasks = {name: {"name": name, "sizes": {"train": 10, "dev": 5, "selection": 4}}
+             for name in ("FortuneTopic", "DebSection", "GlossTopic")}
     settings = {"seed": 1, "train_size": 10, "dev_size": 5}
     one = {"settings": settings, "tasks": tasks}
     other = {"settings": settings, "tasks": dict(reversed(list(tasks.items())))}
     assert finetuning.suite_fingerprint(one) == finetuning.suite_fingerprint(other)
-    smaller = {"settings": settings, "tasks": {**tasks, "GlossPair": {
-        "name": "GlossPair", "sizes": {"train": 8, "dev": 5}}}}
+    smaller = {"settings": settings, "tasks": {**tasks, "GlossTopic": {
+        "name": "GlossTopic", "sizes": {"train": 10, "dev": 5, "selection": 3}}}}
     assert finetuning.suite_fingerprint(smaller) != finetuning.suite_fingerprint(one)
 
 

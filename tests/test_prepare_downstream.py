@@ -17,7 +17,7 @@ from fairseq_ext.corpus import downstream as ds
 from fairseq_ext.corpus import downstream_sources as sources
 
 SAMPLES = REPO_ROOT / "tests/data/downstream"
-SIZES = ["--train-size", "24", "--dev-size", "12"]
+SIZES = ["--train-size", "24", "--dev-size", "12", "--selection-size", "6"]
 
 
 def sample_args(out_dir=None, data_bin=None, *extra):
@@ -125,12 +125,26 @@ def test_wordnet_lemmas_and_definitions_as_read_by_hand():
     synsets = {s.offset: s for s in wordnet_sample()}
     assert synsets["01824035"] == sources.Synset(
         "noun", "01824035", ("roadrunner", "chaparral cock", "Geococcyx californianus"),
-        "speedy largely terrestrial bird found from California and Mexico to Texas")
+        "speedy largely terrestrial bird found from California and Mexico to Texas",
+        5)  # lex_filenum 05: noun.animal
     assert synsets["00095329"].definition == "something done or paid in expiation of a wrong"
     assert synsets["02704213"].lemmas == ("line up",)
-    assert len(synsets) == 60  # the license header is skipped
+    assert len(synsets) == 76  # the license header is skipped
     assert sources.parse_synset("00001740 00 a 01 able(p) 0 000 | having means; \"able to swim\"",
-                           "adj") == sources.Synset("adj", "00001740", ("able",), "having means")
+                           "adj") == sources.Synset("adj", "00001740", ("able",), "having means", 0)
+
+
+def test_gloss_topics_are_noun_definitions_labelled_with_their_lexicographer_file():
+    examples = sources.gloss_topic_examples(wordnet_sample())
+    # the samples' noun lines of files 05, 06, 13, 15, 18, 20 (verbs and other files left out)
+    assert collections.Counter(e.label for e in examples) == {
+        "animal": 6, "artifact": 6, "food": 7, "location": 7, "person": 6, "plant": 6}
+    by_text = {e.inputs: e.label for e in examples}
+    assert by_text[("speedy largely terrestrial bird found from California and Mexico to "
+                    "Texas",)] == "animal"
+    assert by_text[("regions adjacent to the tropics",)] == "location"  # 08674344 15
+    assert all(len(e.inputs) == 1 for e in examples)  # the definition alone, no lemma
+    assert sources.GLOSS_TOPICS[13] == "food" and len(sources.GLOSS_TOPICS) == 6
 
 
 def test_gloss_pairs_balanced_split_by_synset_no_copy_cue():
@@ -222,45 +236,52 @@ def test_databins_read_by_fairseq_sentence_prediction(built):
 
     out, stdout = built
     summary = json.loads((out / "downstream.json").read_text())
-    assert set(summary["tasks"]) == {"DebSection", "GlossPair", "FortuneTopic"}
-    for name, n_inputs in (("DebSection", 1), ("GlossPair", 2), ("FortuneTopic", 1)):
+    # the default suite: GlossPair is built only when named
+    assert set(summary["tasks"]) == {"DebSection", "GlossTopic", "FortuneTopic"}
+    assert summary["builder_version"] == ds.BUILDER_VERSION
+    for name, n_inputs in (("DebSection", 1), ("GlossTopic", 1), ("FortuneTopic", 1)):
         task_summary = summary["tasks"][name]
         assert task_summary["overlap"]["dev_in_train"] == 0
         assert task_summary["overlap"]["dev_in_pretraining"] == 0
         assert f"{name}: train " in stdout
-        for data, prep, split_sizes in (
-                (out / f"{name}-bin", out / "prep" / name,
-                 {"train": task_summary["sizes"]["train"], "valid": task_summary["sizes"]["dev"]}),
-                (out / "selection" / f"{name}-bin", out / "selection" / "prep" / name,
-                 {"train": task_summary["sizes"]["selection_train"],
-                  "valid": task_summary["sizes"]["selection_valid"]})):
-            assert sorted(p.name for p in data.iterdir() if p.is_dir()) == sorted(
-                [f"input{i}" for i in range(n_inputs)] + ["label"])
-            cfg = SentencePredictionConfig(data=str(data), num_classes=task_summary["num_classes"],
-                                           regression_target=False, seed=1,
-                                           classification_head_name="head")
-            task = SentencePredictionTask.setup_task(cfg)
-            for split, rows in split_sizes.items():
-                task.load_dataset(split)
-                dataset = task.dataset(split)
-                labels = (prep / f"{split}.label").read_text().splitlines()
-                assert len(dataset) == rows == len(labels)
-                names = [task.label_dictionary[int(dataset[i]["target"]) + task.label_dictionary.nspecial]
-                         for i in range(len(dataset))]
-                assert names == labels
-    selection_valid = (out / "selection/prep/FortuneTopic/valid.raw.input0").read_text().splitlines()
-    train = (out / "prep/FortuneTopic/train.raw.input0").read_text().splitlines()
-    assert train[-len(selection_valid):] == selection_valid  # the last 10% of train
+        assert not (out / "selection").exists()  # the selection rows are the bin's valid1
+        prep = out / "prep" / name
+        texts = {split: (prep / f"{split}.raw.input0").read_text().splitlines()
+                 for split in ("train", "valid", "valid1")}
+        # the three splits are disjoint; the selection split has equal classes
+        assert not set(texts["valid1"]) & (set(texts["train"]) | set(texts["valid"]))
+        selection_labels = collections.Counter((prep / "valid1.label").read_text().splitlines())
+        assert len(set(selection_labels.values())) == 1
+        data = out / f"{name}-bin"
+        split_sizes = {"train": task_summary["sizes"]["train"],
+                       "valid": task_summary["sizes"]["dev"],
+                       "valid1": task_summary["sizes"]["selection"]}
+        assert sorted(p.name for p in data.iterdir() if p.is_dir()) == sorted(
+            [f"input{i}" for i in range(n_inputs)] + ["label"])
+        cfg = SentencePredictionConfig(data=str(data), num_classes=task_summary["num_classes"],
+                                       regression_target=False, seed=1,
+                                       classification_head_name="head")
+        task = SentencePredictionTask.setup_task(cfg)
+        for split, rows in split_sizes.items():
+            task.load_dataset(split)
+            dataset = task.dataset(split)
+            labels = (prep / f"{split}.label").read_text().splitlines()
+            assert len(dataset) == rows == len(labels)
+            names = [task.label_dictionary[int(dataset[i]["target"]) + task.label_dictionary.nspecial]
+                     for i in range(len(dataset))]
+            assert names == labels
+    fortunes = summary["tasks"]["FortuneTopic"]["sizes"]
+    assert (fortunes["train"], fortunes["selection"]) == (24, 6)  # 8 a category: 5 + 1 each
 
 
 def test_rerun_skips_and_other_settings_are_refused(built, pretraining_bin, capsys):
     out, _ = built
-    stamp = out / "GlossPair-bin" / "input0" / "train.bin"
+    stamp = out / "GlossTopic-bin" / "input0" / "train.bin"
     before = stamp.stat().st_mtime_ns
-    assert ds.main(sample_args(out, pretraining_bin, *SIZES, "GlossPair")) == 0
-    assert "skip (already built with these settings): GlossPair" in capsys.readouterr().out
+    assert ds.main(sample_args(out, pretraining_bin, *SIZES, "GlossTopic")) == 0
+    assert "skip (already built with these settings): GlossTopic" in capsys.readouterr().out
     assert stamp.stat().st_mtime_ns == before
-    assert ds.main(sample_args(out, pretraining_bin, *SIZES, "GlossPair", "--seed", "2")) == 2
+    assert ds.main(sample_args(out, pretraining_bin, *SIZES, "GlossTopic", "--seed", "2")) == 2
     error = capsys.readouterr().err
     assert error.startswith("prepare_downstream.sh: error: ") and error.count("\n") == 1
     assert "was built with other settings (seed, source_sha256)" not in error  # source unchanged
@@ -278,7 +299,7 @@ def test_rerun_skips_and_other_settings_are_refused(built, pretraining_bin, caps
 def test_missing_source_says_what_to_install(flag, message, pretraining_bin, tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
-    task = "FortuneTopic" if flag == "--fortunes-dir" else "GlossPair"
+    task = "FortuneTopic" if flag == "--fortunes-dir" else "GlossTopic"
     argv = sample_args(tmp_path / "out", pretraining_bin, task) + [flag, str(empty)]
     assert ds.main(argv) == 2
     error = capsys.readouterr().err
