@@ -669,3 +669,30 @@ def test_time_and_flops_to_reach_the_baselines_final_loss_by_hand(tmp_path):
         del point["wall"]
     with pytest.raises(SystemExit, match="has no 'wall' in its curve.*remove that result.json"):
         studies.masked_lm_report(REACH_STUDY, old)
+
+
+def test_the_design_table_plans_each_claim_s_power_from_a_reference_run():
+    from fairseq_ext.experiments.studies import power
+    from fairseq_ext.experiments.studies.spec import Claim
+
+    claims = (Claim("A beats B", "better", "a", "b", paper_effect=1.2),
+              Claim("A beats C", "better", "a", "c", paper_effect=0.1),
+              Claim("unmeasured", "better", "a", "d", paper_effect=1.0),
+              Claim("no effect given", "better", "a", "e"))
+    reference = {"claims": [{"claim": "A beats B", "per_seed": {"1": 1.0, "2": 2.0, "3": 3.0},
+                             "unit": "points"},
+                            {"claim": "no effect given", "per_seed": {"1": 1.0, "2": 2.0}}],
+                 "finetune": {"claims": [{"claim": "A beats C",
+                                          "per_seed": {"1": 1.0, "2": 2.0, "3": 3.0}}]}}
+    rows = {row["claim"]: row for row in power.design_rows(claims, reference, 8)}
+    # sd 1 over 3 seeds: at 3 seeds (4.303 + 1.061) / sqrt(3); planned at 8 (2.365 + 0.896) / sqrt(8)
+    assert rows["A beats B"]["reference_mde"] == pytest.approx(5.364 / math.sqrt(3), abs=2e-3)
+    assert rows["A beats B"]["planned_mde"] == pytest.approx(3.261 / math.sqrt(8), abs=2e-3)
+    assert rows["A beats B"]["detects_paper_effect"] and rows["A beats B"]["seeds_needed"] == 8
+    assert not rows["A beats C"]["detects_paper_effect"]  # read from the fine-tuning claims
+    assert rows["A beats C"]["seeds_needed"] is None  # 0.1 needs more than 64 seeds
+    assert not rows["unmeasured"]["measured"]
+    assert "detects_paper_effect" not in rows["no effect given"]
+    text = power.design_text("s", list(rows.values()), "ref.json")
+    assert "underpowered: no number of seeds up to 64 would do" in text
+    assert "not in the reference" in text and "no paper effect in our unit" in text

@@ -17,6 +17,7 @@ from fairseq_ext.experiments import finetuning, recipe_runs
 from fairseq_ext.experiments.recipe_runs import DEFAULT_DATA, REPO_ROOT, WORKERS
 from fairseq_ext.experiments.studies.kinds import kind_of
 from fairseq_ext.experiments.studies.plan import plan_study, with_lr
+from fairseq_ext.experiments.studies.power import design_rows, design_text
 from fairseq_ext.experiments.studies.render import (
     format_finetune,
     format_report,
@@ -110,6 +111,10 @@ def main(argv=None) -> None:
                         help="the study's time budget in minutes, over every invocation on "
                              "--runs-dir (default: the study's own, Study.minutes; 0: none); no "
                              "run starts past it, and the finished ones are kept")
+    parser.add_argument("--power", type=Path, default=None, metavar="REF.json",
+                        help="train nothing: print each claim's minimum detectable effect at "
+                             "the study's seeds, planned from the per-seed spread of a "
+                             "reference study.json, beside the paper's effect")
     parser.add_argument("--markdown", action="store_true",
                         help="also print the claims as docs/studies.md's Paper vs ours rows")
     figures.add_compare_arguments(parser)
@@ -120,6 +125,12 @@ def main(argv=None) -> None:
     check_device(study.device)  # before the data: say what is missing first
     if args.compare is not None:  # read now: a wrong path is told before the training
         figures.figures_of(figures.load(args.compare), str(args.compare))
+    if args.power is not None:
+        seeds = len(args.seeds or study.seeds)
+        reference = json.loads(args.power.read_text())
+        print(design_text(study.name, design_rows(
+            [*study.claims, *study.finetune_claims], reference, seeds), str(args.power)))
+        return
     data = args.data.resolve()
     if not (data / "dict.txt").is_file():
         raise SystemExit(f"error: --data {data} has no dict.txt: run scripts/prepare_corpus.sh "

@@ -13,7 +13,7 @@ paper's resolved anyway.
 May import: see :mod:`fairseq_ext.experiments`.
 """
 import math
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_ext.reporting.uncertainty import CONFIDENCE, Estimate, t_critical
 
@@ -89,3 +89,68 @@ def judged(verdict: str, difference: Estimate, paper_effect: Optional[float]) ->
     verdict through :func:`with_power`."""
     fields = power_fields(difference, paper_effect)
     return {**fields, "verdict": with_power(verdict, fields["mde"], paper_effect)}
+
+
+def design_rows(claims: Sequence, reference: dict, seeds: int) -> List[dict]:
+    """Before the runs: for each of ``claims`` (a study's :class:`~.spec.Claim`\\ s) that the
+    reference ``study.json`` measured (matched on the claim's text), the reference's per-seed
+    differences, its MDE at its own seeds, the MDE planned at ``seeds`` seeds from that
+    spread, the paper's effect, whether the plan detects it and the seeds that would."""
+    measured = {entry["claim"]: entry for entry in
+                [*reference.get("claims", []), *(reference.get("finetune") or {}).get("claims", [])]}
+    rows = []
+    for claim in claims:
+        entry = measured.get(claim.text)
+        if entry is None or not entry.get("per_seed"):
+            rows.append({"claim": claim.text, "paper_effect": claim.paper_effect,
+                         "measured": False})
+            continue
+        per_seed = [float(v) for v in entry["per_seed"].values()]
+        planned = planned_mde(per_seed, seeds)
+        row = {"claim": claim.text, "measured": True, "reference_seeds": len(per_seed),
+               "reference_mde": planned_mde(per_seed, len(per_seed)), "planned_seeds": seeds,
+               "planned_mde": planned, "paper_effect": claim.paper_effect,
+               "unit": entry.get("unit", "")}
+        if claim.paper_effect is not None:
+            row["detects_paper_effect"] = bool(math.isfinite(planned)
+                                               and planned <= abs(claim.paper_effect))
+            row["seeds_needed"] = seeds_needed(per_seed, claim.paper_effect)
+        rows.append(row)
+    return rows
+
+
+def design_text(study_name: str, rows: Sequence[dict], reference_path: str) -> str:
+    """:func:`design_rows` as the table ``scripts/study.py STUDY --power REF`` prints."""
+    from fairseq_ext.reporting.text_tables import ascii_table
+
+    def number(value) -> str:
+        return "-" if value is None or not math.isfinite(value) else f"{value:.3g}"
+
+    table = []
+    for row in rows:
+        if not row["measured"]:
+            table.append([row["claim"], "-", "-", "-", number(row["paper_effect"]),
+                          "not in the reference"])
+            continue
+        if row["paper_effect"] is None:
+            decides = "no paper effect in our unit"
+        elif row["detects_paper_effect"]:
+            decides = "yes"
+        else:
+            needed = row["seeds_needed"]
+            decides = ("underpowered: " + (f"{needed} seeds would do" if needed
+                                           else "no number of seeds up to 64 would do"))
+        table.append([row["claim"], f"{number(row['reference_mde'])} ({row['reference_seeds']})",
+                      number(row["planned_mde"]), row["unit"] or "-",
+                      number(row["paper_effect"]), decides])
+    seeds = next((row["planned_seeds"] for row in rows if row["measured"]), None)
+    return "\n".join([
+        f"power of {study_name} before its runs: each claim's minimum detectable effect (MDE: "
+        f"the true difference its 95% t interval resolves with {POWER:.0%} power) from the "
+        f"per-seed spread of {reference_path}, at that run's seeds and planned at {seeds} seeds, "
+        "beside the paper's effect",
+        ascii_table(["claim", "MDE (seeds) of the reference", f"planned MDE ({seeds} seeds)",
+                     "unit", "paper effect", "decides the paper's effect?"], table),
+        "the reference's spread holds its own suite's evaluation sampling; a larger dev split "
+        "shrinks that part, so the planned MDE of a fine-tuning claim is an upper bound when the "
+        "reference used a smaller suite"])

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence
 
 from fairseq_ext.experiments.run_store import SELECTION_SEED
 from fairseq_ext.experiments.studies.kinds import kind_of
+from fairseq_ext.experiments.studies.power import UNDERPOWERED
 from fairseq_ext.experiments.studies.spec import (
     EQUAL_TOKENS,
     FINETUNE_METRIC,
@@ -56,6 +57,8 @@ def format_report(study: Study, report: dict) -> str:
     lines.append(f"verdicts read the 95% t interval over {seeds} seeds ({seeds - 1} degrees of "
                  "freedom): holds / fails when it excludes 0 (on_par: lies within / beyond the "
                  "margin), unresolved otherwise")
+    if any("mde" in claim for claim in report["claims"]):
+        lines.append(POWER_NOTE)
     return "\n".join(lines)
 
 
@@ -85,13 +88,32 @@ def interval_text(claim: dict) -> str:
     return ""
 
 
+def power_text(claim: dict) -> str:
+    """A claim's minimum detectable effect beside the paper's own effect (:mod:`.power`), as
+    both renderings print it after the interval (empty for a claim judged before issue 58)."""
+    if "mde" not in claim:
+        return ""
+    mde = claim["mde"]
+    text = "; MDE " + (f"{mde:.3g}" if mde is not None and math.isfinite(mde) else "-")
+    if claim.get("paper_effect") is not None:
+        text += f" vs the paper's {abs(claim['paper_effect']):.3g}"
+    return text
+
+
 def claim_row(claim: dict) -> List[str]:
     """A claim as the text report's claims table shows it."""
     interval = interval_text(claim)
     margin = (f" (margin ± {claim['margin']:g})" if claim.get("kind") == "on_par"
               and claim.get("margin") else "")
     return [claim["claim"], claim_source(claim), claim.get("paper_figure") or "-",
-            claim["measured"] + interval + margin, claim["verdict"]]
+            claim["measured"] + interval + margin + power_text(claim), claim["verdict"]]
+
+
+#: The footnote of a claims table whose claims carry their power.
+POWER_NOTE = ("MDE: the minimum detectable effect, the true difference the 95% t interval "
+              "would resolve with 80% power, (t(0.975) + t(0.8)) x SE; underpowered: "
+              "unresolved, and the MDE exceeds the paper's own effect, so the study could not "
+              "have seen it")
 
 
 def markdown_claims(report: dict) -> str:
@@ -109,9 +131,10 @@ def markdown_claims(report: dict) -> str:
         interval = interval_text(claim)
         margin = (f"; on par = within ±{claim['margin']:g}" if claim.get("kind") == "on_par"
                   else "")
-        verdict_text = claim["verdict"] if claim["verdict"] == "unresolved" else (
+        verdict_text = claim["verdict"] if claim["verdict"] in ("unresolved", UNDERPOWERED) else (
             f"**{claim['verdict']}**")
-        lines.append(f"| {claim['claim']} | {paper} | {claim['measured']}{interval}{margin} | "
+        lines.append(f"| {claim['claim']} | {paper} | {claim['measured']}{interval}{margin}"
+                     f"{power_text(claim)} | "
                      f"{verdict_text} | {claim.get('differs') or '-'} |")
     return "\n".join(lines)
 
@@ -120,6 +143,11 @@ def baseline_cells(row: dict, tasks: Sequence[str]) -> List[str]:
     """A fine-tuning baseline's cells, per task then the average (``-`` where it has none), in
     the text table and the markdown one alike."""
     return [field(row, task, 2) if task in row else "-" for task in [*tasks, "average"]]
+
+
+def ft_cell(standard_error: float) -> str:
+    """The SE over fine-tuning seeds within a pre-training seed, where there are several."""
+    return f"ft {standard_error:.2f}; " if math.isfinite(standard_error) else ""
 
 
 def lr_cell(chosen) -> str:
@@ -148,7 +176,7 @@ def format_finetune(report: dict, seeds: int) -> str:
     table = []
     for row in report["arms"]:
         table.append([row["name"]] + [
-            f"{field(row, task, 2)} (ft {row[f'{task}_ft_se']:.2f}; lr {lr_cell(row['lr'][task])})"
+            f"{field(row, task, 2)} ({ft_cell(row[f'{task}_ft_se'])}lr {lr_cell(row['lr'][task])})"
             for task in tasks] + [field(row, "average", 2)])
     for row in report["baselines"]:
         table.append([row["name"]] + baseline_cells(row, tasks))
@@ -160,6 +188,8 @@ def format_finetune(report: dict, seeds: int) -> str:
         lines.append(ascii_table(["fine-tuning claim", "source (metric)", "paper", "ours: a - b, "
                                   "paired (± SE over seeds) [95% t interval]", "verdict"],
                                  [claim_row(c) for c in report["claims"]]))
+        if any("mde" in claim for claim in report["claims"]):
+            lines.append(POWER_NOTE)
     lines.append(f"fine-tuning wall time: {report['wall_seconds'] / 60:.1f} min (the runs' own "
                  f"time summed: {report['run_seconds'] / 60:.1f} min)")
     return "\n".join(lines)
