@@ -8,7 +8,7 @@ import math
 from typing import Dict, Optional
 
 from fairseq_ext.experiments import finetuning
-from fairseq_ext.experiments.studies.spec import Claim, Study
+from fairseq_ext.experiments.studies.spec import NOT_TESTABLE, Claim, Study
 from fairseq_ext.reporting.uncertainty import (
     CONFIDENCE,
     Estimate,
@@ -63,6 +63,16 @@ def verdict(difference: Estimate, kind: str = "better", margin: Optional[float] 
     if high < 0:
         return "holds"
     return "fails" if low > 0 else "unresolved"
+
+
+def claim_verdict(claim: Claim, outcome: str) -> Dict[str, str]:
+    """The verdict fields of a claim's ``study.json`` entry: ``outcome`` (what :func:`verdict`
+    read from the figures), or, for a claim its proxy cannot test, :data:`NOT_TESTABLE` and
+    the reason (``Claim.untestable_by_proxy``), never holds or fails; the entry keeps its
+    figures either way."""
+    if not claim.untestable_by_proxy:
+        return {"verdict": outcome}
+    return {"verdict": NOT_TESTABLE, "untestable_by_proxy": claim.untestable_by_proxy}
 
 
 def interval_fields(estimate: Estimate) -> Dict[str, float]:

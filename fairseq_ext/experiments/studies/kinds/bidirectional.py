@@ -15,6 +15,7 @@ from fairseq_ext.experiments.studies.spec import BIDIRECTIONAL, CURVE_VALID_BATC
 from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
     claim_fields,
+    claim_verdict,
     estimate_fields,
     field,
     fmt,
@@ -163,7 +164,7 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
         differences = [a - b for a, b in zip(figures_a, figures_b)]
         if len(differences) < len(seeds):
             claims.append({**claim_fields(claim), "measured": "not measured: no shared rows",
-                           "verdict": "unresolved"})
+                           **claim_verdict(claim, "unresolved")})
             continue
         difference = paired_over_seeds(figures_a, figures_b)
         # a's figure minus b's, signed so that negative means a is better
@@ -173,7 +174,7 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
         claims.append({**claim_fields(claim),
                        "measured": f"{claim.a} {column_a} - {claim.b} {column_b}: "
                                    f"{fmt(difference, 2, True)} {unit}",
-                       "verdict": verdict(signed, claim.kind, claim.margin),
+                       **claim_verdict(claim, verdict(signed, claim.kind, claim.margin)),
                        "difference": difference.value,
                        "difference_se": difference.standard_error,
                        **interval_fields(difference), "unit": unit,

@@ -23,6 +23,7 @@ from fairseq_ext.experiments.studies.spec import MASKED_LM, REACH_AXES, Claim, S
 from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
     claim_fields,
+    claim_verdict,
     estimate_fields,
     field,
     fmt,
@@ -106,7 +107,8 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
             difference = mean_over_seeds(values)  # each value already paired within its seed
             claims.append({**claim_fields(claim),
                            "measured": f"{claim.a} - {claim.b}: {fmt(difference, 3, True)} bits",
-                           "verdict": verdict(difference, claim.kind, claim.margin),
+                           **claim_verdict(claim, verdict(difference, claim.kind,
+                                                          claim.margin)),
                            "difference": difference.value, "difference_se":
                            difference.standard_error, **interval_fields(difference),
                            "unit": "bits",
@@ -145,7 +147,7 @@ def reach_claim(claim: Claim, seeds: Sequence[int], finals: dict, results: Dict[
         ratio, outcome = Estimate(math.nan, math.nan), ("fails" if not finite else "unresolved")
         text = (f"not reached within the budget in {len(ratios) - len(finite)} of "
                 f"{len(ratios)} seeds")
-    fields = {**claim_fields(claim), "measured": text, "verdict": outcome,
+    fields = {**claim_fields(claim), "measured": text, **claim_verdict(claim, outcome),
               "ratio": ratio.value, "ratio_se": ratio.standard_error, "ratio_unit": unit,
               **interval_fields(ratio), "per_seed": dict(zip(map(str, seeds), ratios))}
     if axis == "wall":
