@@ -2,6 +2,7 @@
 its grid and FLOP budgets, the 3ML shape search, and a tiny study end to end with a resume."""
 import json
 import math
+import re
 import sys
 from dataclasses import replace as dataclass_replace
 
@@ -164,6 +165,143 @@ def test_every_claim_names_its_source_and_metric_or_is_marked_ours():
         studies.check_study(Study("s", "t", studies.MASKED_LM, (StudyModel("a", "r"),
                                                                 StudyModel("b", "r")), (1,), 1,
                                   (Claim("x", "better", "a", "b", source="P, Table 9"),)))
+
+
+#: The papers' text, beside the checkout (../shared/papers); a clone elsewhere has none.
+PAPERS = REPO_ROOT.parent / "shared" / "papers"
+THREE_ML_PAPER = PAPERS / "3ml-mask-more-and-mask-later.txt"
+#: How each block of 3ML's Table 3 opens in the paper's text: the first trains every model for
+#: the same updates, the second has 3ML at RoBERTa's compute (§6.1, §6.2).
+TABLE3_BLOCKS = {"first": "Efficient pre-training recipe", "second": "Longer pre-training recipe"}
+TABLE3_CITED = re.compile(r"Table 3 \((first|second) block\)")
+#: A model of Table 3 and its GLUE average as a claim quotes them ("3MLself-40%-153K 85.3"), a
+#: speedup ("at speedup 1.34"), and the paper's words in single quotes ("'losing 0.2%'").
+MODEL_FIGURE = re.compile(r"(?<![\w-])(24hBERT-\d+%|3ML(?:self|cross)-\d+%(?:-\d+K)?|RoBERTa|"
+                          r"ELECTRA|BERT) (\d+\.\d+)")
+SPEEDUP = re.compile(r"speedup (\d+\.\d+)")
+QUOTED = re.compile(r"(?<![\w])'([^']+)'")
+EQUAL_COMPUTE = re.compile(r"equal (?:[\w-]+ )*FLOPs|equal compute|same computation", re.I)
+
+
+def three_ml_table3_claims():
+    """(study, claim, block) of every claim of the catalog that cites a block of 3ML's Table 3."""
+    for study in studies.STUDIES.values():
+        for claim in (*study.claims, *study.finetune_claims):
+            cited = TABLE3_CITED.search(claim.source)
+            if claim.source.startswith("3ML, ") and cited:
+                yield study, claim, cited.group(1)
+
+
+def table3_blocks(text: str) -> dict:
+    """3ML's Table 3 as the paper's text has it: per block ("first", "second"), each model (its
+    marks stripped) -> (speedup, GLUE average), both as printed."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith("Model | #Params | Speedup |"))
+    blocks, block = {}, None
+    for line in lines[start + 1:]:
+        if "|" not in line:  # the table ends
+            break
+        cells = [cell.strip() for cell in line.split("|")]
+        opening = [name for name, words in TABLE3_BLOCKS.items() if cells[0].startswith(words)]
+        if opening:
+            block = blocks.setdefault(opening[0], {})
+        elif block is not None:
+            block[cells[0].rstrip("∗⋄")] = (cells[2], cells[11])
+    return blocks
+
+
+def test_3ml_claims_at_equal_flops_cite_table_3s_equal_compute_block():
+    """Table 3's first block trains every model for the same updates (§6.1: "the same number of
+    updates and an identical learning rate"); only the second has 3ML at RoBERTa's compute. A
+    claim stated at equal FLOPs or compute cites the second; every claim that cites Table 3
+    names its block."""
+    cited = list(three_ml_table3_claims())
+    for study in studies.STUDIES.values():
+        for claim in (*study.claims, *study.finetune_claims):
+            if claim.source.startswith("3ML, ") and "Table 3" in claim.source:
+                assert TABLE3_CITED.search(claim.source), f"{claim.text}: which block?"
+    for study, claim, block in cited:
+        if EQUAL_COMPUTE.search(f"{claim.text} {claim.paper_figure}"):
+            assert block == "second", (
+                f"{study.name}: {claim.text!r} compares at equal compute but cites Table 3's "
+                f"{block} block (equal updates)")
+    assert {block for _, _, block in cited} == {"first", "second"}
+
+
+def test_3ml_claims_quote_the_table_3_block_they_cite():
+    """Every figure a claim quotes from a block of Table 3 is that block's, read from the
+    paper's text: each model's GLUE average, each speedup (of a model the claim names), and
+    every quoted phrase is the paper's; no bare number is left unnamed."""
+    if not THREE_ML_PAPER.is_file():
+        pytest.skip(f"{THREE_ML_PAPER} is absent: the papers sit beside the checkout "
+                    "(../shared/papers), not in a clone elsewhere")
+    text = THREE_ML_PAPER.read_text()
+    blocks = table3_blocks(text)
+    assert blocks["first"]["3MLself-40%"] == ("1.34", "85.0")  # the parse itself
+    assert blocks["second"]["3MLself-40%-153K"] == ("1.00", "85.3")
+    assert blocks["second"]["RoBERTa"] == ("1.00", "84.9")
+    for study, claim, block in three_ml_table3_claims():
+        rows, where = blocks[block], f"{study.name}: {claim.text!r} ({claim.source})"
+        quoted = MODEL_FIGURE.findall(claim.paper_figure)
+        assert quoted, f"{where}: its paper_figure names no model of Table 3"
+        for model, figure in quoted:
+            assert model in rows, f"{where}: {model} is not in Table 3's {block} block"
+            assert rows[model][1] == figure, (
+                f"{where}: {model} {figure}, but Table 3's {block} block has {rows[model][1]}")
+        for speedup in SPEEDUP.findall(claim.paper_figure):
+            assert speedup in {rows[model][0] for model, _ in quoted}, (
+                f"{where}: speedup {speedup} is no named model's in the {block} block")
+        for phrase in QUOTED.findall(claim.paper_figure):
+            assert phrase in text, f"{where}: the paper does not say {phrase!r}"
+        rest = QUOTED.sub("", SPEEDUP.sub("", MODEL_FIGURE.sub("", claim.paper_figure)))
+        assert not re.search(r"\d+\.\d", rest), f"{where}: a figure without its model: {rest!r}"
+
+
+def test_a_claim_its_proxy_cannot_test_is_never_held_or_failed():
+    """3ML's "reaches RoBERTa-40%'s quality with fewer FLOPs" rows: Table 1 has the plain MLM's
+    [MASK] perplexity the lower, so the [MASK]-loss proxy cannot test a GLUE claim. Their
+    verdict is NOT_TESTABLE with the reason, in study.json, the text report and the markdown;
+    their figures are shown all the same."""
+    three_ml = studies.STUDIES["3ml"]
+    untestable = [c for c in three_ml.claims if c.untestable_by_proxy]
+    assert {(c.a, c.b, c.kind) for c in untestable} == {
+        ("3ml-self-40%", "roberta-40%", "fewer_flops"),
+        ("3ml-cross-40%", "roberta-40%", "fewer_flops")}
+    assert all(c.proxy and "Table 1" in c.untestable_by_proxy for c in untestable)
+    assert not any(c.untestable_by_proxy for s in studies.STUDIES.values() for c in s.claims
+                   if c not in untestable)
+    claim = untestable[1]
+    assert studies.claim_verdict(claim, "fails") == {
+        "verdict": studies.NOT_TESTABLE, "untestable_by_proxy": claim.untestable_by_proxy}
+    assert studies.claim_verdict(three_ml.claims[0], "fails") == {"verdict": "fails"}
+    row = {**studies.claim_fields(claim), "measured": "not reached within the budget in 3 of 3 "
+           "seeds", **studies.claim_verdict(claim, "fails"), "ci_low": math.nan}
+    markdown = studies.markdown_claims({"claims": [row]}).splitlines()[2]
+    assert f"| not reached within the budget in 3 of 3 seeds | {studies.NOT_TESTABLE}: " \
+           f"{claim.untestable_by_proxy} |" in markdown
+    assert "fails" not in markdown and "holds" not in markdown
+    # the committed report carries them so (docs/studies.md quotes its rows), and its text
+    # report says why beside the table
+    report = json.loads((REPO_ROOT / "docs/studies/3ml/study.json").read_text())
+    assert [c["verdict"] for c in report["claims"] if c["claim"] in {u.text for u in untestable}
+            ] == [studies.NOT_TESTABLE] * 2
+    text = studies.format_report(three_ml, report)
+    assert text.count(f" {studies.NOT_TESTABLE} |") == 2
+    assert f"  {claim.text}: {claim.untestable_by_proxy}" in text
+    with pytest.raises(SystemExit, match="untestable_by_proxy needs proxy=True"):
+        studies.check_study(dataclass_replace(three_ml, claims=(
+            dataclass_replace(claim, proxy=False),)))
+
+
+def test_the_3ml_claims_quote_the_committed_studys_updates():
+    """The updates the 3ML claims' differences quote (THREE_ML_UPDATES, 748 on the GPU) are the
+    equal-FLOP budget's, as the committed report has them."""
+    from fairseq_ext.experiments.studies.catalog import three_ml
+
+    report = json.loads((REPO_ROOT / "docs/studies/3ml/study.json").read_text())
+    assert {row["name"]: row["updates"] for row in report["models"] if "updates" in row} \
+        == three_ml.THREE_ML_UPDATES
 
 
 def test_the_swishrnn_study_runs_every_step_size():

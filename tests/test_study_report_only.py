@@ -52,9 +52,9 @@ RENDERED = {
         "figures": "839bd5224b217057",
     },
     "docs/studies/3ml/study.json": {
-        "text": "25b9bd180e005b34",
-        "finetune": "2674af74f74734d8",
-        "markdown": "98aed09d8748bdb9",
+        "text": "812afd1771bd7d38",
+        "finetune": "9c6d27feccef6325",
+        "markdown": "7db9acc31f177384",
         "markdown_finetune": "9e0cf71f67627526",
         "figures": "aaaa365f0251653f",
     },

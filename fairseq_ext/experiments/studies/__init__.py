@@ -33,7 +33,8 @@ figure, its metric and figures, whether we measure a proxy; or :data:`OUR_QUESTI
    (:func:`~fairseq_ext.reporting.uncertainty.paired_over_seeds`), its 95% t interval over seeds
    (``S - 1`` degrees of freedom: 4.30 SE for 3 seeds) and the verdict (:func:`verdict`:
    ``holds`` / ``fails`` when the interval excludes 0 on the paper's side / the other, else
-   ``unresolved``; an ``on_par`` claim against its margin);
+   ``unresolved``; an ``on_par`` claim against its margin; a claim its proxy cannot test,
+   ``Claim.untestable_by_proxy``: :data:`NOT_TESTABLE`, :func:`claim_verdict`);
 4. writes ``study.json`` (every figure, per seed too, the flat ``figures`` and ``provenance``
    sections of :mod:`fairseq_ext.reporting.figures` that ``--compare`` reads, and the study's
    wall time summed over the invocations that trained) and ``curves.png`` (valid loss against
@@ -95,6 +96,7 @@ from fairseq_ext.experiments.studies.spec import (
     HELDOUT_SHARE,
     LR_GRID,
     MASKED_LM,
+    NOT_TESTABLE,
     OUR_QUESTION,
     SELECTION_DIR,
     STUDIES,
@@ -108,6 +110,7 @@ from fairseq_ext.experiments.studies.spec import (
 )
 from fairseq_ext.experiments.studies.verdicts import (
     claim_fields,
+    claim_verdict,
     finetune_report,
     interval_fields,
     verdict,
@@ -122,6 +125,7 @@ __all__ = [
     'HELDOUT_SHARE',
     'LR_GRID',
     'MASKED_LM',
+    'NOT_TESTABLE',
     'OUR_QUESTION',
     'PlannedRun',
     'RESULT',
@@ -141,6 +145,7 @@ __all__ = [
     'bidirectional_report',
     'check_study',
     'claim_fields',
+    'claim_verdict',
     'finetune_report',
     'format_finetune',
     'format_report',

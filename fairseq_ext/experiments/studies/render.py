@@ -14,6 +14,7 @@ from fairseq_ext.experiments.studies.power import UNDERPOWERED
 from fairseq_ext.experiments.studies.spec import (
     EQUAL_TOKENS,
     FINETUNE_METRIC,
+    NOT_TESTABLE,
     OUR_QUESTION,
     TITLE_WIDTH,
     Study,
@@ -54,6 +55,11 @@ def format_report(study: Study, report: dict) -> str:
     differs = [f"  {c['claim']}: {c['differs']}" for c in report["claims"] if c.get("differs")]
     if differs:
         lines += ["what differs from the paper:", *differs]
+    untestable = [f"  {c['claim']}: {c['untestable_by_proxy']}" for c in report["claims"]
+                  if c["verdict"] == NOT_TESTABLE]
+    if untestable:
+        lines += [f"{NOT_TESTABLE} (its figures are shown; no verdict is read from them):",
+                  *untestable]
     lines.append(f"verdicts read the 95% t interval over {seeds} seeds ({seeds - 1} degrees of "
                  "freedom): holds / fails when it excludes 0 (on_par: lies within / beyond the "
                  "margin), unresolved otherwise")
@@ -133,6 +139,8 @@ def markdown_claims(report: dict) -> str:
                   else "")
         verdict_text = claim["verdict"] if claim["verdict"] in ("unresolved", UNDERPOWERED) else (
             f"**{claim['verdict']}**")
+        if claim["verdict"] == NOT_TESTABLE:  # the reason beside it, never holds or fails
+            verdict_text = f"{NOT_TESTABLE}: {claim['untestable_by_proxy']}"
         lines.append(f"| {claim['claim']} | {paper} | {claim['measured']}{interval}{margin}"
                      f"{power_text(claim)} | "
                      f"{verdict_text} | {claim.get('differs') or '-'} |")

@@ -65,6 +65,9 @@ class StudyModel:
 
 #: ``Claim.source`` of a comparison the paper does not make: a question of ours, labelled so.
 OUR_QUESTION = "our question"
+#: The verdict of a claim its proxy cannot test (``Claim.untestable_by_proxy``): never holds or
+#: fails, whatever the proxy reads.
+NOT_TESTABLE = "not testable by this proxy"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +94,10 @@ class Claim:
     the paper reports it in and ``paper_figure`` the paper's own figures, in its direction;
     ``proxy`` says the study measures another metric than the paper's (a pre-training loss in
     place of GLUE), and ``differs`` what else is not as in the paper (scale, budget, data).
+    ``untestable_by_proxy`` (a proxy claim): why the proxy cannot test the claim, e.g. where the
+    paper's own figures predict the proxy against a claim it makes in its metric; such a
+    claim's verdict is :data:`NOT_TESTABLE` whatever the proxy reads (its figures are shown
+    all the same).
 
     ``per_task`` (fine-tuning claims): read on every task of the suite as well as on its
     average (the "pre-training helps" claims, :func:`pretraining_helps_claims`).
@@ -117,6 +124,7 @@ class Claim:
     margin: Optional[float] = None
     per_task: bool = False
     paper_effect: Optional[float] = None
+    untestable_by_proxy: str = ""
 
     @property
     def ours(self) -> bool:
@@ -190,6 +198,9 @@ def check_study(study: Study) -> None:
         if not claim.ours and not (claim.paper_metric and claim.paper_figure):
             problems.append(f"claim {claim.text!r} cites {claim.source!r}: give its "
                             "paper_metric and paper_figure, or make it OUR_QUESTION")
+        if claim.untestable_by_proxy and not claim.proxy:
+            problems.append(f"claim {claim.text!r}: untestable_by_proxy needs proxy=True (a "
+                            "claim measured in the paper's own metric is tested by it)")
     if study.finetune is not None:
         problems += finetuning.check_protocol(study.finetune, names)
         arms = [arm.name for arm in study.finetune.arms]
@@ -201,6 +212,9 @@ def check_study(study: Study) -> None:
                                 f"metric {FINETUNE_METRIC!r}")
             if claim.kind == "on_par" and not (claim.margin or 0) > 0:
                 problems.append(f"claim {claim.text!r}: on_par needs a positive margin")
+            if claim.untestable_by_proxy:
+                problems.append(f"fine-tuning claim {claim.text!r}: untestable_by_proxy is for "
+                                "a pre-training claim read through a proxy")
     elif study.finetune_claims:
         problems.append("fine-tuning claims without a fine-tuning protocol")
     if problems:

@@ -9,7 +9,7 @@ from typing import Dict, Optional
 
 from fairseq_ext.experiments import finetuning
 from fairseq_ext.experiments.studies.power import judged
-from fairseq_ext.experiments.studies.spec import Claim, Study
+from fairseq_ext.experiments.studies.spec import NOT_TESTABLE, Claim, Study
 from fairseq_ext.reporting.uncertainty import (
     CONFIDENCE,
     Estimate,
@@ -68,6 +68,25 @@ def verdict(difference: Estimate, kind: str = "better", margin: Optional[float] 
     if high < 0:
         return "holds"
     return "fails" if low > 0 else "unresolved"
+
+
+def claim_verdict(claim: Claim, outcome: str) -> Dict[str, str]:
+    """The verdict fields of a claim's ``study.json`` entry: ``outcome`` (what :func:`verdict`
+    read from the figures), or, for a claim its proxy cannot test, :data:`NOT_TESTABLE` and
+    the reason (``Claim.untestable_by_proxy``), never holds or fails; the entry keeps its
+    figures either way."""
+    if not claim.untestable_by_proxy:
+        return {"verdict": outcome}
+    return {"verdict": NOT_TESTABLE, "untestable_by_proxy": claim.untestable_by_proxy}
+
+
+def claim_outcome(claim: Claim, outcome: str, difference: Estimate) -> dict:
+    """Every verdict field of a claim's ``study.json`` entry: its power beside the paper's
+    effect (:func:`~fairseq_ext.experiments.studies.power.judged`: ``underpowered`` in place of
+    ``unresolved`` where the study could not have seen the paper's effect), then
+    :func:`claim_verdict` (a claim its proxy cannot test)."""
+    fields = judged(outcome, difference, claim.paper_effect)
+    return {**fields, **claim_verdict(claim, fields["verdict"])}
 
 
 def interval_fields(estimate: Estimate) -> Dict[str, float]:
@@ -167,8 +186,8 @@ def finetune_report(study: Study, raw: dict) -> dict:
                            "measured": f"{claim.a} - {claim.b}"
                                        f"{'' if task is None else ' on ' + task}: "
                                        f"{fmt(difference, 2, True)} points",
-                           **judged(verdict(a_better_negative, claim.kind, claim.margin),
-                                    difference, claim.paper_effect),
+                           **claim_outcome(claim, verdict(a_better_negative, claim.kind,
+                                                          claim.margin), difference),
                            "difference": difference.value, "difference_se":
                            difference.standard_error, **interval_fields(difference),
                            "unit": "accuracy points",

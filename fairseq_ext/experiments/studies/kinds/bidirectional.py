@@ -11,11 +11,12 @@ from typing import Dict, List, Tuple
 from fairseq_ext.experiments.recipe_runs import BIDIRECTIONAL_INFILL_POSITIONS, ONE_THREAD, DemoRun
 from fairseq_ext.experiments.recipe_training import train
 from fairseq_ext.experiments.studies.kinds.base import Kind
-from fairseq_ext.experiments.studies.power import judged
 from fairseq_ext.experiments.studies.spec import BIDIRECTIONAL, CURVE_VALID_BATCHES, R_VALUES, Study
 from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
     claim_fields,
+    claim_outcome,
+    claim_verdict,
     estimate_fields,
     field,
     fmt,
@@ -164,7 +165,7 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
         differences = [a - b for a, b in zip(figures_a, figures_b)]
         if len(differences) < len(seeds):
             claims.append({**claim_fields(claim), "measured": "not measured: no shared rows",
-                           "verdict": "unresolved"})
+                           **claim_verdict(claim, "unresolved")})
             continue
         difference = paired_over_seeds(figures_a, figures_b)
         # a's figure minus b's, signed so that negative means a is better
@@ -174,8 +175,8 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
         claims.append({**claim_fields(claim),
                        "measured": f"{claim.a} {column_a} - {claim.b} {column_b}: "
                                    f"{fmt(difference, 2, True)} {unit}",
-                       **judged(verdict(signed, claim.kind, claim.margin), difference,
-                                claim.paper_effect),
+                       **claim_outcome(claim, verdict(signed, claim.kind, claim.margin),
+                                       difference),
                        "difference": difference.value,
                        "difference_se": difference.standard_error,
                        **interval_fields(difference), "unit": unit,

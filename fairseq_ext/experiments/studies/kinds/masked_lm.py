@@ -19,11 +19,12 @@ from fairseq_ext.experiments.recipe_training import (
 )
 from fairseq_ext.experiments.run_store import RESULT
 from fairseq_ext.experiments.studies.kinds.base import Kind
-from fairseq_ext.experiments.studies.power import judged
 from fairseq_ext.experiments.studies.spec import MASKED_LM, REACH_AXES, Claim, Study
 from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
     claim_fields,
+    claim_outcome,
+    claim_verdict,
     estimate_fields,
     field,
     fmt,
@@ -107,8 +108,8 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
             difference = mean_over_seeds(values)  # each value already paired within its seed
             claims.append({**claim_fields(claim),
                            "measured": f"{claim.a} - {claim.b}: {fmt(difference, 3, True)} bits",
-                           **judged(verdict(difference, claim.kind, claim.margin),
-                                    difference, claim.paper_effect),
+                           **claim_outcome(claim, verdict(difference, claim.kind, claim.margin),
+                                           difference),
                            "difference": difference.value, "difference_se":
                            difference.standard_error, **interval_fields(difference),
                            "unit": "bits",
@@ -147,7 +148,7 @@ def reach_claim(claim: Claim, seeds: Sequence[int], finals: dict, results: Dict[
         ratio, outcome = Estimate(math.nan, math.nan), ("fails" if not finite else "unresolved")
         text = (f"not reached within the budget in {len(ratios) - len(finite)} of "
                 f"{len(ratios)} seeds")
-    fields = {**claim_fields(claim), "measured": text, "verdict": outcome,
+    fields = {**claim_fields(claim), "measured": text, **claim_outcome(claim, outcome, ratio),
               "ratio": ratio.value, "ratio_se": ratio.standard_error, "ratio_unit": unit,
               **interval_fields(ratio), "per_seed": dict(zip(map(str, seeds), ratios))}
     if axis == "wall":
