@@ -24,7 +24,6 @@ from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
     claim_fields,
     claim_outcome,
-    claim_verdict,
     estimate_fields,
     field,
     fmt,
