@@ -39,3 +39,26 @@ def test_in_parallel_raises_the_first_failure_after_the_started_items_end():
     with pytest.raises(ValueError, match="run 1 failed"):
         in_parallel(job, [0, 1, 2], workers=2)
     assert 0 in ended  # the run beside the failed one was not abandoned
+
+
+def test_a_spent_time_budget_starts_no_further_item_and_lets_the_started_ones_end():
+    from fairseq_ext.experiments.recipe_runs import OverTime, time_budget
+
+    started, ended = [], []
+
+    def job(item):
+        started.append(item)
+        time.sleep(0.3)
+        ended.append(item)
+        return item
+
+    with time_budget(0.1, "over: use --minutes"):
+        with pytest.raises(OverTime, match="over: use --minutes"):
+            in_parallel(job, range(6), workers=2)
+    # the first two started within the budget and finished; none started after it
+    assert sorted(started) == [0, 1] and sorted(ended) == [0, 1]
+    # outside the budget (and with None: no budget) every item runs
+    assert in_parallel(job, [7], workers=1) == [7]
+    with time_budget(None, "unused"):
+        assert in_parallel(job, [8, 9], workers=2) == [8, 9]
+    assert issubclass(OverTime, SystemExit)  # the study's command exits with its message

@@ -123,9 +123,15 @@ def test_t_critical_against_the_t_table():
 
 def test_every_registered_study_is_well_formed():
     assert set(studies.STUDIES) == {"3ml", "3ml-gpu", "swishrnn", "bidirectional",
-                                     "bidirectional-flops", "bidirectional-documents"}
+                                     "bidirectional-flops", "bidirectional-documents",
+                                     "bidirectional-finetune"}
+    docs = (REPO_ROOT / "docs" / "studies.md").read_text()
     for study in studies.STUDIES.values():
-        assert len(study.seeds) >= 3 and study.minutes <= 60
+        assert len(study.seeds) >= 3 and 0 < study.minutes <= 150
+        # every study's time budget is in the docs; one over the README's 90 min says so
+        assert f"| `{study.name}` | {study.minutes} min |" in docs
+        if study.minutes > 90:
+            assert f"`{study.name}` is over 90 min" in docs
         studies.check_study(study)  # claims name the study's models, kinds known
         assert study.claims
         if study.device == "cpu":
@@ -834,3 +840,19 @@ def test_the_design_table_plans_each_claim_s_power_from_a_reference_run():
     text = power.design_text("s", list(rows.values()), "ref.json")
     assert "underpowered: no number of seeds up to 64 would do" in text
     assert "not in the reference" in text and "no paper effect in our unit" in text
+
+
+@pytest.mark.slow
+def test_a_study_past_its_minutes_starts_no_run_and_says_how_to_finish(tiny_data_bin, tmp_path):
+    """Study.minutes counts every invocation on the runs directory: with 2 min spent and a
+    1-min budget, nothing is trained and the message names --minutes."""
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    (runs_dir / studies.STUDY_JSON).write_text(json.dumps({"wall_seconds": 120.0}))
+    lines = []
+    study = dataclass_replace(TINY_STUDY, minutes=1)
+    with pytest.raises(SystemExit, match=r"over its time budget of 1 min .*--minutes M"):
+        studies.run(study, tiny_data_bin, runs_dir, printer=lines.append)
+    assert any("time budget: 1 min" in line and "2.0 min spent" in line for line in lines)
+    assert not (runs_dir / "lr-selection" / "roberta-15pct").exists()  # no run started
+    assert not (runs_dir / "roberta-15pct").exists()

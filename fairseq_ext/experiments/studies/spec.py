@@ -224,6 +224,11 @@ def check_study(study: Study) -> None:
 
 
 SEEDS = (1, 2, 3)
+#: A study's fine-tuning seeds: one run per (arm, pre-training seed, task, learning rate), the
+#: rate chosen per pre-training seed on the selection split (issue 58); the fine-tuning noise
+#: is in the spread over pre-training seeds, which the claims' intervals read. Pre-training
+#: seeds buy more than fine-tuning seeds: they carry both noises.
+STUDY_FINETUNE_SEEDS = (1,)
 STUDIES: Dict[str, Study] = {}
 
 

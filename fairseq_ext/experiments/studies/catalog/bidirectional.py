@@ -14,6 +14,7 @@ from fairseq_ext.experiments.studies.spec import (
     FINETUNE_METRIC,
     LR_GRID,
     SEEDS,
+    STUDY_FINETUNE_SEEDS,
     Claim,
     Study,
     StudyModel,
@@ -101,6 +102,7 @@ BIDIRECTIONAL_FINETUNE = FinetuneProtocol(
     + tuple(FinetuneArm(f"random init r={r}", "nxt_uni", {"R_BIDIR": r}, random_init=True)
             for r in ("0", "1")),
     env={"SIZE": "mini", "MAX_TARGET_POSITIONS": "64", "NO_SAVE": "1"},
+    seeds=STUDY_FINETUNE_SEEDS,
     schedule="Bidirectionality §3.2 / App. B: a new head on the final </s>, Adam, weight decay "
              "0.1, polynomial (linear) decay after a 6% warmup")
 BIDIRECTIONAL_FINETUNE_CLAIMS = pretraining_helps_claims(
@@ -146,7 +148,7 @@ for _name, _budget, _format, _title in (
         budget=_budget,
         lr_grid=LR_GRID,
         claims=BIDIRECTIONAL_CLAIMS,
-        minutes=60,
+        minutes=90 if _name == "bidirectional" else 60,
         notes=BIDIRECTIONAL_NOTES + f" Budget: NxtUni's 400 updates ({_budget}); documents: "
                                     f"DOCUMENT_FORMAT={_format}.",
         # fine-tuned: the paper's design (equal tokens, one line per document) only
@@ -167,7 +169,7 @@ TABLE9_FINETUNE = dataclasses.replace(
     BIDIRECTIONAL_FINETUNE,
     arms=tuple(arm for arm in BIDIRECTIONAL_FINETUNE.arms
                if arm.model in TABLE9_VARIANTS and arm.name not in ("hyb_uni", "hyb_pre")),
-    lrs=("1e-3", "3e-3", "6e-3"), seeds=(1,))
+    lrs=("1e-3", "3e-3", "6e-3"))
 TABLE9_FINETUNE_CLAIMS = tuple(
     claim for claim in BIDIRECTIONAL_FINETUNE_CLAIMS
     if {claim.a, claim.b} <= {arm.name for arm in TABLE9_FINETUNE.arms})

@@ -12,7 +12,7 @@ from fairseq_ext.experiments.studies.spec import (
     MLM_PROXY,
     ON_PAR_BITS,
     ON_PAR_POINTS,
-    SEEDS,
+    STUDY_FINETUNE_SEEDS,
     Claim,
     Study,
     StudyModel,
@@ -28,23 +28,25 @@ SWISHRNN_LAYERS = ("--encoder-layers", "3")
 #: SwishRNN fine-tunes the pre-training checkpoint with its arch flags again (App. B: Adam
 #: without weight decay, a fixed lr after a linear warmup).
 SWISHRNN_MODELS = ("bert-rab", "bert-orig", "swishrnn-bert", "swishrnn-bert-k1")
+SWISHRNN_SEEDS = (1, 2, 3, 4, 5)
 SWISHRNN_FINETUNE = FinetuneProtocol(
     recipe="recipes/swishrnn/finetune_glue.sh", checkpoint_env="PRETRAINED",
     arms=tuple(FinetuneArm(name, name) for name in SWISHRNN_MODELS)
     + tuple(finetuning.random_init_arm(name) for name in SWISHRNN_MODELS),
     env={"ARCH": "swishrnn_bert_mini", "MAX_POSITIONS": "64"}, model_env_keys=("ARCH",),
     model_args=True, extra_args=("--encoder-normalize-before",),
+    seeds=STUDY_FINETUNE_SEEDS,
     schedule="SwishRNN App. B: Adam without weight decay, fixed lr after a 6% linear warmup")
 SWISHRNN_FINETUNE_CLAIMS = pretraining_helps_claims(
     [(name, finetuning.random_init_arm(name).name) for name in SWISHRNN_MODELS]) + finetune_claims(
     Claim("SwishRNN-BERT (steps 1,2,4) fine-tunes better than BERT-rab", "better",
           "swishrnn-bert", "bert-rab", FINETUNE_METRIC, source="SwishRNN, Table 1",
           paper_metric="GLUE and SuperGLUE dev average (base)",
-          paper_figure="84.0% against 81.0%"),
+          paper_figure="84.0% against 81.0%", paper_effect=3.0),
     Claim("SwishRNN-BERT (steps 1,2,4) fine-tunes better than BERT-orig", "better",
           "swishrnn-bert", "bert-orig", FINETUNE_METRIC, source="SwishRNN, Table 1",
           paper_metric="GLUE and SuperGLUE dev average (base)",
-          paper_figure="84.0% against 81.9%"),
+          paper_figure="84.0% against 81.9%", paper_effect=2.1),
     Claim("Steps 1,2,4 fine-tune on par with a step of 1", "on_par", "swishrnn-bert",
           "swishrnn-bert-k1", FINETUNE_METRIC, source="SwishRNN, Table 2",
           paper_metric="GLUE dev results", paper_figure="on par (e.g. MNLI 85.9 both, base)",
@@ -52,7 +54,7 @@ SWISHRNN_FINETUNE_CLAIMS = pretraining_helps_claims(
     Claim("BERT-orig fine-tunes better than BERT-rab", "better", "bert-orig", "bert-rab",
           FINETUNE_METRIC, source="SwishRNN, Table 1",
           paper_metric="GLUE and SuperGLUE dev average (base)",
-          paper_figure="81.9% against 81.0%"),
+          paper_figure="81.9% against 81.0%", paper_effect=0.9),
 )
 
 register_study(Study(
@@ -69,7 +71,8 @@ register_study(Study(
         StudyModel("swishrnn-bert-k1", "recipes/swishrnn/demo.sh", {},
                    SWISHRNN_LAYERS + ("--swishrnn-step-sizes", "1")),
     ),
-    seeds=SEEDS,
+    # 5 seeds (issue 58): the fine-tuning claims' effects are 0.9-3.0 points
+    seeds=SWISHRNN_SEEDS,
     baseline_updates=800,
     lr_grid=LR_GRID,
     claims=(
@@ -96,7 +99,7 @@ register_study(Study(
         Claim("SwishRNN-BERT with k = 1 alone has a lower MLM loss than BERT-rab", "better",
               "swishrnn-bert-k1", "bert-rab"),
     ),
-    minutes=60,
+    minutes=150,
     notes="3 layers x 128 (SWISHRNN_LAYERS: the step sizes 1, 2, 4 each run in one layer), the "
           "demo recipe's settings otherwise (one line per sample, pre-LN), each model at its "
           "best peak lr of LR_GRID on held-out training data; BERT-rab's 800 updates set the "
