@@ -20,7 +20,7 @@
 # total updates of the polynomial_decay schedule) is read from input0/train.idx.
 # ARCH and MAX_POSITIONS default to those of PRETRAINED (scripts/export_encoder.py
 # --print-finetune-args): a pre-LN export needs a pre-LN arch, e.g. roberta_large_prenorm.
-# A downstream task of scripts/prepare_downstream.sh (DebSection, GlossPair, FortuneTopic) is
+# A downstream task of scripts/prepare_downstream.sh (DebSection, GlossTopic, FortuneTopic, GlossPair) is
 # scored by accuracy, with the classes of DATA/label/dict.txt.
 # The task sets NUM_CLASSES, --regression-target (STS-B) and the metric the paper reports (CoLA:
 # Matthews corr.; MRPC, QQP: mean of F1 and accuracy; STS-B: mean of Pearson and Spearman;
@@ -36,7 +36,7 @@ case "${TASK}" in
   STS-B) task_classes=1 task_metric=pearson_and_spearman ;;
   CoLA) task_classes=2 task_metric=mcc ;;
   MRPC|QQP) task_classes=2 task_metric=acc_and_f1 ;;
-  DebSection|GlossPair|FortuneTopic) task_classes='' task_metric=accuracy ;;  # classes: DATA's
+  DebSection|GlossTopic|FortuneTopic|GlossPair) task_classes='' task_metric=accuracy ;;  # classes: DATA's
   *) task_classes=2 task_metric=accuracy ;;
 esac
 

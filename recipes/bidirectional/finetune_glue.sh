@@ -26,7 +26,7 @@
 # the task (16: CoLA, MRPC, RTE; 32: MNLI, QNLI, SST-2), the batch Table 11's counts were made
 # for. Table 10 reports accuracy for every task (CoLA and MRPC too), so the best checkpoint and
 # the grid's score are dev accuracy (a downstream task of scripts/prepare_downstream.sh,
-# DebSection, GlossPair or FortuneTopic, too: it needs TOTAL_UPDATES, warms up over 6% of them
+# DebSection, GlossTopic, FortuneTopic or GlossPair, too: it needs TOTAL_UPDATES, warms up over 6% of them
 # and has the classes of DATA/label/dict.txt) (MNLI: the matched dev set, `valid`; the mismatched one,
 # `valid1`, is scored beside it when DATA has it). Validation at every epoch end and at the
 # last update.
@@ -53,7 +53,7 @@ case "${TASK}" in
   QNLI) task_updates=33112 task_warmup=1986 task_batch=32 task_classes=2 ;;
   RTE) task_updates=2036 task_warmup=122 task_batch=16 task_classes=2 ;;
   SST-2) task_updates=20935 task_warmup=1256 task_batch=32 task_classes=2 ;;
-  DebSection|GlossPair|FortuneTopic)  # downstream: no Table 11 updates; batch 16, DATA's classes
+  DebSection|GlossTopic|FortuneTopic|GlossPair)  # downstream: no Table 11 updates; batch 16, DATA's classes
     task_updates='' task_warmup='' task_batch=16 task_classes='' ;;
   *) die "TASK=${TASK} is not among the paper's fine-tuning tasks (Table 11: ${PAPER_TASKS})" ;;
 esac

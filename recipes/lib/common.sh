@@ -238,7 +238,7 @@ glue_task_name() {
 
 # The fine-tuning tasks of scripts/prepare_downstream.sh (docs/downstream.md): classification
 # from real text on the machine, scored by accuracy, their classes those of DATA/label/dict.txt.
-DOWNSTREAM_TASKS="DebSection GlossPair FortuneTopic"
+DOWNSTREAM_TASKS="DebSection GlossTopic FortuneTopic GlossPair"
 
 # downstream_task_name NAME: the canonical spelling of one of DOWNSTREAM_TASKS (any case);
 # nothing and status 1 for another name.

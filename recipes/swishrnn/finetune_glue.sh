@@ -33,8 +33,8 @@
 # answer) pairs, input0 the paragraph and question, input1 one answer, label whether the answer
 # is correct; its metric here is the binary F1 over all answers (the official F1a); the
 # official EM (all answers of a question right) needs the answers grouped by question, which is
-# not done. A downstream task of scripts/prepare_downstream.sh (DebSection, GlossPair,
-# FortuneTopic) has no Table 4 steps (set TOTAL_UPDATES), is scored by accuracy and has the
+# not done. A downstream task of scripts/prepare_downstream.sh (DebSection, GlossTopic,
+# FortuneTopic, GlossPair) has no Table 4 steps (set TOTAL_UPDATES), is scored by accuracy and has the
 # classes of DATA/label/dict.txt. The task sets NUM_CLASSES, --regression-target (STS-B) and BEST_METRIC (CoLA:
 # Matthews corr.; MRPC, QQP: mean of F1 and accuracy; STS-B: mean of Pearson and Spearman;
 # MultiRC: F1; others: accuracy).
