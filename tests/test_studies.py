@@ -839,7 +839,7 @@ def test_the_design_table_plans_each_claim_s_power_from_a_reference_run():
     assert "detects_paper_effect" not in rows["no effect given"]
     text = power.design_text("s", list(rows.values()), "ref.json")
     assert "underpowered: no number of seeds up to 64 would do" in text
-    assert "not in the reference" in text and "no paper effect in our unit" in text
+    assert "not in the reference" in text and "our question: no paper effect" in text
 
 
 @pytest.mark.slow

@@ -103,11 +103,12 @@ def design_rows(claims: Sequence, reference: dict, seeds: int) -> List[dict]:
         entry = measured.get(claim.text)
         if entry is None or not entry.get("per_seed"):
             rows.append({"claim": claim.text, "paper_effect": claim.paper_effect,
-                         "measured": False})
+                         "measured": False, "ours": claim.ours})
             continue
         per_seed = [float(v) for v in entry["per_seed"].values()]
         planned = planned_mde(per_seed, seeds)
-        row = {"claim": claim.text, "measured": True, "reference_seeds": len(per_seed),
+        row = {"claim": claim.text, "measured": True, "ours": claim.ours,
+               "reference_seeds": len(per_seed),
                "reference_mde": planned_mde(per_seed, len(per_seed)), "planned_seeds": seeds,
                "planned_mde": planned, "paper_effect": claim.paper_effect,
                "unit": entry.get("unit", "")}
@@ -133,7 +134,8 @@ def design_text(study_name: str, rows: Sequence[dict], reference_path: str) -> s
                           "not in the reference"])
             continue
         if row["paper_effect"] is None:
-            decides = "no paper effect in our unit"
+            decides = ("our question: no paper effect" if row["ours"]
+                       else "the paper's effect is in another unit")
         elif row["detects_paper_effect"]:
             decides = "yes"
         else:
