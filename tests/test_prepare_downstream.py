@@ -288,6 +288,17 @@ def test_rerun_skips_and_other_settings_are_refused(built, pretraining_bin, caps
     assert "was built with other settings (seed)" in error and "--force" in error
     assert "another OUT_DIR" in error
     assert stamp.stat().st_mtime_ns == before
+    # a bin of the builder before issue 58 is named as such, and kept
+    stamp_file = out / "GlossTopic-bin" / ds.STAMP
+    saved = stamp_file.read_text()
+    older = json.loads(saved)
+    older["settings"]["builder_version"] = 1
+    stamp_file.write_text(json.dumps(older))
+    assert ds.main(sample_args(out, pretraining_bin, *SIZES, "GlossTopic")) == 2
+    error = capsys.readouterr().err
+    assert "built by an older scripts/prepare_downstream.sh (builder version 1" in error
+    assert "--force" in error and stamp.stat().st_mtime_ns == before
+    stamp_file.write_text(saved)
 
 
 @pytest.mark.parametrize("flag, message", [

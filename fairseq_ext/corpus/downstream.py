@@ -461,6 +461,10 @@ def check_existing(out_dir: Path, task: str, settings: dict, force: bool) -> dic
     else:
         changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
         why = "was built with other settings (" + ", ".join(changed) + ")"
+        if old.get("builder_version") != settings["builder_version"]:
+            why = (f"was built by an older scripts/prepare_downstream.sh (builder version "
+                   f"{old.get('builder_version')}; this one is {settings['builder_version']}: "
+                   "1,500 dev rows and a selection split, issue 58)")
     raise OutputError(f"{paths[0]} {why}; pass --force to rebuild it, or give another OUT_DIR")
 
 
