@@ -55,6 +55,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from fairseq_ext.corpus.downstream import SELECTION_SPLIT  # runs with an lr grid validate on it
 from fairseq_ext.experiments import recipe_runs
 from fairseq_ext.experiments.run_store import RESULT, write_result
 from fairseq_ext.reporting.log_records import parse_json_record
@@ -67,9 +68,6 @@ SUITE_JSON = "downstream.json"
 #: The stage's directory under the study's runs directory (its runs finish with
 #: :data:`~fairseq_ext.experiments.run_store.RESULT`).
 FINETUNE_DIR = "finetune"
-#: The suite's selection split (:data:`fairseq_ext.corpus.downstream.SELECTION_SPLIT`): runs of a
-#: protocol with a learning-rate grid validate on ``valid`` and on it.
-SELECTION_SPLIT = "valid1"
 #: The fine-tuning learning rates every arm chooses from (3x steps; the models are small).
 FINETUNE_LRS = ("3e-4", "1e-3", "3e-3")
 FINETUNE_SEEDS = (1, 2, 3)
