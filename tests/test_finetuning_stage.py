@@ -574,3 +574,41 @@ def test_a_random_init_draw_is_written_once_when_threads_ask_for_it_together(mon
     for thread in threads:
         thread.join()
     assert calls == [1101] and set(results) == {tmp_path / "random-init" / "draw1101.pt"}
+
+
+def test_the_stage_chooses_each_pre_training_seed_s_rate_on_its_own_selection_scores(
+        monkeypatch, tmp_path):
+    """run_stage with the recipe replaced: seed 1's selection split prefers 1e-3, seed 2's
+    3e-3, while dev would prefer the other; each seed's dev figure is its own choice's."""
+    suite = tmp_path / "suite"
+    for split in ("train", "valid1"):
+        (suite / "T-bin" / "input0").mkdir(parents=True, exist_ok=True)
+        (suite / "T-bin" / "input0" / f"{split}.idx").write_bytes(b"")
+    (suite / "downstream.json").write_text(json.dumps({"settings": {}, "tasks": {"T": {
+        "name": "T", "sizes": {"train": 32, "dev": 10, "selection": 8}, "baselines": {}}}}))
+    selection = {(1, "1e-3"): 60.0, (1, "3e-3"): 50.0, (2, "1e-3"): 40.0, (2, "3e-3"): 70.0}
+    dev = {(1, "1e-3"): 10.0, (1, "3e-3"): 90.0, (2, "1e-3"): 95.0, (2, "3e-3"): 20.0}
+    calls = []
+
+    def fake_fine_tune(protocol, run, model, checkpoint, export_args, run_dir, settings):
+        calls.append((run.seed, run.lr, run.select))
+        result = {"accuracy": dev[(run.seed, run.lr)],
+                  "selection_accuracy": selection[(run.seed, run.lr)], "seconds": 1.0,
+                  "settings": settings}
+        finetuning.write_result(run_dir, result)
+        return result
+
+    monkeypatch.setattr(finetuning, "fine_tune", fake_fine_tune)
+    protocol = dataclasses.replace(studies.BIDIRECTIONAL_FINETUNE,
+                                   arms=(FinetuneArm("msk_bi", "msk_bi", {"R_BIDIR": "1"}),),
+                                   lrs=("1e-3", "3e-3"), seeds=(1,))
+    models = {"msk_bi": studies.STUDIES["bidirectional"].model("msk_bi")}
+    checkpoints = {("msk_bi", 1): tmp_path / "c1.pt", ("msk_bi", 2): tmp_path / "c2.pt"}
+    raw = finetuning.run_stage(protocol, models, (1, 2), checkpoints, suite, tmp_path / "runs",
+                               workers=2, printer=lambda line: None)
+    assert sorted(calls) == [(1, "1e-3", True), (1, "3e-3", True), (2, "1e-3", True),
+                             (2, "3e-3", True)]  # every rate of every seed, scored on valid1
+    chosen = raw["lr"]["msk_bi"]["T"]
+    assert (chosen[1]["lr"], chosen[2]["lr"]) == ("1e-3", "3e-3")
+    assert raw["accuracy"]["msk_bi"]["T"] == {1: [10.0], 2: [20.0]}  # dev at the chosen rates
+    assert chosen[1]["dev"] == {"1e-3": 10.0, "3e-3": 90.0}  # kept, never used to choose
