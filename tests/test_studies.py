@@ -111,6 +111,18 @@ def test_underpowered_replaces_unresolved_only(verdict, mde, effect, expected):
     assert power.with_power(verdict, mde, effect) == expected
 
 
+def test_an_interval_below_the_paper_s_effect_excludes_it():
+    from fairseq_ext.experiments.studies import power
+
+    # oriented (negative = a better): -0.77 ± 0.39 over 8 seeds, t(0.975, 7) = 2.365: the
+    # interval's low end is -0.77 - 0.922 = -1.69, so a's advantage is at most 1.69 < 7.7
+    assert power.excludes_paper_effect(Estimate(-0.77, 0.39, 7), 7.7)
+    assert not power.excludes_paper_effect(Estimate(-0.77, 0.39, 7), 1.5)  # 1.69 > 1.5
+    assert not power.excludes_paper_effect(Estimate(-0.77, 0.0, 7), 7.7)  # no error, no claim
+    fields = power.power_fields(Estimate(-1.76, 0.60, 7), 4.8)  # 1.76 + 1.42 = 3.18 < 4.8
+    assert fields["excludes_paper_effect"] and fields["detects_paper_effect"]
+
+
 def test_t_critical_against_the_t_table():
     from fairseq_ext.reporting.uncertainty import t_critical
 

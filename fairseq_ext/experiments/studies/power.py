@@ -74,19 +74,31 @@ def with_power(verdict: str, mde: float, paper_effect: Optional[float]) -> str:
     return verdict
 
 
+def excludes_paper_effect(oriented: Estimate, paper_effect: float) -> bool:
+    """Whether the claim's 95% interval rules out an advantage of ``a`` as large as the
+    paper's: ``oriented`` is negative when ``a`` is better, so ``a``'s advantage is at most
+    ``-low``; below ``|paper_effect|``, the paper's effect is not what this study measured
+    (whatever the verdict on its sign)."""
+    low, _high = oriented.interval()
+    return bool(math.isfinite(low) and oriented.standard_error > 0
+                and -low < abs(paper_effect))
+
+
 def power_fields(difference: Estimate, paper_effect: Optional[float]) -> Dict[str, object]:
     """What ``study.json`` keeps of a claim's power: its MDE (the unit of its difference) and
-    the paper's effect beside it, and whether the MDE is within that effect."""
+    the paper's effect beside it, whether the MDE is within that effect, and whether the
+    interval excludes it (``difference`` oriented as :func:`excludes_paper_effect` reads it)."""
     mde = minimum_detectable_effect(difference.standard_error, difference.degrees_of_freedom)
     fields: Dict[str, object] = {"mde": mde, "paper_effect": paper_effect, "power": POWER}
     if paper_effect is not None and math.isfinite(mde):
         fields["detects_paper_effect"] = bool(mde <= abs(paper_effect))
+        fields["excludes_paper_effect"] = excludes_paper_effect(difference, paper_effect)
     return fields
 
 
 def judged(verdict: str, difference: Estimate, paper_effect: Optional[float]) -> Dict[str, object]:
     """A claim's ``verdict`` and power fields for ``study.json``: :func:`power_fields`, and the
-    verdict through :func:`with_power`."""
+    verdict through :func:`with_power` (``difference``: negative when ``a`` is better)."""
     fields = power_fields(difference, paper_effect)
     return {**fields, "verdict": with_power(verdict, fields["mde"], paper_effect)}
 

@@ -103,6 +103,8 @@ def power_text(claim: dict) -> str:
     text = "; MDE " + (f"{mde:.3g}" if mde is not None and math.isfinite(mde) else "-")
     if claim.get("paper_effect") is not None:
         text += f" vs the paper's {abs(claim['paper_effect']):.3g}"
+        if claim.get("excludes_paper_effect"):
+            text += ", which the interval excludes"
     return text
 
 
@@ -119,7 +121,8 @@ def claim_row(claim: dict) -> List[str]:
 POWER_NOTE = ("MDE: the minimum detectable effect, the true difference the 95% t interval "
               "would resolve with 80% power, (t(0.975) + t(0.8)) x SE; underpowered: "
               "unresolved, and the MDE exceeds the paper's own effect, so the study could not "
-              "have seen it")
+              "have seen it; 'which the interval excludes': a's advantage is surely smaller "
+              "than the paper's effect, whatever the verdict on its sign")
 
 
 def markdown_claims(report: dict) -> str:

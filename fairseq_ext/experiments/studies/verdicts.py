@@ -80,12 +80,14 @@ def claim_verdict(claim: Claim, outcome: str) -> Dict[str, str]:
     return {"verdict": NOT_TESTABLE, "untestable_by_proxy": claim.untestable_by_proxy}
 
 
-def claim_outcome(claim: Claim, outcome: str, difference: Estimate) -> dict:
+def claim_outcome(claim: Claim, outcome: str, oriented: Estimate) -> dict:
     """Every verdict field of a claim's ``study.json`` entry: its power beside the paper's
     effect (:func:`~fairseq_ext.experiments.studies.power.judged`: ``underpowered`` in place of
-    ``unresolved`` where the study could not have seen the paper's effect), then
-    :func:`claim_verdict` (a claim its proxy cannot test)."""
-    fields = judged(outcome, difference, claim.paper_effect)
+    ``unresolved`` where the study could not have seen the paper's effect; whether the interval
+    excludes the paper's effect), then :func:`claim_verdict` (a claim its proxy cannot test).
+    ``oriented``: the claim's difference as :func:`verdict` reads it, negative when ``a`` is
+    better."""
+    fields = judged(outcome, oriented, claim.paper_effect)
     return {**fields, **claim_verdict(claim, fields["verdict"])}
 
 
@@ -187,7 +189,7 @@ def finetune_report(study: Study, raw: dict) -> dict:
                                        f"{'' if task is None else ' on ' + task}: "
                                        f"{fmt(difference, 2, True)} points",
                            **claim_outcome(claim, verdict(a_better_negative, claim.kind,
-                                                          claim.margin), difference),
+                                                          claim.margin), a_better_negative),
                            "difference": difference.value, "difference_se":
                            difference.standard_error, **interval_fields(difference),
                            "unit": "accuracy points",

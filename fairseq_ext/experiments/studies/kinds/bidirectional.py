@@ -176,7 +176,7 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
                        "measured": f"{claim.a} {column_a} - {claim.b} {column_b}: "
                                    f"{fmt(difference, 2, True)} {unit}",
                        **claim_outcome(claim, verdict(signed, claim.kind, claim.margin),
-                                       difference),
+                                       signed),
                        "difference": difference.value,
                        "difference_se": difference.standard_error,
                        **interval_fields(difference), "unit": unit,
