@@ -51,6 +51,13 @@ RENDERED = {
         "markdown_finetune": "e3b0c44298fc1c14",
         "figures": "839bd5224b217057",
     },
+    "docs/studies/bidirectional-finetune/study.json": {  # issue 58: its first run
+        "text": "bd653ae5dc95543e",
+        "finetune": "e74c691473932e3d",
+        "markdown": "a754e416a7d0b329",
+        "markdown_finetune": "aa534f5061360305",
+        "figures": "8525519e29294733",
+    },
     "docs/studies/3ml/study.json": {
         "text": "812afd1771bd7d38",
         "finetune": "9c6d27feccef6325",

@@ -165,6 +165,6 @@ def design_text(study_name: str, rows: Sequence[dict], reference_path: str) -> s
         "beside the paper's effect",
         ascii_table(["claim", "MDE (seeds) of the reference", f"planned MDE ({seeds} seeds)",
                      "unit", "paper effect", "decides the paper's effect?"], table),
-        "the reference's spread holds its own suite's evaluation sampling; a larger dev split "
-        "shrinks that part, so the planned MDE of a fine-tuning claim is an upper bound when the "
-        "reference used a smaller suite"])
+        "the plan assumes the reference's per-seed spread: a design that changes the noise per "
+        "seed (a larger dev split lowers it; fewer fine-tuning seeds per seed raise it) moves "
+        "the MDE the runs will measure, which the report prints beside the paper's effect"])
