@@ -79,7 +79,14 @@ RENDERED = {
         "markdown_finetune": "e3b0c44298fc1c14",
         "figures": "c749739fe5686f3d",
     },
-    "docs/studies/bidirectional/study.json": {
+    "docs/studies/bidirectional/study.json": {  # issue 58's re-run on the new suite
+        "text": "77aa57554e94927e",
+        "finetune": "494187c44dc4f640",
+        "markdown": "1284912b69b891a3",
+        "markdown_finetune": "c5893d0c246879ef",
+        "figures": "df1ac9db855e9d5a",
+    },
+    "docs/studies/2026-11-27/bidirectional/study.json": {  # before issue 58 (archived)
         "text": "db90b3dd5845e1ce",
         "finetune": "ab2e024830099779",
         "markdown": "3fd6fe905e6fc733",
