@@ -595,7 +595,8 @@ def test_bidirectional_claims_are_paired_within_seed_then_over_seeds(tiny_data_b
     # a at R=1 minus b at R=0, on the same (document, position): seed 1: 100 - 50; seed 2: 50 - 0
     assert infill["per_seed"] == pytest.approx({"1": 50.0, "2": 50.0})
     assert infill["difference"] == pytest.approx(50.0) and infill["difference_se"] == 0.0
-    assert infill["verdict"] == "holds"  # beyond 2 SE (the rule, even for a spread of 0)
+    # a spread of 0 over seeds is no evidence of precision: unresolved (issue 58), no MDE
+    assert infill["verdict"] == "unresolved" and math.isnan(infill["mde"])
     rows = {row["name"]: row for row in report["models"]}
     assert rows["a"]["full"] == pytest.approx((math.exp(1.5) + math.exp(1.0)) / 2)
     assert rows["a"]["infill:1"] == pytest.approx(75.0)

@@ -92,8 +92,11 @@ def test_paired_perplexity_difference_agrees_with_a_bootstrap_and_beats_unpaired
 
 
 def test_resolved_is_a_json_boolean():
-    estimate = paired_accuracy_difference(np.ones(10), np.zeros(10))
-    assert json.dumps(estimate.resolved()) == "true"
+    # 9 of 10 rows right against none: +0.9 with a nonzero SE, far beyond 2 SE
+    estimate = paired_accuracy_difference(np.r_[np.ones(9), 0.0], np.zeros(10))
+    assert estimate.standard_error > 0 and json.dumps(estimate.resolved()) == "true"
+    # every row the same difference: SE 0 resolves nothing (issue 58), still a JSON boolean
+    assert json.dumps(paired_accuracy_difference(np.ones(10), np.zeros(10)).resolved()) == "false"
 
 
 # --- the report's pairing (fairseq_ext.evaluation.bidirectional_report) ------------------------
