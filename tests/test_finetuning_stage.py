@@ -612,3 +612,15 @@ def test_the_stage_chooses_each_pre_training_seed_s_rate_on_its_own_selection_sc
     assert (chosen[1]["lr"], chosen[2]["lr"]) == ("1e-3", "3e-3")
     assert raw["accuracy"]["msk_bi"]["T"] == {1: [10.0], 2: [20.0]}  # dev at the chosen rates
     assert chosen[1]["dev"] == {"1e-3": 10.0, "3e-3": 90.0}  # kept, never used to choose
+
+
+def test_study_cli_refuses_a_negative_time_budget(tmp_path, capsys):
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    (data / "dict.txt").write_text("a 1\n")
+    with pytest.raises(SystemExit) as exit_info:
+        studies.main(["bidirectional", "--data", str(data), "--minutes", "-1",
+                      "--runs-dir", str(tmp_path / "runs")])
+    assert exit_info.value.code == 2
+    assert "--minutes -1: give a number of minutes, or 0 for none" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

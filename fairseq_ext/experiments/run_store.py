@@ -1,7 +1,7 @@
 """The resumable run store the studies and their fine-tuning stage share: a run is finished
 when its :data:`RESULT` exists, written last and atomically (:func:`write_result`); a finished
-run is read back, never redone. Learning-rate selection runs train at :data:`SELECTION_SEED`,
-none of a study's seeds.
+run is read back, never redone. The pre-training learning-rate selection runs train at
+:data:`SELECTION_SEED`, none of a study's seeds.
 
 May import: see :mod:`fairseq_ext.experiments` (nothing of its other modules).
 """
@@ -12,8 +12,9 @@ from fairseq_ext.training.output_files import write_text
 
 #: The file that marks a run finished (training and evaluation done), written last, atomically.
 RESULT = "result.json"
-#: The seed of the learning-rate selection runs, pre-training and fine-tuning alike (none of a
-#: study's).
+#: The seed of the pre-training learning-rate selection runs (none of a study's). Fine-tuning
+#: chooses its rate per pre-training seed from the study's own runs, scored on the suite's
+#: selection split (:mod:`fairseq_ext.experiments.finetuning`).
 SELECTION_SEED = 101
 
 
