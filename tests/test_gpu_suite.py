@@ -876,7 +876,7 @@ def test_the_study_stage_brings_back_every_file_but_checkpoints_and_data(tmp_pat
     runs = tmp_path / "studies" / "3ml-gpu"
     assert argv.read_text().split("\n")[:-1] == [
         "scripts/study.py", "3ml-gpu", "--data", str(tmp_path / "data"), "--runs-dir", str(runs),
-        "--updates", "200", "--seeds", "1", "2", "--device", "cpu"]
+        "--minutes", "0", "--updates", "200", "--seeds", "1", "2", "--device", "cpu"]
     back = out / "study" / "3ml-gpu"
     assert sorted(p.relative_to(back).as_posix() for p in back.rglob("*") if p.is_file()) == [
         "roberta-15pct/seed1/result.json", "roberta-15pct/seed1/scores.json",

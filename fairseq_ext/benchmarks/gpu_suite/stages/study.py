@@ -50,7 +50,9 @@ def stage_study(run: StageRun) -> None:
     os.chdir(REPO)
     data = s.data if s.dry_run else training_data(run)
     runs_dir = s.study_dir / s.study
-    argv = [py, "scripts/study.py", s.study, "--data", data, "--runs-dir", runs_dir]
+    # the stage's own time limit governs on the device: no Study.minutes budget on top of it
+    argv = [py, "scripts/study.py", s.study, "--data", data, "--runs-dir", runs_dir,
+            "--minutes", "0"]
     if s.study_updates:
         argv += ["--updates", s.study_updates]
     if s.study_seeds:
