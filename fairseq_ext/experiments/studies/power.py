@@ -15,7 +15,7 @@ May import: see :mod:`fairseq_ext.experiments`.
 import math
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_ext.reporting.uncertainty import CONFIDENCE, Estimate, t_critical
+from fairseq_ext.reporting.uncertainty import CONFIDENCE, Estimate, mean_over_seeds, t_critical
 
 #: The probability that a claim with a true difference of its MDE resolves.
 POWER = 0.8
@@ -49,8 +49,7 @@ def planned_mde(per_seed_differences: Sequence[float], seeds: int) -> float:
     values = [float(v) for v in per_seed_differences if math.isfinite(float(v))]
     if len(values) < 2 or seeds < 2:
         return math.nan
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    sd = mean_over_seeds(values).standard_error * math.sqrt(len(values))
     return minimum_detectable_effect(sd / math.sqrt(seeds), seeds - 1)
 
 
