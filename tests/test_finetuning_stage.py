@@ -412,6 +412,9 @@ def test_the_stage_fine_tunes_a_checkpoint_end_to_end_and_reads_it_back(tiny_stu
     again = finetuning.run_stage(protocol, models, (1,), checkpoints, suite, runs_dir, workers=2)
     assert again["runs_now"] == 0 and again["accuracy"] == raw["accuracy"]
     assert again["wall_seconds"] == pytest.approx(raw["wall_seconds"])
+    assert raw["wall_seconds"] > 0 and json.loads((runs_dir / "finetune/wall.json").read_text()) \
+        == {"wall_seconds": again["wall_seconds"]}
+    assert not (runs_dir / "finetune" / finetuning.LIVE_WALL).exists()  # booked, so removed
 
 
 @pytest.mark.slow

@@ -62,3 +62,36 @@ def test_a_spent_time_budget_starts_no_further_item_and_lets_the_started_ones_en
     with time_budget(None, "unused"):
         assert in_parallel(job, [8, 9], workers=2) == [8, 9]
     assert issubclass(OverTime, SystemExit)  # the study's command exits with its message
+
+
+def test_the_wall_heartbeat_keeps_a_killed_invocations_time_on_disk(tmp_path):
+    """A study's minutes count every invocation's, a killed one's too: while inside,
+    ``wall_heartbeat`` writes booked + elapsed every ``every`` seconds; a process killed
+    (SIGKILL: no ``finally`` runs) leaves its last value, which ``spent_seconds`` counts."""
+    import json
+    import subprocess
+    import sys
+
+    from fairseq_ext.experiments.recipe_runs import spent_seconds, wall_heartbeat
+
+    live = tmp_path / "ledger" / "wall.live.json"
+    assert spent_seconds(live, 12.5) == 12.5  # nothing live: what was booked
+    killed = subprocess.run(
+        [sys.executable, "-c",
+         "import os, signal, time, pathlib\n"
+         "from fairseq_ext.experiments.recipe_runs import wall_heartbeat\n"
+         f"with wall_heartbeat(pathlib.Path({str(live)!r}), 100.0, every=0.05):\n"
+         "    time.sleep(0.6)\n"
+         "    os.kill(os.getpid(), signal.SIGKILL)\n"], check=False)
+    assert killed.returncode == -9
+    left = json.loads(live.read_text())["wall_seconds"]
+    assert 100.4 <= left < 102  # the last beat: about 0.6 s after entering, within a period
+    assert spent_seconds(live, 12.5) == left  # the killed invocation's time, booked on top
+    assert spent_seconds(live, 500.0) == 500.0  # a stale live file never lowers the ledger
+
+    # leaving normally (or by an exception) writes the final value once more
+    with pytest.raises(RuntimeError):
+        with wall_heartbeat(live, 3.0, every=60.0):
+            time.sleep(0.2)
+            raise RuntimeError("a run failed")
+    assert 3.2 <= json.loads(live.read_text())["wall_seconds"] < 5

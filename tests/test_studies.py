@@ -11,6 +11,7 @@ import pytest
 from conftest import REPO_ROOT, run_cli
 from fairseq_ext.experiments import budget, recipe_runs, studies
 from fairseq_ext.experiments.studies import Claim, Study, StudyModel, cli
+from fairseq_ext.experiments.studies.cli import LIVE_WALL
 from fairseq_ext.reporting import figures
 from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
 
@@ -455,6 +456,7 @@ def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_pa
 
     first_wall = report["wall_seconds"]
     assert first_wall > 0
+    assert not (runs_dir / LIVE_WALL).exists()  # booked in study.json, the live ledger removed
     kept = runs_dir / "roberta-15pct" / "seed1"
     redone = runs_dir / "3ml-self-40pct" / "seed2"
     kept_log = (kept / "train.log").stat().st_mtime_ns
@@ -501,7 +503,9 @@ def test_a_tiny_study_end_to_end_then_resumed_after_a_kill(tiny_data_bin, tmp_pa
     lines = []
     studies.run(TINY_STUDY, tiny_data_bin, moved, printer=lines.append)
     again = json.loads((moved / studies.STUDY_JSON).read_text())
-    assert again["wall_seconds"] == resumed["wall_seconds"]  # every run read back: none trained
+    # every run read back, none trained: the same wall time, but for the refused invocation's
+    # milliseconds (an invocation that fails still spent its time: its live ledger counts it)
+    assert again["wall_seconds"] == pytest.approx(resumed["wall_seconds"], abs=0.5)
     assert again["figures"] == resumed["figures"]
     # --report-only re-renders the report from the finished runs: the same bytes, nothing trained
     written = (moved / studies.STUDY_JSON).read_bytes()
@@ -869,3 +873,14 @@ def test_a_study_past_its_minutes_starts_no_run_and_says_how_to_finish(tiny_data
     assert any("time budget: 1 min" in line and "2.0 min spent" in line for line in lines)
     assert not (runs_dir / "lr-selection" / "roberta-15pct").exists()  # no run started
     assert not (runs_dir / "roberta-15pct").exists()
+
+    # an invocation killed before it booked its time left it live: 40 s of pre-training, 50 s
+    # of fine-tuning, on top of 0 booked: 1.5 min, past a 1-min budget
+    (runs_dir / studies.STUDY_JSON).write_text(json.dumps({"wall_seconds": 0.0}))
+    (runs_dir / LIVE_WALL).write_text(json.dumps({"wall_seconds": 40.0}))
+    (runs_dir / "finetune").mkdir()
+    (runs_dir / "finetune" / "wall.live.json").write_text(json.dumps({"wall_seconds": 50.0}))
+    lines = []
+    with pytest.raises(SystemExit, match=r"over its time budget of 1 min"):
+        studies.run(study, tiny_data_bin, runs_dir, printer=lines.append)
+    assert any("1.5 min spent" in line for line in lines)

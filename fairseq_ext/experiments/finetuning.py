@@ -38,10 +38,12 @@ it is never redone, and one fine-tuned with other settings is refused)::
     finetune/exports/<model>/seed<S>/finetune_args.txt, [encoder.pt]  (arch read off the checkpoint)
     finetune/<arm>/seed<S>/<TASK>/lr<LR>/ft<F>/{train.log,result.json}
     finetune/wall.json                                               the stage's wall time
+    finetune/wall.live.json                                          the same while it runs
 
 May import: see :mod:`fairseq_ext.experiments` (nothing of :mod:`~fairseq_ext.experiments.studies`,
 which imports this one).
 """
+import contextlib
 import dataclasses
 import json
 import math
@@ -68,6 +70,8 @@ SUITE_JSON = "downstream.json"
 #: The stage's directory under the study's runs directory (its runs finish with
 #: :data:`~fairseq_ext.experiments.run_store.RESULT`).
 FINETUNE_DIR = "finetune"
+#: The stage's wall time while it runs (:func:`recipe_runs.wall_heartbeat`), until booked.
+LIVE_WALL = "wall.live.json"
 #: The fine-tuning learning rates every arm chooses from (3x steps; the models are small).
 FINETUNE_LRS = ("3e-4", "1e-3", "3e-3")
 FINETUNE_SEEDS = (1, 2, 3)
@@ -251,9 +255,10 @@ def suite_fingerprint(summary: dict) -> str:
 
 def stage_wall_seconds(runs_dir: Path) -> float:
     """The fine-tuning stage's wall time over earlier invocations on ``runs_dir`` (0 without
-    one)."""
+    one), a killed or failed one's included (:func:`recipe_runs.spent_seconds`)."""
     path = runs_dir / FINETUNE_DIR / "wall.json"
-    return float(json.loads(path.read_text())["wall_seconds"]) if path.is_file() else 0.0
+    booked = float(json.loads(path.read_text())["wall_seconds"]) if path.is_file() else 0.0
+    return recipe_runs.spent_seconds(runs_dir / FINETUNE_DIR / LIVE_WALL, booked)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -456,66 +461,70 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
     lock = threading.Lock()
     ran = [0]
 
-    # 0. what each (model, seed) fine-tunes: its checkpoint, or its exported encoder
-    needed = sorted({(arm.model, seed) for arm in protocol.arms for seed in seeds})
-    sources: Dict[Tuple[str, int], Tuple[Path, List[str]]] = {}
-    if protocol.arch_from_checkpoint and train:  # (--report-only exports nothing)
-        def prepare(key):
-            out = stage_dir / "exports" / safe(key[0]) / f"seed{key[1]}"
-            export = models[key[0]].recipe in protocol.export_recipes
-            sources[key] = prepare_checkpoint(checkpoints[key], out, export)
+    earlier = stage_wall_seconds(runs_dir)
+    live = stage_dir / LIVE_WALL
+    # the stage's wall time stays on disk while it runs, should this invocation be killed
+    with (recipe_runs.wall_heartbeat(live, earlier) if train else contextlib.nullcontext()):
+        # 0. what each (model, seed) fine-tunes: its checkpoint, or its exported encoder
+        needed = sorted({(arm.model, seed) for arm in protocol.arms for seed in seeds})
+        sources: Dict[Tuple[str, int], Tuple[Path, List[str]]] = {}
+        if protocol.arch_from_checkpoint and train:  # (--report-only exports nothing)
+            def prepare(key):
+                out = stage_dir / "exports" / safe(key[0]) / f"seed{key[1]}"
+                export = models[key[0]].recipe in protocol.export_recipes
+                sources[key] = prepare_checkpoint(checkpoints[key], out, export)
 
-        recipe_runs.in_parallel(prepare, needed, workers)
-    else:
-        sources = {key: (checkpoints[key], []) for key in needed}
+            recipe_runs.in_parallel(prepare, needed, workers)
+        else:
+            sources = {key: (checkpoints[key], []) for key in needed}
 
-    def source_of(run: FinetuneRun) -> Tuple[Path, List[str]]:
-        """What a run fine-tunes: the (exported) checkpoint, or its random-init draw."""
-        checkpoint, export_args = sources[(run.arm.model, run.seed)]
-        if run.arm.random_init:
-            out = stage_dir / "exports" / safe(run.arm.model) / f"seed{run.seed}"
-            checkpoint = random_init_checkpoint(checkpoint, out,
-                                                random_init_draw(run.seed, run.ft_seed))
-        return checkpoint, export_args
+        def source_of(run: FinetuneRun) -> Tuple[Path, List[str]]:
+            """What a run fine-tunes: the (exported) checkpoint, or its random-init draw."""
+            checkpoint, export_args = sources[(run.arm.model, run.seed)]
+            if run.arm.random_init:
+                out = stage_dir / "exports" / safe(run.arm.model) / f"seed{run.seed}"
+                checkpoint = random_init_checkpoint(checkpoint, out,
+                                                    random_init_draw(run.seed, run.ft_seed))
+            return checkpoint, export_args
 
-    def one(run: FinetuneRun) -> Tuple[FinetuneRun, dict]:
-        settings = run_settings(protocol, run, fingerprint)
-        run_dir = run.directory(runs_dir)
-        result = load_run(run_dir / RESULT, settings)
-        if result is None and not train:
-            raise SystemExit(f"error: --report-only: the fine-tuning run {run_dir} is not "
-                             f"finished (no {RESULT}); run the study without --report-only")
-        if result is None:
-            checkpoint, export_args = source_of(run)
-            result = fine_tune(protocol, run, models[run.arm.model], checkpoint, export_args,
-                               run_dir, settings)
-            with lock:
-                ran[0] += 1
-            recipe_runs.say(f"== fine-tune {run.arm.name} seed{run.seed} {run.task.name} "
-                            f"lr {run.lr} ft{run.ft_seed}: dev {result['accuracy']:.1f}%"
-                            + (f", selection {result['selection_accuracy']:.1f}%"
-                               if run.select else "") + f" in {result['seconds']:.0f} s")
-        return run, result
+        def one(run: FinetuneRun) -> Tuple[FinetuneRun, dict]:
+            settings = run_settings(protocol, run, fingerprint)
+            run_dir = run.directory(runs_dir)
+            result = load_run(run_dir / RESULT, settings)
+            if result is None and not train:
+                raise SystemExit(f"error: --report-only: the fine-tuning run {run_dir} is not "
+                                 f"finished (no {RESULT}); run the study without --report-only")
+            if result is None:
+                checkpoint, export_args = source_of(run)
+                result = fine_tune(protocol, run, models[run.arm.model], checkpoint, export_args,
+                                   run_dir, settings)
+                with lock:
+                    ran[0] += 1
+                recipe_runs.say(f"== fine-tune {run.arm.name} seed{run.seed} {run.task.name} "
+                                f"lr {run.lr} ft{run.ft_seed}: dev {result['accuracy']:.1f}%"
+                                + (f", selection {result['selection_accuracy']:.1f}%"
+                                   if run.select else "") + f" in {result['seconds']:.0f} s")
+            return run, result
 
-    # 1. every (arm, seed, task, lr, fine-tuning seed), scored on dev and on the selection split
-    select = len(protocol.lrs) > 1
-    runs = [FinetuneRun(arm, seed, task, lr, ft_seed, select=select)
-            for arm in protocol.arms for seed in seeds for task in tasks
-            for lr in protocol.lrs for ft_seed in protocol.seeds]
-    printer(f"== fine-tuning: {len(runs)} runs ({len(protocol.arms)} arms x {len(seeds)} "
-            f"pre-training seeds x {len(tasks)} tasks x {len(protocol.lrs)} learning rates x "
-            f"{len(protocol.seeds)} fine-tuning seeds)"
-            + (f"; each seed's rate chosen on the tasks' {SELECTION_SPLIT} split" if select
-               else ""))
-    scores: Dict[Tuple[str, str, int, str], Dict[str, List[float]]] = {}
-    seconds = 0.0
-    for run, result in recipe_runs.in_parallel(one, runs, workers):
-        entry = scores.setdefault((run.arm.name, run.task.name, run.seed, run.lr),
-                                  {"dev": [], "selection": []})
-        entry["dev"].append(result["accuracy"])
-        if select:
-            entry["selection"].append(result["selection_accuracy"])
-        seconds += result["seconds"]
+        # 1. every (arm, seed, task, lr, fine-tuning seed), scored on dev and on the selection split
+        select = len(protocol.lrs) > 1
+        runs = [FinetuneRun(arm, seed, task, lr, ft_seed, select=select)
+                for arm in protocol.arms for seed in seeds for task in tasks
+                for lr in protocol.lrs for ft_seed in protocol.seeds]
+        printer(f"== fine-tuning: {len(runs)} runs ({len(protocol.arms)} arms x {len(seeds)} "
+                f"pre-training seeds x {len(tasks)} tasks x {len(protocol.lrs)} learning rates x "
+                f"{len(protocol.seeds)} fine-tuning seeds)"
+                + (f"; each seed's rate chosen on the tasks' {SELECTION_SPLIT} split" if select
+                   else ""))
+        scores: Dict[Tuple[str, str, int, str], Dict[str, List[float]]] = {}
+        seconds = 0.0
+        for run, result in recipe_runs.in_parallel(one, runs, workers):
+            entry = scores.setdefault((run.arm.name, run.task.name, run.seed, run.lr),
+                                      {"dev": [], "selection": []})
+            entry["dev"].append(result["accuracy"])
+            if select:
+                entry["selection"].append(result["selection_accuracy"])
+            seconds += result["seconds"]
 
     # 2. each (arm, task, pre-training seed)'s rate: the best mean selection accuracy
     chosen: Dict[str, Dict[str, Dict[int, dict]]] = {
@@ -531,11 +540,10 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
                 accuracy[arm.name][task.name][seed] = list(
                     scores[(arm.name, task.name, seed, entry["lr"])]["dev"])
 
-    wall_file = stage_dir / "wall.json"
-    earlier = stage_wall_seconds(runs_dir)
     this_time = time.time() - start
     wall = earlier + (this_time if ran[0] else 0.0)
-    write_text(wall_file, json.dumps({"wall_seconds": wall}), force=True)
+    write_text(stage_dir / "wall.json", json.dumps({"wall_seconds": wall}), force=True)
+    live.unlink(missing_ok=True)  # booked
     return {"lr": chosen, "accuracy": accuracy, "tasks": [task.name for task in tasks],
             "baselines": {task.name: task.baselines for task in tasks},
             "wall_seconds": wall, "runs_now": ran[0], "run_seconds": seconds,

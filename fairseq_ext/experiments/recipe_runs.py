@@ -8,6 +8,7 @@ May import: see :mod:`fairseq_ext.experiments` (nothing of its other modules).
 """
 import contextlib
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +50,47 @@ def time_budget(seconds: Optional[float], message: str) -> Iterator[None]:
         yield
     finally:
         _BUDGET.pop()
+
+
+@contextlib.contextmanager
+def wall_heartbeat(live: Path, booked: float, every: float = 30.0) -> Iterator[None]:
+    """While inside, writes ``{"wall_seconds": booked + elapsed}`` to ``live`` every ``every``
+    seconds and once on leaving, however it leaves: the wall time of an invocation that is
+    killed or fails mid-way stays on disk, and the next invocation counts it
+    (:func:`spent_seconds`). The caller books the total in its own ledger, then removes
+    ``live``. A study's pre-training and its fine-tuning stage each keep one, so that the
+    minutes a study has spent (``Study.minutes``) include every invocation's."""
+    start = time.monotonic()
+    stop = threading.Event()
+
+    def write() -> None:
+        tmp = live.with_name(live.name + ".tmp")
+        tmp.write_text(f'{{"wall_seconds": {booked + time.monotonic() - start:.3f}}}\n')
+        os.replace(tmp, live)  # a kill mid-write leaves the previous value whole
+
+    def beat() -> None:
+        while not stop.wait(every):
+            write()
+
+    live.parent.mkdir(parents=True, exist_ok=True)
+    write()
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        write()
+
+
+def spent_seconds(live: Path, booked: float) -> float:
+    """A ledger's wall time over earlier invocations: ``booked`` (what the last one that
+    finished wrote), or the larger value a later invocation left in ``live``
+    (:func:`wall_heartbeat`) when it was killed or failed before booking it."""
+    if not live.is_file():
+        return booked
+    return max(booked, float(json.loads(live.read_text())["wall_seconds"]))
 
 
 def _within_budget(function: Callable[[_Item], _Result]) -> Callable[[_Item], _Result]:

@@ -6,6 +6,7 @@ The command line: ``python -m fairseq_ext.experiments.studies`` (``scripts/study
 May import: see :mod:`fairseq_ext.experiments`.
 """
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -39,6 +40,9 @@ from fairseq_ext.experiments.studies.spec import (
 from fairseq_ext.experiments.studies.verdicts import finetune_report
 from fairseq_ext.reporting import figures
 from fairseq_ext.training.output_files import write_text
+
+#: Pre-training's wall time while it runs (:func:`recipe_runs.wall_heartbeat`), until booked.
+LIVE_WALL = "wall.live.json"
 
 
 def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: Path,
@@ -208,15 +212,19 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
             "(Study.minutes, docs/studies.md): no run starts past it, and the finished runs "
             "are kept; to finish, run the same command with --minutes M for a larger budget "
             "(finished runs are read back, never retrained)")
+    # pre-training's wall time stays on disk while it runs, should this invocation be killed
+    heartbeat = (contextlib.nullcontext() if report_only else
+                 recipe_runs.wall_heartbeat(runs_dir / LIVE_WALL, earlier))
     with recipe_runs.time_budget(budget, over):
-        selection, selected_now = select_learning_rates(study, data, runs_dir, plan, workers,
-                                                        printer, train=not report_only)
-        if selection:
-            plan = [dataclasses.replace(
-                planned, model=with_lr(planned.model, selection[planned.model.name]["lr"]))
-                for planned in plan]
-        results, trained = run_study(study, data, runs_dir, plan, workers, keep_checkpoints,
-                                     train=not report_only)
+        with heartbeat:
+            selection, selected_now = select_learning_rates(study, data, runs_dir, plan, workers,
+                                                            printer, train=not report_only)
+            if selection:
+                plan = [dataclasses.replace(
+                    planned, model=with_lr(planned.model, selection[planned.model.name]["lr"]))
+                    for planned in plan]
+            results, trained = run_study(study, data, runs_dir, plan, workers, keep_checkpoints,
+                                         train=not report_only)
         this_time = time.time() - start
         # the study's wall time: every invocation that trained something, summed over resumes
         total = earlier + (this_time if trained or selected_now else 0.0)
@@ -230,6 +238,7 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
                                                 printer, train=not report_only)
     _report, text = report_study(study, results, data, runs_dir, total, selection, provenance,
                                  finetune_raw)
+    (runs_dir / LIVE_WALL).unlink(missing_ok=True)  # booked in study.json
     printer(text)
     printer(f"figures: {runs_dir / STUDY_JSON}")
     printer(f"study wall time: {total / 60:.1f} min of pre-training over the invocations that "
@@ -240,9 +249,10 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
 
 
 def earlier_wall_seconds(runs_dir: Path) -> float:
-    """The wall time earlier invocations spent on this runs directory (``study.json``'s
-    ``wall_seconds``; 0 without one)."""
+    """The wall time earlier invocations spent pre-training into this runs directory
+    (``study.json``'s ``wall_seconds``; 0 without one), a killed or failed one's included
+    (:func:`recipe_runs.spent_seconds`)."""
     path = runs_dir / STUDY_JSON
-    if not path.is_file():
-        return 0.0
-    return float(json.loads(path.read_text()).get("wall_seconds") or 0.0)
+    booked = float(json.loads(path.read_text()).get("wall_seconds") or 0.0) if path.is_file() \
+        else 0.0
+    return recipe_runs.spent_seconds(runs_dir / LIVE_WALL, booked)
