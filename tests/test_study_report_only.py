@@ -58,12 +58,19 @@ RENDERED = {
         "markdown_finetune": "aa534f5061360305",
         "figures": "8525519e29294733",
     },
-    "docs/studies/3ml/study.json": {
+    "docs/studies/2026-11-27/3ml/study.json": {  # before issue 58 (archived)
         "text": "812afd1771bd7d38",
         "finetune": "9c6d27feccef6325",
         "markdown": "7db9acc31f177384",
         "markdown_finetune": "9e0cf71f67627526",
         "figures": "aaaa365f0251653f",
+    },
+    "docs/studies/3ml/study.json": {  # issue 58: the new suite, with random init
+        "text": "aee4abadef4b919e",
+        "finetune": "be83e161c197bfcb",
+        "markdown": "b35e137d2868c192",
+        "markdown_finetune": "8bf24af293abe695",
+        "figures": "f57d01557c6436be",
     },
     "docs/studies/bidirectional-documents/study.json": {
         "text": "7a7e8ae9b0481f61",

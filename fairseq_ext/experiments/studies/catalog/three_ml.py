@@ -225,9 +225,10 @@ THREE_ML_GPU_DECODER = ("--decoder-layers", "2", "--decoder-embed-dim", "256",
                         "--decoder-ffn-embed-dim", "1024", "--decoder-attention-heads", "4")
 #: Its data and schedule: blocks of up to 512 tokens of whole lines (the pre-training recipes'
 #: ``complete``), 32 a batch (16,384 tokens an update), dropout 0.1 (Table 4's), peak lr 5e-4
-#: for both: the rate the CPU 3ML study chose for every one of its models on held-out training
-#: data (docs/studies/3ml/study.json, ``lr_selection``), not chosen again at this size, to keep
-#: the study inside one device call.
+#: for both: the rate the 2026-11-27 CPU 3ML study chose for every one of its models on held-out
+#: training data (docs/studies/2026-11-27/3ml/study.json, ``lr_selection``; its re-run with the
+#: embedding LayerNorm chose 1e-3), not chosen again at this size, to keep the study inside one
+#: device call.
 THREE_ML_GPU_ENV = {"TOKENS_PER_SAMPLE": "512", "SAMPLE_BREAK_MODE": "complete",
                     "BATCH_SIZE": "32", "MAX_SENTENCES": "32", "PEAK_LR": "5e-4",
                     "WARMUP_UPDATES": "100", "DROPOUT": "0.1", "ATTENTION_DROPOUT": "0.1"}
@@ -279,8 +280,8 @@ register_study(Study(
     minutes=10,
     notes="One GPU, one run at a time (GPU_RUN_ENV: fairseq fp16). 6 layers x 512 (8 heads), "
           "3ML-self's default decoder (2 x 256); blocks of up to 512 tokens, 32 a batch; peak lr "
-          "5e-4 for both (the CPU 3ML study's choice for every model), 100 warm-up updates, "
-          "dropout 0.1; RoBERTa-15% 600 updates, 3ML-self-40% the updates of the same "
-          "analytic FLOPs (748 on the embedded corpus).",
+          "5e-4 for both (the 2026-11-27 CPU 3ML study's choice for every model), 100 "
+          "warm-up updates, dropout 0.1; RoBERTa-15% 600 updates, 3ML-self-40% the updates of "
+          "the same analytic FLOPs (748 on the embedded corpus).",
     device="cuda",
 ))
