@@ -140,7 +140,7 @@ def test_every_registered_study_is_well_formed():
                                      "bidirectional-finetune"}
     docs = (REPO_ROOT / "docs" / "studies.md").read_text()
     for study in studies.STUDIES.values():
-        assert len(study.seeds) >= 3 and 0 < study.minutes <= 150
+        assert len(study.seeds) >= 3 and 0 < study.minutes <= 180
         # every study's time budget is in the docs; one over the README's 90 min says so
         assert f"| `{study.name}` | {study.minutes} min |" in docs
         if study.minutes > 90:
