@@ -100,12 +100,19 @@ RENDERED = {
         "markdown_finetune": "fbc79fc9fa45a6e3",
         "figures": "2b3d03c2fa1215fd",
     },
-    "docs/studies/swishrnn/study.json": {
+    "docs/studies/2026-11-27/swishrnn/study.json": {  # before issue 58 (archived)
         "text": "43029412b99a476e",
         "finetune": "b924da43cad647d6",
         "markdown": "34e3b26974837dcf",
         "markdown_finetune": "a0b3ccbabec4e240",
         "figures": "0ea417d5290d57f1",
+    },
+    "docs/studies/swishrnn/study.json": {  # issue 58: the new suite, 5 seeds
+        "text": "7aedb2a1e76cb318",
+        "finetune": "31e8acaa810509db",
+        "markdown": "5ab208d9d86874eb",
+        "markdown_finetune": "34a7d3cf067526b7",
+        "figures": "b2f5252892233ad3",
     },
 }
 
