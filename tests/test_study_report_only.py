@@ -51,8 +51,8 @@ RENDERED = {
         "markdown_finetune": "e3b0c44298fc1c14",
         "figures": "839bd5224b217057",
     },
-    "docs/studies/bidirectional-finetune/study.json": {  # issue 58: its first run
-        "text": "bd653ae5dc95543e",
+    "docs/studies/2026-11-28/bidirectional-finetune-8-seeds/study.json": {  # its first run
+        "text": "edca70b3fc802b1d",
         "finetune": "e74c691473932e3d",
         "markdown": "a754e416a7d0b329",
         "markdown_finetune": "aa534f5061360305",
@@ -106,6 +106,13 @@ RENDERED = {
         "markdown": "34e3b26974837dcf",
         "markdown_finetune": "a0b3ccbabec4e240",
         "figures": "0ea417d5290d57f1",
+    },
+    "docs/studies/bidirectional-finetune/study.json": {  # issue 58: 16 seeds
+        "text": "f9ce40becbacc6a1",
+        "finetune": "bee338798617255a",
+        "markdown": "a6b56b8303badc44",
+        "markdown_finetune": "b883d39360975218",
+        "figures": "ae42cf9f91f9c481",
     },
     "docs/studies/swishrnn/study.json": {  # issue 58: the new suite, 5 seeds
         "text": "7aedb2a1e76cb318",
