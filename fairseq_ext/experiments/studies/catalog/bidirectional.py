@@ -166,8 +166,8 @@ for _name, _budget, _format, _title in (
 #: Tables 9-10's largest fine-tuning effects at the power to resolve them (issue 58): NxtUni,
 #: MskUni and MskBi, each with its own attention, the two ends of Table 9 switched, and a
 #: random-init control per attention, over 16 pre-training seeds (8 left NxtUni's Table 9 row
-#: 1.97 SE from zero). One fine-tuning seed per
-#: (learning rate, pre-training seed): its noise is in the spread over pre-training seeds.
+#: 1.97 SE from zero). One fine-tuning seed per (learning rate, pre-training seed): its noise
+#: is in the spread over pre-training seeds.
 TABLE9_VARIANTS = ("nxt_uni", "msk_uni", "msk_bi")
 TABLE9_FINETUNE = dataclasses.replace(
     BIDIRECTIONAL_FINETUNE,
