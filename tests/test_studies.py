@@ -97,6 +97,21 @@ def test_minimum_detectable_effect_by_hand():
     assert power.seeds_needed([1.0, 2.0, 3.0], 0.01) is None
 
 
+def test_a_claim_judged_before_issue_58_renders_its_mde_from_its_stored_se():
+    """A summary without the ``mde`` field (bidirectional-flops, the archived runs) prints the
+    formula on its stored SE and dof: SE 0.5 at 2 dof gives (4.303 + 1.061) x 0.5 = 2.68, with
+    no paper effect beside it; a row without an SE prints none."""
+    from fairseq_ext.experiments.studies import render
+
+    legacy = {"claim": "a beats b", "measured": "a - b: +1.00 ± 0.50 ppl", "verdict": "unresolved",
+              "difference": 1.0, "difference_se": 0.5, "dof": 2, "paper_effect": None}
+    assert render.claim_mde(legacy) == pytest.approx(2.682, abs=2e-3)
+    assert render.power_text(legacy) == "; MDE 2.68"
+    assert render.power_text({"claim": "untested", "difference_se": None}) == ""
+    stored = dict(legacy, mde=9.0, paper_effect=3.0)  # a stored MDE wins over the formula
+    assert render.power_text(stored) == "; MDE 9 vs the paper's 3"
+
+
 @pytest.mark.parametrize("verdict, mde, effect, expected", [
     ("unresolved", 3.0, 1.7, "underpowered"),   # could not have seen the paper's 1.7
     ("unresolved", 1.0, 1.7, "unresolved"),     # could have, and did not

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence
 
 from fairseq_ext.experiments.run_store import SELECTION_SEED
 from fairseq_ext.experiments.studies.kinds import kind_of
-from fairseq_ext.experiments.studies.power import UNDERPOWERED
+from fairseq_ext.experiments.studies.power import UNDERPOWERED, minimum_detectable_effect
 from fairseq_ext.experiments.studies.spec import (
     EQUAL_TOKENS,
     FINETUNE_METRIC,
@@ -63,7 +63,7 @@ def format_report(study: Study, report: dict) -> str:
     lines.append(f"verdicts read the 95% t interval over {seeds} seeds ({seeds - 1} degrees of "
                  "freedom): holds / fails when it excludes 0 (on_par: lies within / beyond the "
                  "margin), unresolved otherwise")
-    if any("mde" in claim for claim in report["claims"]):
+    if any(power_text(claim) for claim in report["claims"]):
         lines.append(POWER_NOTE)
     return "\n".join(lines)
 
@@ -94,12 +94,23 @@ def interval_text(claim: dict) -> str:
     return ""
 
 
+def claim_mde(claim: dict) -> Optional[float]:
+    """A claim's minimum detectable effect: the stored one, or for a claim judged before issue
+    58 (no ``mde`` field) the same formula on its stored SE and degrees of freedom; None for a
+    claim with neither (not testable, or never measured)."""
+    if "mde" in claim:
+        return claim["mde"]
+    if claim.get("difference_se") is None:
+        return None
+    return minimum_detectable_effect(claim["difference_se"], claim.get("dof"))
+
+
 def power_text(claim: dict) -> str:
     """A claim's minimum detectable effect beside the paper's own effect (:mod:`.power`), as
-    both renderings print it after the interval (empty for a claim judged before issue 58)."""
-    if "mde" not in claim:
+    both renderings print it after the interval (empty for a claim without an SE)."""
+    if "mde" not in claim and claim_mde(claim) is None:
         return ""
-    mde = claim["mde"]
+    mde = claim_mde(claim)
     text = "; MDE " + (f"{mde:.3g}" if mde is not None and math.isfinite(mde) else "-")
     if claim.get("paper_effect") is not None:
         text += f" vs the paper's {abs(claim['paper_effect']):.3g}"
@@ -199,7 +210,7 @@ def format_finetune(report: dict, seeds: int) -> str:
         lines.append(ascii_table(["fine-tuning claim", "source (metric)", "paper", "ours: a - b, "
                                   "paired (± SE over seeds) [95% t interval]", "verdict"],
                                  [claim_row(c) for c in report["claims"]]))
-        if any("mde" in claim for claim in report["claims"]):
+        if any(power_text(claim) for claim in report["claims"]):
             lines.append(POWER_NOTE)
     lines.append(f"fine-tuning wall time: {report['wall_seconds'] / 60:.1f} min (the runs' own "
                  f"time summed: {report['run_seconds'] / 60:.1f} min)")
