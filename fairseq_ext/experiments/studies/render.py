@@ -63,7 +63,7 @@ def format_report(study: Study, report: dict) -> str:
     lines.append(f"verdicts read the 95% t interval over {seeds} seeds ({seeds - 1} degrees of "
                  "freedom): holds / fails when it excludes 0 (on_par: lies within / beyond the "
                  "margin), unresolved otherwise")
-    if any(power_text(claim) for claim in report["claims"]):
+    if any(has_power(claim) for claim in report["claims"]):
         lines.append(POWER_NOTE)
     return "\n".join(lines)
 
@@ -94,6 +94,12 @@ def interval_text(claim: dict) -> str:
     return ""
 
 
+def has_power(claim: dict) -> bool:
+    """Whether a claim has a minimum detectable effect to print: a stored one (issue 58 on), or
+    a stored SE to compute it from (a claim judged before)."""
+    return "mde" in claim or claim.get("difference_se") is not None
+
+
 def claim_mde(claim: dict) -> Optional[float]:
     """A claim's minimum detectable effect: the stored one, or for a claim judged before issue
     58 (no ``mde`` field) the same formula on its stored SE and degrees of freedom; None for a
@@ -108,7 +114,7 @@ def claim_mde(claim: dict) -> Optional[float]:
 def power_text(claim: dict) -> str:
     """A claim's minimum detectable effect beside the paper's own effect (:mod:`.power`), as
     both renderings print it after the interval (empty for a claim without an SE)."""
-    if "mde" not in claim and claim_mde(claim) is None:
+    if not has_power(claim):
         return ""
     mde = claim_mde(claim)
     text = "; MDE " + (f"{mde:.3g}" if mde is not None and math.isfinite(mde) else "-")
@@ -210,7 +216,7 @@ def format_finetune(report: dict, seeds: int) -> str:
         lines.append(ascii_table(["fine-tuning claim", "source (metric)", "paper", "ours: a - b, "
                                   "paired (± SE over seeds) [95% t interval]", "verdict"],
                                  [claim_row(c) for c in report["claims"]]))
-        if any(power_text(claim) for claim in report["claims"]):
+        if any(has_power(claim) for claim in report["claims"]):
             lines.append(POWER_NOTE)
     lines.append(f"fine-tuning wall time: {report['wall_seconds'] / 60:.1f} min (the runs' own "
                  f"time summed: {report['run_seconds'] / 60:.1f} min)")
