@@ -15,6 +15,11 @@
 #               about 4.5 MB; not the 17 MB of intermediates in its prep/), copied from
 #               data-bin/python-docs-spm8000, which scripts/prepare_corpus.sh builds first if
 #               it is missing (it needs apt-get and the network, which this machine has).
+#   .gpu-data/python-docs-spm8000-downstream/
+#               the downstream suite the GPU study fine-tunes on (downstream.json and each
+#               task's -bin, about 1.6 MB; not its prep/), copied from
+#               data-bin/python-docs-spm8000-downstream, which scripts/prepare_downstream.sh
+#               builds first on that data-bin if it is missing.
 #
 #   scripts/gpu_wheels.sh            # both
 #   scripts/gpu_wheels.sh --no-data  # the wheels only
@@ -28,6 +33,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHEEL_DIR="${WHEEL_DIR:-.whl}"
 DATA_DIR="${DATA_DIR:-.gpu-data}"
 CORPUS="${CORPUS:-data-bin/python-docs-spm8000}"
+SUITE="${SUITE:-${CORPUS}-downstream}"
 LIMIT_MIB="${LIMIT_MIB:-48}"
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
@@ -95,6 +101,16 @@ if [[ "${with_data}" == 1 ]]; then
   for f in dict.txt manifest.json spm.model {train,valid,test}.{bin,idx}; do
     if [[ -f "${CORPUS}/${f}" ]]; then cp "${CORPUS}/${f}" "${dest}/"; fi
   done
+  if [[ ! -f "${SUITE}/downstream.json" ]]; then
+    echo "== ${SUITE} is missing: scripts/prepare_downstream.sh builds it"
+    scripts/prepare_downstream.sh "${CORPUS}" "${SUITE}"
+  fi
+  suite_dest="${DATA_DIR}/$(basename "${SUITE}")"
+  echo "== ${SUITE} -> ${suite_dest} (the suite, without prep/)"
+  rm -rf "${suite_dest}"
+  mkdir -p "${suite_dest}"
+  cp "${SUITE}/downstream.json" "${suite_dest}/"
+  for task_bin in "${SUITE}"/*-bin; do cp -r "${task_bin}" "${suite_dest}/"; done
 fi
 
 echo "== sizes"

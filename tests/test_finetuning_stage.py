@@ -251,7 +251,7 @@ def test_a_folder_that_is_no_suite_is_told_with_the_command(tmp_path):
 # Study entries
 
 def test_every_fine_tuning_claim_cites_its_table_and_names_arms_of_its_study():
-    for name in ("3ml", "swishrnn", "bidirectional"):
+    for name in ("3ml", "3ml-gpu", "swishrnn", "bidirectional"):
         study = studies.STUDIES[name]
         assert study.finetune is not None and study.finetune_claims
         arms = {arm.name for arm in study.finetune.arms}
@@ -329,6 +329,51 @@ def test_the_bidirectional_and_swishrnn_recipes_need_updates_for_a_downstream_ta
     assert status == 2 and "set TOTAL_UPDATES" in stderr
     status, stderr = refusal("recipes/3ml/finetune_glue.sh", "NoSuchTask")
     assert status == 2 and "GlossPair" in stderr
+
+
+def test_on_the_gpu_a_run_trains_off_the_cpu_and_is_kept_apart_from_cpu_runs(downstream_bin,
+                                                                               tmp_path):
+    """The GPU study fine-tunes on the GPU: the recipe gets CPU=0 (no --cpu, fp32: no --fp16),
+    and a run's settings name the device, so a CPU run is never read back as a GPU one."""
+    study = studies.STUDIES["3ml-gpu"]
+    model = study.model("3ml-self-40%")
+    encoder = tmp_path / "enc.pt"
+    encoder.write_bytes(b"")
+    task = SuiteTask("FortuneTopic", downstream_bin, 1000, 500, {})
+    run = FinetuneRun(study.finetune.arm("3ml-self-40%"), 1, task, "1e-3", 1)
+    export_args = ["--arch", "roberta_prenorm", "--max-positions", "512"]
+    for device, on_cpu in (("cuda", False), ("cpu", True)):
+        env, args = finetuning.recipe_inputs(study.finetune, run, model, encoder, export_args,
+                                             device)
+        assert env["CPU"] == {"cuda": "0", "cpu": "1"}[device]
+        env = {**{key: value for key, value in env.items() if key != "LOG_FILE"},
+               "TRAIN_EXAMPLES": "1000"}  # the fixture has labels only
+        _, flags = dry_run(REPO_ROOT / study.finetune.recipe, *args, **env)
+        assert ("--cpu" in flags) == on_cpu and "--fp16" not in flags
+    settings = finetuning.run_settings(study.finetune, run, "fp", "cuda")
+    assert settings["device"] == "cuda"
+    assert settings == {**finetuning.run_settings(study.finetune, run, "fp"), "device": "cuda"}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"accuracy": 50.0, "settings": finetuning.run_settings(
+        study.finetune, run, "fp")}))
+    with pytest.raises(SystemExit, match="other settings"):
+        finetuning.load_run(path, settings)
+
+
+def test_a_run_whose_checkpoint_is_gone_says_which_result_to_remove(tmp_path):
+    """A GPU call brings back a finished pre-training run without its checkpoint: fine-tuning
+    it later is refused with the result.json to remove, before any export or recipe runs."""
+    checkpoint = tmp_path / "roberta-15pct" / "seed1" / "checkpoints" / "checkpoint_last.pt"
+    with pytest.raises(SystemExit, match=r"checkpoint_last.pt is missing.*remove that run's "
+                                         r"result.json \(.*seed1/result.json\)"):
+        finetuning.prepare_checkpoint(checkpoint, tmp_path / "export", export=True)
+    assert not (tmp_path / "export").exists()
+    study = studies.STUDIES["3ml-gpu"]
+    run = FinetuneRun(study.finetune.arm("roberta-15%"), 1, TASK, "1e-3", 1)
+    with pytest.raises(SystemExit, match="is missing"):
+        finetuning.fine_tune(study.finetune, run, study.model("roberta-15%"), checkpoint, [],
+                             tmp_path / "ft", {})
+    assert not (tmp_path / "ft").exists()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -593,7 +638,9 @@ def test_the_stage_chooses_each_pre_training_seed_s_rate_on_its_own_selection_sc
     dev = {(1, "1e-3"): 10.0, (1, "3e-3"): 90.0, (2, "1e-3"): 95.0, (2, "3e-3"): 20.0}
     calls = []
 
-    def fake_fine_tune(protocol, run, model, checkpoint, export_args, run_dir, settings):
+    def fake_fine_tune(protocol, run, model, checkpoint, export_args, run_dir, settings,
+                       device):
+        assert device == "cpu" and "device" not in settings  # a CPU run's settings as before
         calls.append((run.seed, run.lr, run.select))
         result = {"accuracy": dev[(run.seed, run.lr)],
                   "selection_accuracy": selection[(run.seed, run.lr)], "seconds": 1.0,

@@ -267,7 +267,8 @@ def test_dry_run_prints_every_stages_commands_and_runs_none(tmp_path):
     assert "compare_losses(" in logs["fsdp"]
     # study: the GPU study on the carried data-bin, its runs in the carried .gpu-study/
     assert (f"scripts/study.py 3ml-gpu --data {REPO_ROOT}/.gpu-data/python-docs-spm8000 "
-            f"--runs-dir {REPO_ROOT}/.gpu-study/3ml-gpu") in logs["study"]
+            f"--runs-dir {REPO_ROOT}/.gpu-study/3ml-gpu --minutes 0 --downstream "
+            f"{REPO_ROOT}/.gpu-data/python-docs-spm8000-downstream") in logs["study"]
     assert "--device" not in logs["study"] and "--updates" not in logs["study"]
     assert f"+ copy_study_files {REPO_ROOT}/.gpu-study/3ml-gpu {out}/study/3ml-gpu" in logs["study"]
 
@@ -844,6 +845,9 @@ def run_study_stage(tmp_path, study_script: str, **env):
     bin_dir.mkdir(parents=True)
     data.mkdir()
     (data / "dict.txt").write_text("a 1\n")
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "downstream.json").write_text("{}")
     (bin_dir / "python").write_text(
         "#!/usr/bin/env bash\n"
         'printf "%s\\n" "$@" > "$(dirname "$0")/argv.txt"\n'
@@ -852,7 +856,7 @@ def run_study_stage(tmp_path, study_script: str, **env):
     (bin_dir / "python").chmod(0o755)
     out = tmp_path / "out"
     proc = run_suite(tmp_path, "--stages", "study", out,
-                     env={"GPU_SUITE_DATA": str(data),
+                     env={"GPU_SUITE_DATA": str(data), "GPU_SUITE_DOWNSTREAM": str(suite),
                           "GPU_SUITE_STUDY_DIR": str(tmp_path / "studies"), **env})
     return proc, out, (bin_dir / "argv.txt")
 
@@ -876,7 +880,8 @@ def test_the_study_stage_brings_back_every_file_but_checkpoints_and_data(tmp_pat
     runs = tmp_path / "studies" / "3ml-gpu"
     assert argv.read_text().split("\n")[:-1] == [
         "scripts/study.py", "3ml-gpu", "--data", str(tmp_path / "data"), "--runs-dir", str(runs),
-        "--minutes", "0", "--updates", "200", "--seeds", "1", "2", "--device", "cpu"]
+        "--minutes", "0", "--downstream", str(tmp_path / "suite"), "--updates", "200",
+        "--seeds", "1", "2", "--device", "cpu"]
     back = out / "study" / "3ml-gpu"
     assert sorted(p.relative_to(back).as_posix() for p in back.rglob("*") if p.is_file()) == [
         "roberta-15pct/seed1/result.json", "roberta-15pct/seed1/scores.json",
@@ -900,6 +905,48 @@ def test_the_study_stage_fails_with_the_study(tmp_path):
     proc, out, _ = run_study_stage(tmp_path, STUDY_FILES + "exit 3\n")
     assert proc.returncode == 3 and stage_rows(out) == [("study", "failed(3)")]
     assert (out / "study" / "3ml-gpu" / "roberta-15pct" / "seed1" / "result.json").is_file()
+
+
+def test_the_study_stage_needs_the_carried_suite_and_says_how_to_carry_it(tmp_path):
+    """The suite is encoded with the carried data-bin's dictionary: without it the stage stops
+    before the study starts, naming scripts/gpu_wheels.sh."""
+    bin_dir = tmp_path / "env" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text("#!/usr/bin/env bash\ntouch \"$(dirname \"$0\")/ran\"\n")
+    (bin_dir / "python").chmod(0o755)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.txt").write_text("a 1\n")
+    out = tmp_path / "out"
+    proc = run_suite(tmp_path, "--stages", "study", out,
+                     env={"GPU_SUITE_DATA": str(data), "GPU_SUITE_DOWNSTREAM": str(tmp_path / "no"),
+                          "GPU_SUITE_STUDY_DIR": str(tmp_path / "studies")})
+    assert proc.returncode != 0 and stage_rows(out)[0][1].startswith("failed")
+    log = (out / "study.log").read_text()
+    assert f"{tmp_path / 'no' / 'downstream.json'} is missing" in log
+    assert "scripts/gpu_wheels.sh" in log and not (bin_dir / "ran").exists()
+
+
+def test_the_step_stage_runs_at_the_shape_given(tmp_path):
+    """STEP_SHAPE: the same stage at a width where compute vanishes (the CPU rehearsal); a
+    malformed one stops the suite before its first stage."""
+    out = tmp_path / "out"
+    proc = run_suite(tmp_path, "--dry-run", "--stages", "step", out,
+                     env={"STEP_SHAPE": "64 2 32", "STEP_BATCHES": "4"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (command,) = [line for line in (out / "step.log").read_text().splitlines()
+                  if "bench_step.py" in line]
+    argv = shlex.split(command[2:])
+    assert [argv[argv.index(flag) + 1] for flag in ("--dim", "--layers", "--seq-len")] == [
+        "64", "2", "32"]
+    assert argv[argv.index("--json") + 1].endswith("bench-step-64x2-32-b4.json")
+    for shape in ("64 2", "64 2 x", "0 2 32"):
+        proc = run_suite(tmp_path, "--dry-run", "--stages", "step", tmp_path / "bad",
+                         env={"STEP_SHAPE": shape})
+        assert proc.returncode == 2 and f"STEP_SHAPE={shape}:" in proc.stderr
+    proc = run_suite(tmp_path, "--dry-run", "--stages", "step", tmp_path / "bad",
+                     env={"STEP_BATCHES": "32 six"})
+    assert proc.returncode == 2 and "STEP_BATCHES: six" in proc.stderr
 
 
 def test_step_families_and_modes_reach_bench_step(tmp_path):

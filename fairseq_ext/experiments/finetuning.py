@@ -75,6 +75,13 @@ LIVE_WALL = "wall.live.json"
 #: The fine-tuning learning rates every arm chooses from (3x steps; the models are small).
 FINETUNE_LRS = ("3e-4", "1e-3", "3e-3")
 FINETUNE_SEEDS = (1, 2, 3)
+#: Where a study's fine-tuning runs (the study's device) and the recipe settings that put them
+#: there: fp32 on both (the recipes' default; fine-tuning accuracy, not speed, is measured, so
+#: the GPU study's fp16 stays with pre-training, whose wall clock it reads).
+DEVICE_ENV = {"cpu": {"CPU": "1"}, "cuda": {"CPU": "0"}}
+#: Fine-tuning runs at a time on one GPU: accuracy does not depend on sharing the device, and
+#: a small model's run leaves most of it idle (its Python start-up and data loading dominate).
+GPU_WORKERS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,6 +316,8 @@ def prepare_checkpoint(checkpoint: Path, out_dir: Path,
     source = out_dir / "encoder.pt" if export else checkpoint
     args_file = out_dir / "finetune_args.txt"
     if not args_file.is_file():
+        if not checkpoint.is_file():
+            raise missing_checkpoint(checkpoint)
         out_dir.mkdir(parents=True, exist_ok=True)
         script = str(recipe_runs.REPO_ROOT / "scripts" / "export_encoder.py")
         env = recipe_runs.recipe_environment(Path("."), recipe_runs.ONE_THREAD)
@@ -355,9 +364,10 @@ def _write_random_init(source: Path, out: Path, draw: int) -> None:
 
 
 def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: Path,
-                  export_args: Sequence[str] = ()) -> Tuple[Dict[str, str], List[str]]:
+                  export_args: Sequence[str] = (),
+                  device: str = "cpu") -> Tuple[Dict[str, str], List[str]]:
     """The recipe's environment and extra flags for one run (``model``: the study's
-    :class:`~fairseq_ext.experiments.studies.StudyModel`)."""
+    :class:`~fairseq_ext.experiments.studies.StudyModel`) on ``device`` (:data:`DEVICE_ENV`)."""
     total, warmup = schedule(protocol, run.train_examples)
     env = {**protocol.env,
            **{key: model.env[key] for key in protocol.model_env_keys if key in model.env},
@@ -368,7 +378,7 @@ def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoin
            "BATCH_SIZE": str(protocol.batch), "BATCH": str(protocol.batch),
            "MAX_SENTENCES": str(protocol.batch), "EPOCHS": str(protocol.epochs),
            "TOTAL_UPDATES": str(total), "WARMUP_UPDATES": str(warmup),
-           "EVAL_INTERVAL_UPDATES": str(total), "CPU": "1", "NUM_WORKERS": "0",
+           "EVAL_INTERVAL_UPDATES": str(total), **DEVICE_ENV[device], "NUM_WORKERS": "0",
            "LOG_INTERVAL": str(max(1, total // 4)), "LOG_FILE": "", **recipe_runs.ONE_THREAD}
     args = list(protocol.extra_args) + (list(model.args) if protocol.model_args else [])
     if export_args:  # --arch A [shape flags] --max-positions N, as export_encoder.py prints
@@ -392,8 +402,10 @@ def final_accuracy(lines: Sequence[str], subset: str = "valid") -> Optional[floa
     return score
 
 
-def run_settings(protocol: FinetuneProtocol, run: FinetuneRun, fingerprint: str) -> dict:
-    """What a finished run must have been run with to be read back."""
+def run_settings(protocol: FinetuneProtocol, run: FinetuneRun, fingerprint: str,
+                 device: str = "cpu") -> dict:
+    """What a finished run must have been run with to be read back (the device where it is
+    not the CPU: the runs of every study before the GPU one have no such key)."""
     total, warmup = schedule(protocol, run.train_examples)
     settings = {"recipe": protocol.recipe, "arm_env": run.arm.env, "lr": run.lr,
                 "ft_seed": run.ft_seed, "seed": run.seed, "task": run.task.name,
@@ -401,6 +413,8 @@ def run_settings(protocol: FinetuneProtocol, run: FinetuneRun, fingerprint: str)
                 "batch": protocol.batch, "suite": fingerprint}
     if run.arm.random_init:
         settings["random_init_draw"] = random_init_draw(run.seed, run.ft_seed)
+    if device != "cpu":
+        settings["device"] = device
     return settings
 
 
@@ -416,13 +430,30 @@ def load_run(path: Path, settings: dict) -> Optional[dict]:
     return result
 
 
+def missing_checkpoint(checkpoint: Path) -> SystemExit:
+    """The error for a run whose pre-trained checkpoint is gone (a GPU call leaves checkpoints
+    on the machine and brings the runs' results back: a later call reads a finished
+    pre-training run back without its checkpoint)."""
+    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+    return SystemExit(
+        f"error: {checkpoint} is missing, and a fine-tuning run still needs it: the "
+        "pre-training run finished elsewhere (a GPU call keeps no checkpoints) or its checkpoint "
+        "was removed; remove that run's result.json"
+        + (f" ({run_dir / RESULT})" if run_dir else "")
+        + " to pre-train it again, or fine-tune it where its checkpoint is")
+
+
 def fine_tune(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: Path,
-              export_args: Sequence[str], run_dir: Path, settings: dict) -> dict:
-    """One run through the family's recipe; writes and returns its ``result.json``."""
+              export_args: Sequence[str], run_dir: Path, settings: dict,
+              device: str = "cpu") -> dict:
+    """One run through the family's recipe on ``device``; writes and returns its
+    ``result.json``."""
+    if not checkpoint.is_file():
+        raise missing_checkpoint(checkpoint)
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an unfinished run (no result.json): redone
     run_dir.mkdir(parents=True)
-    env, args = recipe_inputs(protocol, run, model, checkpoint, export_args)
+    env, args = recipe_inputs(protocol, run, model, checkpoint, export_args, device)
     full_env = recipe_runs.recipe_environment(Path(env["DATA"]), env)
     start = time.time()
     command = ["bash", str(recipe_runs.REPO_ROOT / protocol.recipe), *args]
@@ -443,9 +474,11 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
               checkpoints: Dict[Tuple[str, int], Path], suite_dir: Path, runs_dir: Path,
               workers: int = recipe_runs.WORKERS,
               printer: Callable[[str], None] = print,
-              only: Optional[Sequence[str]] = None, train: bool = True) -> dict:
+              only: Optional[Sequence[str]] = None, train: bool = True,
+              device: str = "cpu") -> dict:
     """The whole stage (module docstring): exports, learning rates, runs, in ``workers``
-    parallel runs of one torch thread each; finished runs read back. ``checkpoints``: the
+    parallel runs of one torch thread each, on ``device`` (:data:`DEVICE_ENV`; the exports and
+    random-init draws are made on the CPU); finished runs read back. ``checkpoints``: the
     last checkpoint of each (model, pre-training seed). Returns the stage's raw results:
     ``{"lr": {arm: {task: {seed: {"lr", "selection", "dev"}}}}, "accuracy": {arm: {task: {seed:
     [dev acc per ft seed at the chosen lr]}}}, "wall_seconds", "runs_now"}``. ``only``: those
@@ -488,7 +521,7 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
             return checkpoint, export_args
 
         def one(run: FinetuneRun) -> Tuple[FinetuneRun, dict]:
-            settings = run_settings(protocol, run, fingerprint)
+            settings = run_settings(protocol, run, fingerprint, device)
             run_dir = run.directory(runs_dir)
             result = load_run(run_dir / RESULT, settings)
             if result is None and not train:
@@ -497,7 +530,7 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
             if result is None:
                 checkpoint, export_args = source_of(run)
                 result = fine_tune(protocol, run, models[run.arm.model], checkpoint, export_args,
-                                   run_dir, settings)
+                                   run_dir, settings, device)
                 with lock:
                     ran[0] += 1
                 recipe_runs.say(f"== fine-tune {run.arm.name} seed{run.seed} {run.task.name} "

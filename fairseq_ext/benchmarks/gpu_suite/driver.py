@@ -19,6 +19,7 @@ from .settings import Settings, SettingsError, default_of, environment_help
 from .stages import ALIASES, ALL_STAGES, STAGES
 from .stages.bench_3ml import check_bench_3ml_runs
 from .stages.fsdp import fsdp_settings
+from .stages.step import check_step_settings
 from .stages.train import check_train_settings
 
 #: What the stage processes run: the package's entry, by its path.
@@ -376,6 +377,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             fsdp_settings(Settings.from_env(os.environ))
         if "bench_3ml" in options.stages:
             check_bench_3ml_runs(Settings.from_env(os.environ))
+        if "step" in options.stages:
+            check_step_settings(Settings.from_env(os.environ))
     except UsageError as error:
         print(error, file=sys.stderr)
         return 2

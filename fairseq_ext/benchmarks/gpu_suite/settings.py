@@ -66,6 +66,9 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("STEP_BATCHES", "32 64 128", "the step stage's micro-batches", "step_batches",
             "words"),
     Setting("STEP_UPDATES", "20", "the step stage's timed updates", "step_updates"),
+    Setting("STEP_SHAPE", "768 12 512", "the step stage's width, layers and sequence length "
+            "(base/512; a CPU rehearsal runs the same stage at a width where compute vanishes, "
+            "e.g. \"64 2 64\")", "step_shape", "words"),
     Setting("STEP_FAMILIES", "roberta,3ml-self,3ml-cross", "the step stage's families "
             "(bench_step.py's --families)", "step_families"),
     Setting("STEP_COMPILE", "eager,compile", "the step stage's modes (bench_step.py's --compile)",
@@ -95,6 +98,9 @@ SETTINGS: Tuple[Setting, ...] = (
             "refuses fully_sharded with bf16", "fsdp_precision"),
     Setting("GPU_SUITE_STUDY", "3ml-gpu", "the study stage's study", "study"),
     Setting("GPU_SUITE_STUDY_DIR", ".gpu-study", "where the study's runs go", "study_dir", "path"),
+    Setting("GPU_SUITE_DOWNSTREAM", ".gpu-data/python-docs-spm8000-downstream", "the carried "
+            "downstream suite the study fine-tunes on (built on GPU_SUITE_DATA's dictionary)",
+            "downstream", "path"),
     Setting("STUDY_UPDATES", "", "the study's baseline updates (default: the study's own)",
             "study_updates", "exact"),
     Setting("STUDY_SEEDS", "", "the study's seeds (default: the study's own)", "study_seeds",
@@ -172,6 +178,7 @@ class Settings:
     bench_3ml_iters: str
     step_batches: Tuple[str, ...]
     step_updates: str
+    step_shape: Tuple[str, ...]
     step_families: str
     step_compile: str
     bench_3ml_runs: Tuple[str, ...]
@@ -190,6 +197,7 @@ class Settings:
     fsdp_loss_tol: str
     study: str
     study_dir: Path
+    downstream: Path
     study_updates: str
     study_seeds: Tuple[str, ...]
     dry_run: bool

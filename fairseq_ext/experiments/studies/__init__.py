@@ -91,6 +91,7 @@ from fairseq_ext.experiments.studies.runs import (
 )
 from fairseq_ext.experiments.studies.spec import (
     BIDIRECTIONAL,
+    EQUAL_TOKENS,
     FINETUNE_METRIC,
     GPU_RUN_ENV,
     HELDOUT_SHARE,
@@ -99,6 +100,7 @@ from fairseq_ext.experiments.studies.spec import (
     NOT_TESTABLE,
     OUR_QUESTION,
     SELECTION_DIR,
+    SHORTER_TRAINING,
     STUDIES,
     STUDY_JSON,
     STUDY_PLOT,
@@ -120,6 +122,7 @@ __all__ = [
     'BIDIRECTIONAL',
     'BIDIRECTIONAL_FINETUNE',
     'Claim',
+    'EQUAL_TOKENS',
     'FINETUNE_METRIC',
     'GPU_RUN_ENV',
     'HELDOUT_SHARE',
@@ -131,6 +134,7 @@ __all__ = [
     'RESULT',
     'SELECTION_DIR',
     'SELECTION_SEED',
+    'SHORTER_TRAINING',
     'STUDIES',
     'STUDY_JSON',
     'STUDY_PLOT',

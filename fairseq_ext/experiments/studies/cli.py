@@ -233,9 +233,12 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
             checkpoints = {(model.name, seed): Path(results[f"{model.name}/seed{seed}"]["run_dir"])
                            / "checkpoints" / "checkpoint_last.pt"
                            for model in study.models for seed in seeds}
+            # on the GPU, several at a time: accuracy does not read the clock
+            finetune_workers = finetuning.GPU_WORKERS if study.device == "cuda" else workers
             finetune_raw = finetuning.run_stage(study.finetune, {m.name: m for m in study.models},
-                                                seeds, checkpoints, downstream, runs_dir, workers,
-                                                printer, train=not report_only)
+                                                seeds, checkpoints, downstream, runs_dir,
+                                                finetune_workers, printer,
+                                                train=not report_only, device=study.device)
     _report, text = report_study(study, results, data, runs_dir, total, selection, provenance,
                                  finetune_raw)
     (runs_dir / LIVE_WALL).unlink(missing_ok=True)  # booked in study.json

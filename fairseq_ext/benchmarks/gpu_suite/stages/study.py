@@ -1,16 +1,20 @@
 """The study stage (scripts/gpu_suite.sh --help):
 
-issue 47's GPU study (scripts/study.py GPU_SUITE_STUDY [3ml-gpu], docs/studies.md):
-RoBERTa-15% against 3ML-self-40% at 6 x 512, 3 seeds at equal analytic FLOPs,
-one run at a time in fairseq fp16, each scored on the GPU; the report gives
-the wall-clock seconds (and FLOPs) 3ML takes to reach RoBERTa's final [MASK]
-loss, ± SE over seeds. The runs directory is GPU_SUITE_STUDY_DIR/NAME
+the GPU study of issues 47 and 59 (scripts/study.py GPU_SUITE_STUDY [3ml-gpu],
+docs/studies.md): RoBERTa-15% against 3ML-self-40% at 6 x 512, 3 seeds of the
+same updates, pre-trained one run at a time in fairseq fp16, then fine-tuned
+on the carried downstream suite (GPU_SUITE_DOWNSTREAM) beside a random-init
+control; the report gives the fine-tuned accuracies and the wall-clock time of
+each pre-training, ± SE over seeds. It needs the carried data-bin and suite
+(scripts/gpu_wheels.sh). The runs directory is GPU_SUITE_STUDY_DIR/NAME
 [.gpu-study/NAME]: carried in the tree, its finished runs are read back, not
-retrained, so a study cut off in one call goes on in the next. Every file of
-it but checkpoints and data-bins is copied to OUTDIR/study/NAME/ when the
-stage ends, also when it is cut off (extract it into .gpu-study/NAME here to
-carry it). STUDY_UPDATES, STUDY_SEEDS: a shorter study (another runs
-directory: a finished run of another plan is refused).
+retrained, so a study cut off in one call goes on in the next; checkpoints
+stay on the machine, so give a call whole seeds (STUDY_SEEDS): a seed
+pre-trained in one call cannot be fine-tuned in the next. Every file of it but
+checkpoints and data-bins is copied to OUTDIR/study/NAME/ when the stage ends,
+also when it is cut off (extract it into .gpu-study/NAME here to carry it).
+STUDY_UPDATES, STUDY_SEEDS: a shorter study (another runs directory: a
+finished run of another plan is refused).
 """
 import os
 import shutil
@@ -19,7 +23,6 @@ from pathlib import Path
 
 from ..runner import Stage, StageRun, terminate, use_env
 from ..settings import REPO
-from .train import training_data
 
 #: What the study stage leaves on the machine: checkpoints and data-bins (the study's held-out
 #: split); everything else of the runs directory comes back in OUTDIR/study/.
@@ -48,11 +51,17 @@ def stage_study(run: StageRun) -> None:
     s, out = run.settings, run.outdir
     py = use_env(run)
     os.chdir(REPO)
-    data = s.data if s.dry_run else training_data(run)
+    if not s.dry_run:  # the suite is encoded with the carried data-bin's dictionary: both or none
+        missing = [str(path) for path in (s.data / "dict.txt", s.downstream / "downstream.json")
+                   if not path.is_file()]
+        if missing:
+            raise SystemExit(f"error: the study stage needs the carried data-bin and downstream "
+                             f"suite, and {', '.join(missing)} is missing: run "
+                             "scripts/gpu_wheels.sh here and carry .gpu-data")
     runs_dir = s.study_dir / s.study
     # the stage's own time limit governs on the device: no Study.minutes budget on top of it
-    argv = [py, "scripts/study.py", s.study, "--data", data, "--runs-dir", runs_dir,
-            "--minutes", "0"]
+    argv = [py, "scripts/study.py", s.study, "--data", s.data, "--runs-dir", runs_dir,
+            "--minutes", "0", "--downstream", s.downstream]
     if s.study_updates:
         argv += ["--updates", s.study_updates]
     if s.study_seeds:
@@ -70,4 +79,4 @@ def stage_study(run: StageRun) -> None:
 
 
 STAGE = Stage("study", stage_study, ("scripts/study.py 3ml-gpu: RoBERTa-15% against 3ML-self-40%, "
-              "wall clock to RoBERTa's final [MASK] loss"), __doc__)
+              "fine-tuned accuracy and the pre-training wall clock"), __doc__)

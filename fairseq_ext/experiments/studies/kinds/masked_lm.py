@@ -19,7 +19,13 @@ from fairseq_ext.experiments.recipe_training import (
 )
 from fairseq_ext.experiments.run_store import RESULT
 from fairseq_ext.experiments.studies.kinds.base import Kind
-from fairseq_ext.experiments.studies.spec import MASKED_LM, REACH_AXES, Claim, Study
+from fairseq_ext.experiments.studies.spec import (
+    MASKED_LM,
+    REACH_AXES,
+    SHORTER_TRAINING,
+    Claim,
+    Study,
+)
 from fairseq_ext.experiments.studies.verdicts import (
     analytic_pflops,
     claim_fields,
@@ -101,6 +107,8 @@ def masked_lm_report(study: Study, results: Dict[str, dict]) -> dict:
     for claim in study.claims:
         if claim.kind in REACH_AXES:
             claims.append(reach_claim(claim, seeds, finals, results))
+        elif claim.kind == SHORTER_TRAINING:
+            claims.append(training_time_claim(claim, seeds, results))
         else:
             values = [paired_difference_bits(finals[(claim.a, s)], finals[(claim.b, s)]).value
                       for s in seeds]
@@ -154,6 +162,32 @@ def reach_claim(claim: Claim, seeds: Sequence[int], finals: dict, results: Dict[
         fields["seconds_to_reach"] = dict(zip(map(str, seeds), reached_values))
         fields["baseline_seconds"] = dict(zip(map(str, seeds), budgets))
     return fields
+
+
+def training_time_claim(claim: Claim, seeds: Sequence[int], results: Dict[str, dict]) -> dict:
+    """A ``shorter_training`` claim: per seed, ``a``'s whole pre-training wall time over
+    ``b``'s (each run's last logged ``wall``: fairseq's seconds since its trainer started,
+    checkpoint saves included); the mean ratio ± SE over seeds, which holds when its 95%
+    interval lies below 1 and fails when it lies above. A run that logged 0 s (fairseq's whole
+    seconds, a tiny run) leaves it unresolved."""
+    seconds_a, seconds_b = ([stored_curve(results[f"{name}/seed{s}"], "wall")[-1].wall
+                             for s in seeds] for name in (claim.a, claim.b))
+    if not all(b > 0 for b in seconds_b):
+        ratio, outcome = Estimate(math.nan, math.nan), "unresolved"
+        ratios = [math.nan] * len(seeds)
+        text = f"{claim.b}'s run logged no seconds to compare with"
+    else:
+        ratios = [a / b for a, b in zip(seconds_a, seconds_b)]
+        ratio = mean_over_seeds(ratios)
+        outcome = verdict(dataclasses.replace(ratio, value=ratio.value - 1.0))
+        text = (f"time ratio of the whole runs {fmt(ratio, 3)} ({claim.a} "
+                f"{fmt(mean_over_seeds(seconds_a), 1)} s, {claim.b} "
+                f"{fmt(mean_over_seeds(seconds_b), 1)} s)")
+    return {**claim_fields(claim), "measured": text, **claim_outcome(claim, outcome, ratio),
+            "ratio": ratio.value, "ratio_se": ratio.standard_error, "ratio_unit": "time ratio",
+            **interval_fields(ratio), "per_seed": dict(zip(map(str, seeds), ratios)),
+            "seconds": dict(zip(map(str, seeds), seconds_a)),
+            "baseline_seconds": dict(zip(map(str, seeds), seconds_b))}
 
 
 def stored_curve(result: dict, axis: str = "pflops") -> List[CurvePoint]:
