@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The 3ml-gpu study (docs/studies.md, "3ML on the GPU"; fairseq_ext/experiments/studies/catalog/three_ml.py
-# STUDIES["3ml-gpu"]; issue 47): RoBERTa-15% against 3ML-self-40% at 6 x 512, 512-token blocks,
-# 32 a batch, fairseq fp16, 3 seeds at equal analytic training FLOPs, one run at a time on the
-# GPU; reports the wall-clock time (and the FLOPs) 3ML-self-40% takes to reach RoBERTa-15%'s final
-# [MASK] loss, mean ± SE over seeds. Needs a CUDA device (--device cpu to try it on the CPU).
+# STUDIES["3ml-gpu"]; issues 47 and 59): RoBERTa-15% against 3ML-self-40% at 6 x 512, 512-token
+# blocks, 32 a batch, fairseq fp16, 3 seeds of the same 600 updates (Table 3's first block),
+# pre-trained one run at a time on the GPU; with --downstream SUITE_DIR, both checkpoints and a
+# random-init control fine-tuned on the offline suite (4 runs at a time). Reports the fine-tuned
+# accuracies (3ML-self on par with, and better than, RoBERTa-15%) and the pre-training wall
+# clock of each (3ML-self's over RoBERTa's, paired on the seed): the time to RoBERTa's fine-tuned
+# accuracy, mean ± SE over seeds. Needs a CUDA device (--device cpu to try it on the CPU).
 # Resumable: run it again and finished runs are read back; --compare REF.json checks the figures.
 # On the lent GPU machine: scripts/gpu_suite.sh --stages "setup study" (docs/benchmarks.md).
-#   DATA=data-bin/python-docs-spm8000 recipes/studies/3ml-gpu.sh [--runs-dir DIR] [--updates N] [--seeds S ...] [--compare REF.json]
+#   DATA=data-bin/python-docs-spm8000 recipes/studies/3ml-gpu.sh --downstream data-bin/python-docs-spm8000-downstream \
+#       [--runs-dir DIR] [--updates N] [--seeds S ...] [--compare REF.json]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 DATA="${DATA:-${REPO_ROOT}/data-bin/python-docs-spm8000}"
