@@ -597,6 +597,37 @@ def test_study_cli_refuses_a_wrong_downstream_before_any_training(tmp_path, caps
     assert not (tmp_path / "runs").exists()  # nothing planned, nothing trained
 
 
+def test_study_cli_fine_tunes_the_tasks_asked_and_refuses_others(tmp_path, capsys,
+                                                                  monkeypatch):
+    """--finetune-tasks (a trial): the study's fine-tuning stage gets those tasks as ``only``; a
+    task the suite lacks, or the flag without --downstream, is refused before any training."""
+    from fairseq_ext.experiments.studies import cli
+
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    (data / "dict.txt").write_text("a 1\n")
+    suite = tmp_path / "suite"
+    for name in ("GlossTopic", "FortuneTopic"):
+        (suite / f"{name}-bin" / "input0").mkdir(parents=True)
+        for split in ("train", "valid1"):
+            (suite / f"{name}-bin" / "input0" / f"{split}.idx").write_bytes(b"")
+    (suite / "downstream.json").write_text(json.dumps({"settings": {}, "tasks": [
+        {"name": name, "sizes": {"train": 8, "dev": 4, "selection": 4}}
+        for name in ("GlossTopic", "FortuneTopic")]}))
+    seen = {}
+    monkeypatch.setattr(cli, "run", lambda *args, **kwargs: seen.update(kwargs))
+    studies.main(["3ml", "--data", str(data), "--downstream", str(suite),
+                  "--finetune-tasks", "GlossTopic"])
+    assert seen["finetune_tasks"] == ["GlossTopic"]
+    for argv, message in (
+            (["--downstream", str(suite), "--finetune-tasks", "GlossPair"],
+             "--finetune-tasks GlossPair: not in"),
+            (["--finetune-tasks", "GlossTopic"], "--finetune-tasks needs --downstream")):
+        with pytest.raises(SystemExit) as exit_info:
+            studies.main(["3ml", "--data", str(data), *argv])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_a_random_init_draw_is_written_once_when_threads_ask_for_it_together(monkeypatch,
                                                                             tmp_path):
     """The lr grid's selection runs share one draw and run two at a time: one writes it, the

@@ -875,13 +875,14 @@ STUDY_FILES = ("mkdir -p $RUNS/roberta-15pct/seed1/checkpoints $RUNS/lr-selectio
 def test_the_study_stage_brings_back_every_file_but_checkpoints_and_data(tmp_path):
     proc, out, argv = run_study_stage(
         tmp_path, STUDY_FILES + "echo '{}' > $RUNS/study.json\necho report\n",
-        STUDY_UPDATES="200", STUDY_SEEDS="1 2", GPU_SUITE_REQUIRE_CUDA="0")
+        STUDY_UPDATES="200", STUDY_SEEDS="1 2", STUDY_FINETUNE_TASKS="GlossTopic",
+        GPU_SUITE_REQUIRE_CUDA="0")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = tmp_path / "studies" / "3ml-gpu"
     assert argv.read_text().split("\n")[:-1] == [
         "scripts/study.py", "3ml-gpu", "--data", str(tmp_path / "data"), "--runs-dir", str(runs),
         "--minutes", "0", "--downstream", str(tmp_path / "suite"), "--updates", "200",
-        "--seeds", "1", "2", "--device", "cpu"]
+        "--seeds", "1", "2", "--finetune-tasks", "GlossTopic", "--device", "cpu"]
     back = out / "study" / "3ml-gpu"
     assert sorted(p.relative_to(back).as_posix() for p in back.rglob("*") if p.is_file()) == [
         "roberta-15pct/seed1/result.json", "roberta-15pct/seed1/scores.json",

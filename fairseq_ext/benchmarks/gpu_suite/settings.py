@@ -105,6 +105,8 @@ SETTINGS: Tuple[Setting, ...] = (
             "study_updates", "exact"),
     Setting("STUDY_SEEDS", "", "the study's seeds (default: the study's own)", "study_seeds",
             "words"),
+    Setting("STUDY_FINETUNE_TASKS", "", "the suite's tasks the study fine-tunes on (default: "
+            "all; a trial)", "study_finetune_tasks", "words"),
     Setting("GPU_SUITE_CMD_<stage>", "", "run this shell command instead of the stage (tests of "
             "the suite, e.g. GPU_SUITE_CMD_build=false)"),
     Setting("GPU_SUITE_TIMEOUT_<stage>", "", "seconds stage <stage> may run (e.g. "
@@ -200,6 +202,7 @@ class Settings:
     downstream: Path
     study_updates: str
     study_seeds: Tuple[str, ...]
+    study_finetune_tasks: Tuple[str, ...]
     dry_run: bool
 
     @classmethod

@@ -107,6 +107,9 @@ def main(argv=None) -> None:
                              "report the papers' fine-tuning claims (studies with a fine-tuning "
                              "protocol: " + ", ".join(s.name for s in STUDIES.values()
                                                        if s.finetune) + ")")
+    parser.add_argument("--finetune-tasks", nargs="+", default=None, metavar="TASK",
+                        help="with --downstream: fine-tune on these tasks of the suite only (a "
+                             "trial: the report's average is over them)")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: re-render study.json, curves.png and the report "
                              "from the finished runs in --runs-dir (an unfinished run is an "
@@ -154,10 +157,16 @@ def main(argv=None) -> None:
                          "that have: " + ", ".join(s.name for s in STUDIES.values() if s.finetune)
                          + ")")
         downstream = args.downstream.resolve()
-        finetuning.load_suite(downstream)  # a wrong folder is told before the training
+        tasks, _ = finetuning.load_suite(downstream)  # a wrong folder is told before training
+        unknown = sorted(set(args.finetune_tasks or ()) - {task.name for task in tasks})
+        if unknown:
+            parser.error(f"--finetune-tasks {' '.join(unknown)}: not in {downstream} (its tasks: "
+                         + ", ".join(task.name for task in tasks) + ")")
+    elif args.finetune_tasks is not None:
+        parser.error("--finetune-tasks needs --downstream SUITE_DIR")
     runs_dir = (args.runs_dir or REPO_ROOT / "runs" / "studies" / study.name).resolve()
     run(study, data, runs_dir, args.updates, args.seeds, args.workers, args.keep_checkpoints,
-        downstream=downstream, report_only=args.report_only)
+        downstream=downstream, report_only=args.report_only, finetune_tasks=args.finetune_tasks)
     if args.markdown:
         report = json.loads((runs_dir / STUDY_JSON).read_text())
         print(markdown_claims(report))
@@ -171,12 +180,14 @@ def main(argv=None) -> None:
 def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
         seeds: Optional[Sequence[int]] = None, workers: int = WORKERS,
         keep_checkpoints: bool = False, printer: Callable[[str], None] = print,
-        downstream: Optional[Path] = None, report_only: bool = False) -> None:
+        downstream: Optional[Path] = None, report_only: bool = False,
+        finetune_tasks: Optional[Sequence[str]] = None) -> None:
     """Plan, run (resuming), fine-tune on the ``downstream`` suite when given, report (a failure
     raises). The study trains on ``study.device`` (``dataclasses.replace`` it to move it).
     ``report_only`` (``--report-only``): train nothing; the report is computed from the
     finished runs alone (:func:`report_study`, a function of the runs' results), so it is the
-    one the run that finished them wrote."""
+    one the run that finished them wrote. ``finetune_tasks``: fine-tune on those tasks of the
+    suite only."""
     check_study(study)
     check_device(study.device)
     start = time.time()
@@ -238,7 +249,8 @@ def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,
             finetune_raw = finetuning.run_stage(study.finetune, {m.name: m for m in study.models},
                                                 seeds, checkpoints, downstream, runs_dir,
                                                 finetune_workers, printer,
-                                                train=not report_only, device=study.device)
+                                                only=finetune_tasks, train=not report_only,
+                                                device=study.device)
     _report, text = report_study(study, results, data, runs_dir, total, selection, provenance,
                                  finetune_raw)
     (runs_dir / LIVE_WALL).unlink(missing_ok=True)  # booked in study.json

@@ -13,8 +13,8 @@ stay on the machine, so give a call whole seeds (STUDY_SEEDS): a seed
 pre-trained in one call cannot be fine-tuned in the next. Every file of it but
 checkpoints and data-bins is copied to OUTDIR/study/NAME/ when the stage ends,
 also when it is cut off (extract it into .gpu-study/NAME here to carry it).
-STUDY_UPDATES, STUDY_SEEDS: a shorter study (another runs directory: a
-finished run of another plan is refused).
+STUDY_UPDATES, STUDY_SEEDS, STUDY_FINETUNE_TASKS: a shorter study (another
+runs directory: a finished run of another plan is refused).
 """
 import os
 import shutil
@@ -66,6 +66,8 @@ def stage_study(run: StageRun) -> None:
         argv += ["--updates", s.study_updates]
     if s.study_seeds:
         argv += ["--seeds", *s.study_seeds]
+    if s.study_finetune_tasks:
+        argv += ["--finetune-tasks", *s.study_finetune_tasks]
     if not s.require_cuda:  # a trial on a machine without a GPU
         argv += ["--device", "cpu"]
     target = out / "study" / s.study
