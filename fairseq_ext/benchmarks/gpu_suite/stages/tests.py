@@ -30,15 +30,15 @@ CUDA_TEST_PATTERN = re.compile(r"""torch\.cuda|["']cuda["']|nvcc|NATIVE_OP_DEVIC
 
 def stage_test_files(settings: Settings) -> List[str]:
     """The tests stage's files, relative to the repo: GPU_SUITE_TESTS if set, else
-    DEFAULT_TEST_FILES and every tests/test_*.py that mentions CUDA, but this suite's own."""
+    DEFAULT_TEST_FILES and every tests/test_*.py that mentions CUDA, but this suite's own
+    (tests/test_gpu_suite*.py: they run the suite)."""
     if settings.tests:
         return settings.tests.split()
     files = set(DEFAULT_TEST_FILES)
     for path in (REPO / "tests").glob("test_*.py"):
         if CUDA_TEST_PATTERN.search(path.read_text(errors="replace")):
             files.add(f"tests/{path.name}")
-    files.discard("tests/test_gpu_suite.py")
-    return sorted(files)
+    return sorted(f for f in files if not f.startswith("tests/test_gpu_suite"))
 
 
 def stage_tests(run: StageRun) -> int:
