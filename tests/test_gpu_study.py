@@ -76,3 +76,43 @@ def test_the_gpu_study_trains_both_models_for_the_same_updates(tiny_data_bin):
     better = study.finetune_claims[-1]
     assert better.paper_effect == pytest.approx(85.0 - 84.3)  # Table 3, first block
     assert "on the GPU (fp32)" in better.differs and "on the CPU" not in better.differs
+
+
+def test_the_planned_power_quoted_for_the_gpu_study_comes_from_the_committed_cpu_study():
+    """docs/studies.md plans the GPU study's fine-tuning comparison from the CPU 3ML study's
+    spread: its "3ML-self-40% fine-tunes better than RoBERTa-15%" per-seed differences give an
+    MDE of 19.9 points at 3 seeds, against the paper's 0.7 (Table 3, first block)."""
+    import json
+
+    from conftest import REPO_ROOT
+    from fairseq_ext.experiments.studies import power
+
+    report = json.loads((REPO_ROOT / "docs/studies/3ml/study.json").read_text())
+    (claim,) = [c for c in report["finetune"]["claims"]
+                if c["claim"].startswith("3ML-self-40% fine-tunes better than RoBERTa-15%")]
+    differences = list(claim["per_seed"].values())
+    assert power.planned_mde(differences, 3) == pytest.approx(19.9, abs=0.05)
+    gpu_claim = studies.STUDIES["3ml-gpu"].finetune_claims[-1]
+    assert gpu_claim.paper_effect == pytest.approx(0.7)
+    docs = " ".join((REPO_ROOT / "docs/studies.md").read_text().split())  # lines re-wrapped
+    assert "planned MDE of 19.9 points at 3 seeds" in docs
+
+
+def test_the_rehearsal_figures_in_the_docs_are_the_committed_summaries():
+    """docs/benchmarks.md quotes the CPU rehearsals of the step and study stages from
+    docs/gpu_rehearsal/2026-11-28/: the stages' seconds and the trial's time ratio (3ML-self's
+    158 s over RoBERTa's 206 s at one seed)."""
+    import json
+
+    from conftest import REPO_ROOT
+
+    folder = REPO_ROOT / "docs/gpu_rehearsal/2026-11-28"
+    rows = {name: (folder / name / "stages.tsv").read_text().splitlines()[1].split("\t")
+            for name in ("step", "study")}
+    assert rows == {"step": ["step", "142.6", "ok"], "study": ["study", "777.6", "ok"]}
+    (claim,) = json.loads((folder / "study" / "study.json").read_text())["claims"]
+    assert (claim["seconds"], claim["baseline_seconds"]) == ({"1": 158.0}, {"1": 206.0})
+    assert claim["ratio"] == pytest.approx(158 / 206) and round(claim["ratio"], 3) == 0.767
+    benchmarks = " ".join((REPO_ROOT / "docs/benchmarks.md").read_text().split())
+    for figure in ("passed in 142.6 s", "stage ok in 777.6 s", "0.767 at one seed"):
+        assert figure in benchmarks, figure

@@ -8,7 +8,6 @@ from typing import Dict, Optional
 from fairseq_ext.experiments.finetuning import FinetuneArm, FinetuneProtocol
 from fairseq_ext.experiments.studies.spec import (
     EQUAL_TOKENS,
-    FINETUNE_DIFFERS,
     FINETUNE_METRIC,
     LR_GRID,
     MASKED_LM,
@@ -22,6 +21,7 @@ from fairseq_ext.experiments.studies.spec import (
     Study,
     StudyModel,
     finetune_claims,
+    finetune_differs,
     pretraining_helps_claims,
     register_study,
 )
@@ -246,7 +246,7 @@ THREE_ML_GPU_FINETUNE = dataclasses.replace(
     THREE_ML_FINETUNE,
     arms=(FinetuneArm("roberta-15%", "roberta-15%"), FinetuneArm("3ml-self-40%", "3ml-self-40%"),
           FinetuneArm(THREE_ML_RANDOM_INIT, "roberta-15%", random_init=True)))
-THREE_ML_GPU_FINETUNE_DIFFERS = FINETUNE_DIFFERS.replace("on the CPU", "on the GPU (fp32)")
+THREE_ML_GPU_FINETUNE_DIFFERS = finetune_differs("on the GPU (fp32)")
 #: Table 3's first block, which the GPU study follows: the same updates for both.
 THREE_ML_GPU_PAPER = "3MLself-40% 85.0 at speedup 1.34 against 24hBERT-15% 84.3 (same updates)"
 

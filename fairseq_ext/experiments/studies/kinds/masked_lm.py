@@ -155,9 +155,7 @@ def reach_claim(claim: Claim, seeds: Sequence[int], finals: dict, results: Dict[
         ratio, outcome = Estimate(math.nan, math.nan), ("fails" if not finite else "unresolved")
         text = (f"not reached within the budget in {len(ratios) - len(finite)} of "
                 f"{len(ratios)} seeds")
-    fields = {**claim_fields(claim), "measured": text, **claim_outcome(claim, outcome, ratio),
-              "ratio": ratio.value, "ratio_se": ratio.standard_error, "ratio_unit": unit,
-              **interval_fields(ratio), "per_seed": dict(zip(map(str, seeds), ratios))}
+    fields = ratio_claim_fields(claim, text, outcome, ratio, unit, seeds, ratios)
     if axis == "wall":
         fields["seconds_to_reach"] = dict(zip(map(str, seeds), reached_values))
         fields["baseline_seconds"] = dict(zip(map(str, seeds), budgets))
@@ -183,11 +181,19 @@ def training_time_claim(claim: Claim, seeds: Sequence[int], results: Dict[str, d
         text = (f"time ratio of the whole runs {fmt(ratio, 3)} ({claim.a} "
                 f"{fmt(mean_over_seeds(seconds_a), 1)} s, {claim.b} "
                 f"{fmt(mean_over_seeds(seconds_b), 1)} s)")
-    return {**claim_fields(claim), "measured": text, **claim_outcome(claim, outcome, ratio),
-            "ratio": ratio.value, "ratio_se": ratio.standard_error, "ratio_unit": "time ratio",
-            **interval_fields(ratio), "per_seed": dict(zip(map(str, seeds), ratios)),
+    return {**ratio_claim_fields(claim, text, outcome, ratio, "time ratio", seeds, ratios),
             "seconds": dict(zip(map(str, seeds), seconds_a)),
             "baseline_seconds": dict(zip(map(str, seeds), seconds_b))}
+
+
+def ratio_claim_fields(claim: Claim, text: str, outcome: str, ratio: Estimate, unit: str,
+                       seeds: Sequence[int], ratios: Sequence[float]) -> dict:
+    """The ``study.json`` entry of a claim read as a ratio of ``a`` to ``b`` (the reach claims,
+    ``shorter_training``): its text, verdict and power, the mean ratio ± SE and its interval,
+    each seed's ratio."""
+    return {**claim_fields(claim), "measured": text, **claim_outcome(claim, outcome, ratio),
+            "ratio": ratio.value, "ratio_se": ratio.standard_error, "ratio_unit": unit,
+            **interval_fields(ratio), "per_seed": dict(zip(map(str, seeds), ratios))}
 
 
 def stored_curve(result: dict, axis: str = "pflops") -> List[CurvePoint]:
