@@ -113,6 +113,15 @@ def test_the_rehearsal_figures_in_the_docs_are_the_committed_summaries():
     (claim,) = json.loads((folder / "study" / "study.json").read_text())["claims"]
     assert (claim["seconds"], claim["baseline_seconds"]) == ({"1": 158.0}, {"1": 206.0})
     assert claim["ratio"] == pytest.approx(158 / 206) and round(claim["ratio"], 3) == 0.767
+    # its report, rendered again from the summary, is the one the run printed: trained on the
+    # CPU (the summary records its device; the study's own is cuda)
+    report = json.loads((folder / "study" / "study.json").read_text())
+    printed = (folder / "study" / "study-3ml-gpu.txt").read_text()
+    study = studies.STUDIES["3ml-gpu"]
+    assert study.device == "cuda" and report["device"] == "cpu"
+    text = studies.format_report(dataclass_replace(study, seeds=(1,)), report)
+    assert text in printed and "1 seeds, equal training tokens, trained on cpu;" in text
+    assert studies.format_finetune(report["finetune"], 1) in printed
     benchmarks = " ".join((REPO_ROOT / "docs/benchmarks.md").read_text().split())
     for figure in ("passed in 142.6 s", "stage ok in 777.6 s", "0.767 at one seed"):
         assert figure in benchmarks, figure

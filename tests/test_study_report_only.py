@@ -30,6 +30,14 @@ from fairseq_ext.experiments import studies
 from fairseq_ext.reporting import figures
 
 RENDERED = {
+    # the CPU rehearsal of the GPU study (one seed of 4 updates; docs/benchmarks.md)
+    "docs/gpu_rehearsal/2026-11-28/study/study.json": {
+        "text": "a8089cf67d5faa93",
+        "finetune": "e618fa3a6a2aacb1",
+        "markdown": "14ec0e00f64f11a9",
+        "markdown_finetune": "1642144e30d37701",
+        "figures": "e65f086910c04e82",
+    },
     "docs/studies/2026-11-26/3ml/study.json": {
         "text": "cf2b37d2d163cc24",
         "finetune": "e3b0c44298fc1c14",

@@ -55,6 +55,7 @@ def report_study(study: Study, results: Dict[str, dict], data: Path, runs_dir: P
     report = kind_of(study).report(study, results, data)
     report.update({"study": study.name, "title": study.title, "seeds": list(study.seeds),
                    "notes": study.notes, "wall_seconds": wall_seconds, "budget": study.budget,
+                   "device": study.device,
                    "minutes": study.minutes,
                    "lr_selection": selection or {},
                    "runs": {key: {k: v for k, v in result.items() if k != "curve"}

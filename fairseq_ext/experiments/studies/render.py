@@ -33,7 +33,9 @@ def format_report(study: Study, report: dict) -> str:
     seeds = len(study.seeds)
     budget = "equal training tokens" if study.budget == EQUAL_TOKENS else (
         "equal analytic training FLOPs")
-    lines = [f"{study.title}: {seeds} seeds, {budget}, trained on {study.device}; mean ± SE "
+    # where the runs trained, as the report recorded it (reports before issue 59: the study's)
+    device = report.get("device", study.device)
+    lines = [f"{study.title}: {seeds} seeds, {budget}, trained on {device}; mean ± SE "
              f"over seeds (* the 95% t interval over seeds excludes 0)"]
     header, table = kind_of(study).model_table(study, report)
     lines.append(ascii_table(header, table))
