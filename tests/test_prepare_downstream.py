@@ -190,17 +190,26 @@ def test_overlap_with_pretraining_corpus_removed_and_reported(tmp_path):
     assert report["removed"]["dev_in_pretraining_line"] == 0
     exact, windowed = dev[0].inputs[0], dev[1].inputs[0]
     window = " ".join(sources.normalize(windowed).split()[2:2 + ds.NGRAM])
+    # planted in the pre-training text too: one train text whole, one by a window
+    train_exact, train_windowed = train[0].inputs[0], train[1].inputs[0]
+    train_window = " ".join(sources.normalize(train_windowed).split()[1:1 + ds.NGRAM])
     corpus_file = tmp_path / "train.txt"
-    corpus_file.write_text(f"Some other line.\n{exact.upper()}\nbefore {window} after\n")
+    corpus_file.write_text(f"Some other line.\n{exact.upper()}\nbefore {window} after\n"
+                           f"{train_exact}\nand {train_window} too\n")
     corpus = ds.CorpusIndex([corpus_file])
     assert corpus.overlap(exact) == "line" and corpus.overlap(windowed) == "window"
     assert corpus.overlap(dev[2].inputs[0]) is None
     train2, dev2, report2 = ds.split_single(examples, 24, 12, seed=1, corpus=corpus)
     assert report2["removed"]["dev_in_pretraining_line"] == 1
     assert report2["removed"]["dev_in_pretraining_window"] == 1
+    assert report2["removed"]["train_in_pretraining_line"] == 1
+    assert report2["removed"]["train_in_pretraining_window"] == 1
     assert exact not in {e.inputs[0] for e in dev2} and windowed not in {e.inputs[0] for e in dev2}
-    assert ds.overlap_figures(train2, dev2, corpus) == {"dev_in_train": 0, "dev_in_pretraining": 0}
-    assert ds.overlap_figures(train, dev, corpus)["dev_in_pretraining"] == 2
+    assert not {train_exact, train_windowed} & {e.inputs[0] for e in train2}
+    assert ds.overlap_figures(train2, dev2, corpus) == {
+        "dev_in_train": 0, "dev_in_pretraining": 0, "train_in_pretraining": 0}
+    before = ds.overlap_figures(train, dev, corpus)
+    assert before["dev_in_pretraining"] == 2 and before["train_in_pretraining"] == 2
 
 
 # --- baselines -----------------------------------------------------------------------------
@@ -243,6 +252,7 @@ def test_databins_read_by_fairseq_sentence_prediction(built):
         task_summary = summary["tasks"][name]
         assert task_summary["overlap"]["dev_in_train"] == 0
         assert task_summary["overlap"]["dev_in_pretraining"] == 0
+        assert task_summary["overlap"]["train_in_pretraining"] == 0
         assert f"{name}: train " in stdout
         assert not (out / "selection").exists()  # the selection rows are the bin's valid1
         prep = out / "prep" / name

@@ -84,7 +84,7 @@ from .errors import CorpusError
 from .glue import run_preprocess, split_prefixes, write_lines
 
 PROG = "prepare_downstream.sh"
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 NGRAM = 13
 #: Examples per task: 1,000 train (2 epochs of batch 16 = 126 updates fine-tune the 3ML study's
 #: 6 x 192 encoder in about 40 s on one thread), 1,500 dev (an accuracy near 50% has an SE of
@@ -203,10 +203,12 @@ def dev_share(train_size: int, dev_size: int) -> float:
 
 def remove_overlap(dev_pool: list, train_pool: list, corpus: CorpusIndex | None,
                    key=lambda item: item.key) -> tuple[list, list, dict]:
-    """The pools without the dev items the corpus holds, and without train items equal to a dev
-    one or sharing a 13-word window with one; the counts removed for each reason."""
-    removed = {"dev_in_pretraining_line": 0, "dev_in_pretraining_window": 0, "train_equal_dev": 0,
-               "train_window_in_dev": 0}
+    """The pools without the items the corpus holds (dev, and train: the train pool gives the
+    train and selection rows), and without train items equal to a dev one or sharing a 13-word
+    window with one; the counts removed for each reason."""
+    removed = {"dev_in_pretraining_line": 0, "dev_in_pretraining_window": 0,
+               "train_in_pretraining_line": 0, "train_in_pretraining_window": 0,
+               "train_equal_dev": 0, "train_window_in_dev": 0}
     kept_dev = []
     for item in dev_pool:
         found = corpus.overlap(key(item)) if corpus is not None else None
@@ -219,6 +221,10 @@ def remove_overlap(dev_pool: list, train_pool: list, corpus: CorpusIndex | None,
         dev_index.add(key(item))
     kept_train = []
     for item in train_pool:
+        in_corpus = corpus.overlap(key(item)) if corpus is not None else None
+        if in_corpus:
+            removed[f"train_in_pretraining_{in_corpus}"] += 1
+            continue
         found = dev_index.overlap(key(item))
         if found:
             removed["train_equal_dev" if found == "line" else "train_window_in_dev"] += 1
@@ -286,11 +292,16 @@ def split_pairs(synsets: list[Synset], train_size: int, dev_size: int, seed: int
 
 def overlap_figures(train: list[Example], dev: list[Example], corpus: CorpusIndex | None) -> dict:
     """The final check: dev examples whose normalized text (a pair: the definition) is in train,
-    and dev examples the pre-training corpus holds (both 0 after the removal)."""
+    and dev and train (with selection) examples the pre-training corpus holds (all 0 after the
+    removal)."""
     train_keys = {e.key for e in train}
+
+    def in_corpus(examples: list[Example]) -> int:
+        return (sum(bool(corpus.overlap(e.inputs[-1])) for e in examples)
+                if corpus is not None else 0)
+
     return {"dev_in_train": sum(e.key in train_keys for e in dev),
-            "dev_in_pretraining": sum(bool(corpus.overlap(e.inputs[-1])) for e in dev)
-            if corpus is not None else 0}
+            "dev_in_pretraining": in_corpus(dev), "train_in_pretraining": in_corpus(train)}
 
 
 # --- baselines ------------------------------------------------------------------------------
@@ -537,7 +548,8 @@ def summary_line(summary: dict, skipped: bool = False) -> str:
             f"majority {base['majority']['accuracy']:.3f}±{base['majority']['se']:.3f}, "
             f"bow_logreg {base['bow_logreg']['accuracy']:.3f}±{base['bow_logreg']['se']:.3f}; "
             f"overlap dev-in-train {overlap['dev_in_train']}, dev-in-pretraining "
-            f"{overlap['dev_in_pretraining']} (removed: {removed}; dedup: {dedup})")
+            f"{overlap['dev_in_pretraining']}, train-in-pretraining "
+            f"{overlap['train_in_pretraining']} (removed: {removed}; dedup: {dedup})")
     if "note" in sizes:
         line += f"; {sizes['note']}"
     return ("skip (already built with these settings): " if skipped else "") + line

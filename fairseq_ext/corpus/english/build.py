@@ -35,6 +35,7 @@ from typing import Any
 from ..downstream_sources import normalize
 from ..errors import CorpusError
 from ..python_docs import ensure_package
+from ..step_state import write_json_atomically
 from . import gutenberg_plays, leaks
 from .paragraphs import is_prose, plain_typography
 from .sources import DEFAULT_MIX, MIXES, Source, mix_sources
@@ -47,6 +48,7 @@ DOCUMENT_SUFFIX = ".txt"
 # Set in the parent before the reading processes fork (read by _read_source there).
 _INDEX: leaks.HeldOutIndex | None = None
 _FOLDERS: dict[str, Path] = {}
+_SOURCES: tuple[Source, ...] = ()
 
 
 def corpus_dir(cache_dir: Path, mix: str) -> Path:
@@ -109,8 +111,10 @@ def held_out_index(fetched: dict[str, dict[str, Any]]) -> tuple[leaks.HeldOutInd
                    "sizes": index.sizes()}
 
 
-def _read_source(source: Source) -> dict[str, Any]:
-    """Read one source and filter it (runs in a reading process)."""
+def _read_source(number: int) -> dict[str, Any]:
+    """Read source ``number`` of ``_SOURCES`` and filter it (runs in a reading process,
+    which inherits the table, folders and index: a reader need not be picklable)."""
+    source = _SOURCES[number]
     started = time.monotonic()
     counts: Counter = Counter()
     documents = []
@@ -159,7 +163,6 @@ def build_corpus(cache_dir: Path, mix: str = DEFAULT_MIX, workers: int = 2,
                  log: Callable[[str], None] = print) -> Path:
     """The folder of the ``mix`` corpus under ``cache_dir``, built unless a complete build of
     the same settings is there (module docstring)."""
-    global _INDEX, _FOLDERS
     if mix not in MIXES:
         raise CorpusError(f"unknown mix {mix!r}: one of {', '.join(MIXES)}")
     cache_dir = Path(cache_dir)
@@ -177,28 +180,56 @@ def build_corpus(cache_dir: Path, mix: str = DEFAULT_MIX, workers: int = 2,
         return out
     log(f"run: english corpus ({mix}: {len(sources)} sources) into {out}")
     step = time.monotonic()
-    _INDEX, held_out = held_out_index(fetched)
+    index, held_out = held_out_index(fetched)
     if not translation_lists:
         log("warning: no Translation-en lists: only the package synopses are held out (run "
             "`apt-get update -o Acquire::Languages=en` to hold out the long descriptions)")
     seconds["held_out_index"] = round(time.monotonic() - step, 2)
     step = time.monotonic()
-    _FOLDERS = {source.name: fetched[source.package]["folder"] for source in sources}
+    folders = {source.name: fetched[source.package]["folder"] for source in sources}
+    results = read_sources(sources, folders, index, workers, log)
+    seconds["read"] = round(time.monotonic() - step, 2)
+    step = time.monotonic()
+    versions = {source.name: fetched[source.package]["version"] for source in sources}
+    document = write_corpus(out, sources, results, versions)
+    seconds["write"] = round(time.monotonic() - step, 2)
+    document.update(settings=settings, held_out=held_out, seconds=seconds)
+    write_json_atomically(out / CARD_NAME, document)  # last: it marks the build complete
+    log(f"english corpus: {document['documents']:,} documents, {document['words']:,} words "
+        f"({', '.join(f'{step} {value:.0f}s' for step, value in seconds.items())})")
+    return out
+
+
+def read_sources(sources: tuple[Source, ...], folders: dict[str, Path],
+                 index: leaks.HeldOutIndex, workers: int = 1,
+                 log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    """{source name: its filtered documents and counts}, read on ``workers`` processes
+    (forked: they share ``index``), the biggest folders first."""
+    global _INDEX, _FOLDERS, _SOURCES
+    _INDEX, _FOLDERS, _SOURCES = index, folders, tuple(sources)
     results: dict[str, dict[str, Any]] = {}
-    order = sorted(sources, key=lambda source: -_source_bytes(_FOLDERS[source.name]))
-    if workers > 1:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+    order = sorted(range(len(sources)),
+                   key=lambda number: -_source_bytes(folders[sources[number].name]))
+    if workers > 1 and len(sources) > 1:
+        with multiprocessing.get_context("fork").Pool(min(workers, len(sources))) as pool:
             for result in pool.imap_unordered(_read_source, order):
                 results[result["name"]] = result
                 log(f"  read {result['name']}: {result['counts'].get('words_read', 0):,} words "
                     f"in {result['seconds']:.1f}s")
     else:
-        for source in order:
-            results[source.name] = _read_source(source)
-    seconds["read"] = round(time.monotonic() - step, 2)
-    step = time.monotonic()
+        for number in order:
+            results[sources[number].name] = _read_source(number)
+    return results
+
+
+def write_corpus(out: Path, sources: tuple[Source, ...], results: dict[str, dict[str, Any]],
+                 versions: dict[str, str]) -> dict[str, Any]:
+    """Write the documents of ``results`` into ``out`` (replaced as a whole: built beside it,
+    then renamed), exact duplicate paragraphs dropped across sources in table order; return
+    the card's rows and totals (``corpus.json`` is the caller's to write)."""
     temporary = out.with_name(out.name + f".tmp-{os.getpid()}")
     shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir(parents=True)
     seen: set[bytes] = set()
     written: set[str] = set()
     rows = []
@@ -228,23 +259,18 @@ def build_corpus(cache_dir: Path, mix: str = DEFAULT_MIX, workers: int = 2,
             counts["paragraphs"] += len(kept)
             counts["words"] += sum(len(paragraph.split()) for paragraph in kept)
         rows.append({"name": source.name, "register": source.register,
-                     "package": source.package, "version": fetched[source.package]["version"],
+                     "package": source.package, "version": versions.get(source.name, ""),
                      "licence": source.licence, "seconds": result["seconds"], **counts})
-    seconds["write"] = round(time.monotonic() - step, 2)
     total_words = sum(row.get("words", 0) for row in rows)
     if not total_words:
-        raise CorpusError(f"the {mix} mix kept no text: every paragraph was filtered")
+        shutil.rmtree(temporary)
+        raise CorpusError("the corpus kept no text: every paragraph was filtered")
     for row in rows:
         row["share"] = round(row.get("words", 0) / total_words, 4)
-    document = {"settings": settings, "sources": rows, "held_out": held_out,
-                "words": total_words, "documents": len(written), "seconds": seconds}
-    (temporary / CARD_NAME).write_text(json.dumps(document, indent=1) + "\n")
     if out.exists():
         shutil.rmtree(out)
     temporary.rename(out)
-    log(f"english corpus: {len(written):,} documents, {total_words:,} words "
-        f"({', '.join(f'{step} {value:.0f}s' for step, value in seconds.items())})")
-    return out
+    return {"sources": rows, "words": total_words, "documents": len(written)}
 
 
 def _source_bytes(folder: Path) -> int:

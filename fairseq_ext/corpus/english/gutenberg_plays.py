@@ -67,7 +67,8 @@ def play_documents(text: str, name: str) -> list[tuple[str, list[str]]]:
     """``(part, paragraphs)`` of one text: one part per act (``act-1`` ...), or ``all`` for a
     text with no act headings (module docstring)."""
     parts: list[tuple[str, list[str]]] = [("front", [])]
-    for block in re.split(r"\n[ \t]*\n", _STAGE_DIRECTION.sub(" ", text)):
+    for block in re.split(r"\n[ \t]*\n", text):
+        block = _STAGE_DIRECTION.sub(" ", block)  # within a block: a direction splits nothing
         lines = [line.strip() for line in block.strip().splitlines() if line.strip()]
         if not lines:
             continue

