@@ -334,6 +334,64 @@ def test_finetune_recipe_trains_the_export(exported, classification_bin, tmp_pat
     assert (save_dir / "checkpoint_best.pt").is_file()
 
 
+def test_finetune_args_for_a_mean_pooling_head(exported, tiny_data_bin):
+    """--pooling mean: the same encoder on roberta_pooled(_prenorm), strictly loadable."""
+    from fairseq_ext.models.roberta_pooled import PooledRobertaModel
+
+    for name, base in (("self", ["--arch", "roberta_pooled"]),
+                       ("cross", ["--arch", "roberta_pooled_prenorm"])):
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(exported[name]))
+        flags = export_encoder.finetune_args(state, exported[name], pooling="mean")
+        assert flags[:2] == base and flags[-4:] == [
+            "--classification-pooling", "mean", "--max-positions", str(TOKENS)]
+        args = argparse.Namespace(**{flag[2:].replace("-", "_"): int(value) for flag, value in
+                                     zip(flags[2:-4:2], flags[3:-4:2])},
+                                  classification_pooling="mean", max_positions=TOKENS)
+        ARCH_CONFIG_REGISTRY[flags[1]](args)
+        assert ARCH_MODEL_REGISTRY[flags[1]] is PooledRobertaModel
+        _, _, task = load(exported[name], tiny_data_bin)
+        model = PooledRobertaModel.build_model(args, task)
+        model.load_state_dict(state["model"], strict=True)
+
+
+def test_finetune_recipe_with_a_mean_pooling_head(exported, classification_bin, tmp_path):
+    """POOLING=mean through the recipe: fairseq-train builds roberta_pooled_prenorm from the
+    export, the head's logits are those of RoBERTa's head on the mean of the non-padding
+    features (checked on the fine-tuned checkpoint), and it learns."""
+    from fairseq_ext.modules.classification_heads import MeanPoolClassificationHead
+
+    save_dir = tmp_path / "finetune"
+    proc = run_cli([FINETUNE, "--log-format", "json", "--no-progress-bar", "--log-interval", "2"],
+                   env={"TASK": "SST-2", "DATA": str(classification_bin), "POOLING": "mean",
+                        "PRETRAINED": str(exported["self_pre_ln_wide"]), "SAVE_DIR": str(save_dir),
+                        "BATCH_SIZE": "16", "MAX_SENTENCES": "8", "EPOCHS": "3", "LR": "3e-04",
+                        "CPU": "1", "NUM_WORKERS": "0", "NUM_GPUS": "1",
+                        "OMP_NUM_THREADS": "1"})
+    flags = shlex.split(proc.stdout.splitlines()[0][2:])
+    for expected in (["--arch", "roberta_pooled_prenorm"], ["--classification-pooling", "mean"]):
+        assert any(flags[i:i + len(expected)] == expected for i in range(len(flags))), expected
+    valid = json_log_records(proc.stdout + proc.stderr, key="valid_accuracy")
+    assert float(valid[-1]["valid_accuracy"]) >= 90.0
+
+    [model], _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(save_dir / "checkpoint_best.pt")],
+        arg_overrides={"data": str(classification_bin)})
+    model.eval()
+    head = model.classification_heads["sentence_classification_head"]
+    assert isinstance(head, MeanPoolClassificationHead)
+    pad = task.source_dictionary.pad()
+    tokens = torch.tensor([[0, 10, 11, 12, 2], [0, 13, 2, pad, pad]])
+    with torch.no_grad():
+        logits, _ = model(tokens, classification_head_name="sentence_classification_head")
+        features, _ = model(tokens, features_only=True)
+        by_hand = []
+        for row, length in enumerate((5, 3)):
+            pooled = features[row, :length].mean(dim=0)
+            hidden = torch.tanh(head.dense(pooled))
+            by_hand.append(head.out_proj(hidden))
+    torch.testing.assert_close(logits, torch.stack(by_hand))
+
+
 def dry_run(script, **env):
     proc = run_cli([script], env={"DRY_RUN": "1", "NUM_GPUS": "1", **env})
     return [shlex.split(line[2:]) for line in proc.stdout.splitlines() if line.startswith("+ ")]

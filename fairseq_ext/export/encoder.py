@@ -372,9 +372,11 @@ def write_hub_directory(exported: dict, out: Path, dictionary: Path, sentencepie
         shutil.copyfile(sentencepiece_model, tmp / HUB_SENTENCEPIECE)
 
 
-def finetune_args(state: dict, path: Path) -> list:
+def finetune_args(state: dict, path: Path, pooling: str = "first") -> list:
     """``fairseq-train`` flags (``--arch`` ... ``--max-positions N``) that rebuild the encoder of
-    an exported (RoBERTa) checkpoint."""
+    an exported (RoBERTa) checkpoint; with ``pooling="mean"``, on ``roberta_pooled`` (or its
+    pre-LN twin) with ``--classification-pooling mean`` (:mod:`fairseq_ext.models.
+    roberta_pooled`)."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 
     cfg = state["cfg"]
@@ -388,7 +390,7 @@ def finetune_args(state: dict, path: Path) -> list:
     ARCH_CONFIG_REGISTRY[arch](args)
     want = {k: getattr(args, k) for k in STRUCTURE_FIELDS + ("activation_fn",)}
     flags = None
-    for candidate in FINETUNE_ARCHS:
+    for candidate in FINETUNE_ARCHS if pooling == "first" else ():
         if candidate not in ARCH_CONFIG_REGISTRY:
             continue
         default = argparse.Namespace()
@@ -404,10 +406,14 @@ def finetune_args(state: dict, path: Path) -> list:
             raise ExportError(f"{path}: post-LN without an embedding LayerNorm "
                               "(layernorm_embedding=False) has no command-line arch")
         base = "roberta_prenorm" if pre_ln and not embedding_ln else "roberta"
+        if pooling != "first":
+            base = base.replace("roberta", "roberta_pooled")
         flags = ["--arch", base] + (["--encoder-normalize-before"] if pre_ln and embedding_ln
                                     else [])
         for key, flag in DIM_FLAGS.items():
             flags += [flag, str(want[key])]
+        if pooling != "first":
+            flags += ["--classification-pooling", pooling]
     if want["activation_fn"] != "gelu":
         flags += ["--activation-fn", want["activation_fn"]]
     return flags + ["--max-positions", str(args.max_positions)]
@@ -439,9 +445,15 @@ def parse_args(argv):
     parser.add_argument("--print-finetune-args", action="store_true",
                         help="print the fairseq-train model flags (--arch ... --max-positions N) "
                              "that rebuild the encoder of an exported checkpoint, and exit")
+    parser.add_argument("--pooling", choices=("first", "mean"), default="first",
+                        help="with --print-finetune-args: the classification head's pooling "
+                             "(mean: --arch roberta_pooled ... --classification-pooling mean; "
+                             "default %(default)s)")
     args = parser.parse_args(argv)
     if args.print_finetune_args == (args.output is not None):
         parser.error("give INPUT OUTPUT, or --print-finetune-args EXPORTED")
+    if args.pooling != "first" and not args.print_finetune_args:
+        parser.error("--pooling is for --print-finetune-args")
     args.hub = args.output is not None and args.output.suffix != ".pt"
     if not args.hub:
         for flag, value in (("--keep-decoder", args.keep_decoder), ("--dict", args.dict),
@@ -485,7 +497,8 @@ def main(argv=None) -> int:
 
     def run() -> int:
         if args.print_finetune_args:
-            print(" ".join(finetune_args(load_checkpoint(args.input), args.input)))
+            print(" ".join(finetune_args(load_checkpoint(args.input), args.input,
+                                         args.pooling)))
             return 0
         if not args.input.is_file():
             raise ExportError(f"{args.input}: no such file")

@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 
 from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
+from fairseq_ext.models.roberta_pooled import PooledClassificationMixin, add_pooling_args
 from fairseq_ext.models.roberta_sizes import roberta_size_defaults
 from fairseq_ext.models.sizes import ENCODER_SIZES, EncoderSize, register_sized_architecture
 from fairseq_ext.models.validation import check_attention_heads
@@ -98,7 +99,7 @@ class BertRabEncoder(RobertaEncoder):
 
 
 @register_model("bert_rab")
-class BertRabModel(DictionaryCheckedLoading, RobertaModel):
+class BertRabModel(DictionaryCheckedLoading, PooledClassificationMixin, RobertaModel):
     """BERT-rab (Lei et al., §4): BERT with a T5 relative attention bias in every layer."""
 
     encoder_class = BertRabEncoder
@@ -106,6 +107,7 @@ class BertRabModel(DictionaryCheckedLoading, RobertaModel):
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
+        add_pooling_args(parser)
         parser.add_argument("--rab-num-buckets", type=int, metavar="N",
                             help="relative position buckets, half per direction (T5: 32)")
         parser.add_argument("--rab-max-distance", type=int, metavar="N",

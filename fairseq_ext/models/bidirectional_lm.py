@@ -130,6 +130,7 @@ from fairseq_ext.modules.block_sparse_attention import (
     min_skipped,
 )
 from fairseq_ext.modules.classification_heads import (
+    MeanPoolClassificationHead,
     PositionClassificationHead,
     last_token_positions,
 )
@@ -137,6 +138,8 @@ from fairseq_ext.modules.positioned_encoder import embed_learned_positions
 from fairseq_ext.modules.sdpa_attention import MaskedSelfAttention
 
 logger = logging.getLogger(__name__)
+#: What a classification head reads: the final ``</s>`` (§3.2), or the mean of the tokens.
+CLASSIFICATION_POOLINGS = ("last", "mean")
 
 #: The batch fields that describe the packed documents (all or none of them).
 LAYOUT_FIELDS = ("src_positions", "doc_ids", "bidir_lens")
@@ -444,6 +447,10 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
                             help="classification heads: activation (default tanh)")
         parser.add_argument("--pooler-dropout", type=float, metavar="D",
                             help="classification heads: dropout (default 0)")
+        parser.add_argument("--classification-pooling", choices=CLASSIFICATION_POOLINGS,
+                            help="what a classification head reads: last (the final </s>, "
+                                 "the paper's; default) or mean (the mean of the non-padding "
+                                 "tokens' features)")
         parser.add_argument("--load-checkpoint-heads", action="store_true",
                             help="(re-)register the checkpoint's classification heads")
         parser.add_argument("--attention-impl", choices=ATTENTION_IMPLS,
@@ -511,6 +518,8 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
                                            doc_ids=doc_ids, bidir_lens=bidir_lens,
                                            features_only=True, **kwargs)
             head = self.classification_heads[classification_head_name]
+            if isinstance(head, MeanPoolClassificationHead):
+                return head(features, padding_mask=src_tokens.eq(self.decoder.padding_idx)), extra
             return head(features, positions=classification_positions), extra
         return self.decoder(src_tokens, src_positions=src_positions, doc_ids=doc_ids,
                             bidir_lens=bidir_lens, features_only=features_only,
@@ -528,7 +537,10 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
                                "inner_dim %s (prev: %s)", name, num_classes,
                                previous.out_proj.out_features, inner_dim,
                                previous.dense.out_features)
-        self.classification_heads[name] = PositionClassificationHead(
+        head_class = (MeanPoolClassificationHead
+                      if safe_getattr(self.args, "classification_pooling", "last") == "mean"
+                      else PositionClassificationHead)
+        self.classification_heads[name] = head_class(
             input_dim=dim, inner_dim=inner_dim or dim, num_classes=num_classes,
             activation_fn=safe_getattr(self.args, "pooler_activation_fn", "tanh"),
             pooler_dropout=safe_getattr(self.args, "pooler_dropout", 0.0),
@@ -577,6 +589,7 @@ def bidirectional_lm_defaults(args, size: DecoderSize) -> None:
         args, "share_decoder_input_output_embed", True)
     args.pooler_activation_fn = safe_getattr(args, "pooler_activation_fn", "tanh")
     args.pooler_dropout = safe_getattr(args, "pooler_dropout", 0.0)
+    args.classification_pooling = safe_getattr(args, "classification_pooling", None) or "last"
     args.attention_impl = safe_getattr(args, "attention_impl", None) or "auto"
     base_lm_architecture(args)
 

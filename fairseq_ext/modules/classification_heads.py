@@ -9,6 +9,9 @@ head on top").
 :class:`PositionClassificationHead` is RoBERTa's head (dropout, dense, activation, dropout,
 output projection; same parameter names) applied to the features at a given column of each
 row, by default the last non-padding token (:func:`last_token_positions`).
+:class:`MeanPoolClassificationHead` is the same head on the mean of each row's non-padding
+features (``--classification-pooling mean``), the pooling that lets a randomly initialised
+encoder act as a bag of embeddings and a pre-trained one use every token's features.
 """
 from typing import Optional
 
@@ -34,3 +37,23 @@ class PositionClassificationHead(RobertaClassificationHead):
             return super().forward(features)
         rows = torch.arange(features.size(0), device=features.device)
         return super().forward(features[rows, positions].unsqueeze(1))
+
+
+def mean_pool(features: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
+    """The mean of ``features`` ``(B, T, C)`` over the columns where ``padding_mask`` ``(B, T)``
+    is False (all columns without a mask) -> ``(B, C)``; an all-padding row gives zeros."""
+    if padding_mask is None:
+        return features.mean(dim=1)
+    keep = (~padding_mask).unsqueeze(-1).to(features.dtype)
+    return (features * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
+
+
+class MeanPoolClassificationHead(RobertaClassificationHead):
+    """RoBERTa's classification head (same parameters) on the mean of each row's non-padding
+    features."""
+
+    def forward(self, features: Tensor, padding_mask: Optional[Tensor] = None,
+                **kwargs) -> Tensor:
+        """``features`` ``(B, T, C)``, ``padding_mask`` ``(B, T)`` bool (True at padding) ->
+        logits ``(B, num_classes)``."""
+        return super().forward(mean_pool(features, padding_mask).unsqueeze(1))

@@ -20,6 +20,8 @@
 # total updates of the polynomial_decay schedule) is read from input0/train.idx.
 # ARCH and MAX_POSITIONS default to those of PRETRAINED (scripts/export_encoder.py
 # --print-finetune-args): a pre-LN export needs a pre-LN arch, e.g. roberta_large_prenorm.
+# POOLING=mean puts the classification head on the mean of the tokens' features instead of
+# <s> (fairseq-ext's roberta_pooled model, --classification-pooling mean).
 # A downstream task of scripts/prepare_downstream.sh (DebSection, GlossTopic, FortuneTopic, GlossPair) is
 # scored by accuracy, with the classes of DATA/label/dict.txt.
 # The task sets NUM_CLASSES, --regression-target (STS-B) and the metric the paper reports (CoLA:
@@ -58,6 +60,7 @@ CRITERION="${CRITERION:-sentence_prediction}"
 OPTIMIZER="${OPTIMIZER:-fused_adamw}"
 ARCH="${ARCH:-}"                          # empty: the arch that rebuilds PRETRAINED's encoder
 MAX_POSITIONS="${MAX_POSITIONS:-}"        # empty: PRETRAINED's (its position table)
+POOLING="${POOLING:-first}"               # the head reads: first (<s>, RoBERTa's) or mean (of the tokens)
 SHORTEN_METHOD="${SHORTEN_METHOD:-truncate}"  # longer examples are cut to MAX_POSITIONS
 NUM_CLASSES="${NUM_CLASSES:-${task_classes:-$(label_classes "${DATA}")}}"
 BEST_METRIC="${BEST_METRIC:-${task_metric}}"
@@ -73,6 +76,10 @@ PRECISION="${PRECISION:-}"                # empty (fp32) or --fp16 on GPUs (bf16
 DRY_RUN="${DRY_RUN:-0}"                   # 1: print the command, do not run it
 
 [[ -f "${PRETRAINED}" ]] || die "PRETRAINED=${PRETRAINED}: no such file"  # before reading it
+case "${POOLING}" in
+  first|mean) ;;
+  *) die "POOLING=${POOLING}: one of first (the <s> token) or mean (the mean of the tokens)" ;;
+esac
 
 # Number of sequences in a fairseq indexed dataset, from its .idx header (mmap or cached format).
 count_examples() {
@@ -99,13 +106,20 @@ fi
 # Model flags: the encoder of PRETRAINED (--arch ... --max-positions N), unless given.
 arch_args=()
 if [[ -z "${ARCH}" || -z "${MAX_POSITIONS}" ]]; then
-  derived="$("$(fairseq_cmd python)" "${REPO_ROOT}/scripts/export_encoder.py" --print-finetune-args "${PRETRAINED}")"
+  derived="$("$(fairseq_cmd python)" "${REPO_ROOT}/scripts/export_encoder.py" --print-finetune-args --pooling "${POOLING}" "${PRETRAINED}")"
   read -r -a derived_args <<< "${derived}"
   n=${#derived_args[@]}
   if [[ -z "${MAX_POSITIONS}" ]]; then MAX_POSITIONS="${derived_args[n-1]}"; fi
   if [[ -z "${ARCH}" ]]; then arch_args=("${derived_args[@]:0:n-2}"); fi
 fi
-if [[ -n "${ARCH}" ]]; then arch_args=(--arch "${ARCH}"); fi
+if [[ -n "${ARCH}" ]]; then
+  arch_args=(--arch "${ARCH}")
+  # an ARCH of one's own: a mean-pooling head needs a model that has one (roberta_pooled*)
+  if [[ "${POOLING}" == mean ]]; then
+    [[ "${ARCH}" == roberta_pooled* ]] || die "POOLING=mean with ARCH=${ARCH}: give ARCH=roberta_pooled or roberta_pooled_prenorm (with the encoder's flags), or leave ARCH unset"
+    arch_args+=(--classification-pooling mean)
+  fi
+fi
 
 # The 3ML paper's schedule (Table 5): linear decay over EPOCHS after a warmup share; the best
 # checkpoint by the task's metric, no others.

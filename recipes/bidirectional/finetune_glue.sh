@@ -96,6 +96,11 @@ LOG_INTERVAL="${LOG_INTERVAL:-100}"
 NUM_WORKERS="${NUM_WORKERS:-1}"
 CPU="${CPU:-0}"                           # 1: train on the CPU
 PRECISION="${PRECISION:-}"                # empty (fp32) or --fp16 on GPUs (bf16: docs/scaling.md)
+POOLING="${POOLING:-}"                   # the head reads: empty: the model's default, last (the final </s>, the paper's); mean: the mean of the tokens
+case "${POOLING}" in
+  ''|last|mean) ;;
+  *) die "POOLING=${POOLING}: one of last or mean (the mean of the tokens' features)" ;;
+esac
 
 # run_sentence_prediction's names for the checkpoint and the batch
 PRETRAINED="${CKPT}"
@@ -109,5 +114,6 @@ recipe_flags=(
   --total-num-update "${TOTAL_UPDATES}" --warmup-updates "${WARMUP_UPDATES}"
   --max-update "${TOTAL_UPDATES}" --no-epoch-checkpoints --no-last-checkpoints
 )
+if [[ -n "${POOLING}" ]]; then recipe_flags+=(--classification-pooling "${POOLING}"); fi
 if [[ "${NO_SAVE}" == 1 ]]; then recipe_flags+=(--no-save); fi
 run_sentence_prediction recipe_flags "$@"

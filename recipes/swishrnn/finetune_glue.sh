@@ -96,6 +96,11 @@ LOG_INTERVAL="${LOG_INTERVAL:-100}"
 NUM_WORKERS="${NUM_WORKERS:-1}"
 CPU="${CPU:-0}"                           # 1: train on the CPU
 PRECISION="${PRECISION:-}"                # empty (fp32) or --fp16 on GPUs (bf16: docs/scaling.md)
+POOLING="${POOLING:-}"                   # the head reads: empty: the model's default, first (<s>); mean: the mean of the tokens
+case "${POOLING}" in
+  ''|first|mean) ;;
+  *) die "POOLING=${POOLING}: one of first or mean (the mean of the tokens' features)" ;;
+esac
 
 model_args=(--arch "${ARCH}")
 if [[ -n "${RAB_NUM_BUCKETS}" ]]; then model_args+=(--rab-num-buckets "${RAB_NUM_BUCKETS}"); fi
@@ -103,6 +108,7 @@ if [[ -n "${RAB_MAX_DISTANCE}" ]]; then model_args+=(--rab-max-distance "${RAB_M
 if [[ -n "${SWISHRNN_STEP_SIZES}" ]]; then
   model_args+=(--swishrnn-step-sizes "${SWISHRNN_STEP_SIZES}")
 fi
+if [[ -n "${POOLING}" ]]; then model_args+=(--classification-pooling "${POOLING}"); fi
 
 # Lei et al.'s schedule: a fixed lr after the warmup, Table 4's steps, validation and saving
 # every EVAL_INTERVAL_UPDATES updates, never at an epoch end (intervals of 1e6 epochs).

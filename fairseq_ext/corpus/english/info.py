@@ -1,5 +1,15 @@
-"""GNU info files (the Texinfo manual's "Info Files" appendix) to plain paragraphs, node by
-node: :func:`info_nodes`."""
+"""GNU info files to plain paragraphs, node by node: :func:`info_nodes`.
+
+The format (Texinfo manual, "Info Files" appendix; makeinfo's output conventions): nodes are
+separated by ``\x1f``; a node starts with a header line ``File: f.info,  Node: Name,  Next: ...,
+Up: ...``; chunks that are not nodes hold the indirect table of a split manual (``f.info-1``...),
+the tag table and local variables. Node text is hard-wrapped at 72 columns, paragraphs are
+separated by blank lines, later paragraphs have a 3-space first-line indent; headings are
+underlined with ``*``, ``=``, ``-`` or ``.``; examples are indented 5 columns deeper than the
+text around them, as are the bodies of definitions (`` -- Function: name args``), table entries
+and list items; menus start at ``* Menu:``; cross references read ``*Note Node::``,
+``*note label: Node.`` or ``*note (manual)Node::``.
+"""
 
 from __future__ import annotations
 
@@ -89,7 +99,7 @@ def _info_body_paragraphs(lines: list[str]) -> list[str]:
             if line.startswith("* ") or line[0] == " " or is_label:
                 continue
             in_menu = False
-        if _INFO_UNDERLINE.match(following.strip()) and len(following.strip()) >= len(line.strip()) - 1:
+        if not line[0].isspace() and _INFO_UNDERLINE.match(following) and len(following) >= len(line) - 1:
             flush()
             paragraphs.append(_INFO_HEADING_NUMBER.sub("", line.strip()))
             body, index = 0, index + 1
@@ -140,9 +150,9 @@ def _table_terms_end(lines: list[str], start: int, body: int) -> int | None:
 
 
 def info_nodes(text: str) -> list[tuple[str, list[str]]]:
-    """The nodes of an info file's text (one file, or a split manual's parts concatenated), in
-    order, as (node name, paragraphs). Parts that are not nodes (the preamble, the indirect
-    and tag tables, local variables) are skipped."""
+    """The nodes of one info file's text (a whole manual, or one part of a split manual), in
+    order, as (node name, paragraphs). What is not a node (the preamble before the first
+    separator, the indirect and tag tables, local variables) is skipped."""
     nodes = []
     for chunk in text.split(INFO_SEPARATOR)[1:]:
         lines = chunk.lstrip("\n").split("\n")

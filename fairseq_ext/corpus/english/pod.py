@@ -1,4 +1,13 @@
-"""Perl POD (``perlpod``, ``perlpodspec``) to plain paragraphs: :func:`pod_paragraphs`."""
+"""Perl POD to plain paragraphs: :func:`pod_paragraphs`.
+
+The format (``perlpod``, ``perlpodspec``): paragraphs separated by blank lines, of three kinds:
+command paragraphs (``=head1`` ... ``=head6``, ``=over``/``=item``/``=back``, ``=begin``/``=end``,
+``=for``, ``=encoding``, ``=pod``/``=cut``), verbatim paragraphs (first line indented: code) and
+ordinary paragraphs, whose text may hold formatting codes ``B<bold>``, ``I<italic>``,
+``C<code>``, ``F<file>``, ``S<no break>``, ``L<text|target>``, ``E<gt>``, ``X<index>``, ``Z<>``,
+nested, and written with more brackets and inner spaces when the text holds ``>``
+(``C<< $a->b >>``).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +23,7 @@ def _collapse(text: str) -> str:
 
 _POD_COMMAND = re.compile(r"^=([a-zA-Z]\w*)\s*(.*)$", re.DOTALL)
 _POD_ENCODING = re.compile(rb"^=encoding\s+(\S+)", re.MULTILINE)
-_POD_BLANK_LINES = re.compile(r"\n[ \t]*\n")
+_POD_BLANK_LINES = re.compile(r"\n(?:[ \t]*\n)+")
 _POD_BULLET_ITEM = re.compile(r"^(?:[*o+-]|\d+\.?)(?:\s+|$)")
 _POD_CODE_START = r"(?P<letter>[IBCLEFSXZ])(?P<brackets><+)"
 
@@ -57,17 +66,17 @@ def pod_inline_to_text(text: str) -> str:
     return _collapse(_render_pod(nodes))
 
 
-_POD_CLOSERS: dict[int, re.Pattern] = {}
+_POD_SCANNERS: dict[int, re.Pattern] = {}
 
 
 def _pod_scanner(brackets: int) -> re.Pattern:
     """Finds the next code start, or the closer of a code opened with ``brackets`` brackets
     (``>`` for one, whitespace and as many ``>`` for more; none at the top level)."""
-    if brackets not in _POD_CLOSERS:
+    if brackets not in _POD_SCANNERS:
         closer = "" if brackets == 0 else ">" if brackets == 1 else r"\s+" + ">" * brackets
         alternatives = [_POD_CODE_START] + ([f"(?P<close>{closer})"] if closer else [])
-        _POD_CLOSERS[brackets] = re.compile("|".join(alternatives))
-    return _POD_CLOSERS[brackets]
+        _POD_SCANNERS[brackets] = re.compile("|".join(alternatives))
+    return _POD_SCANNERS[brackets]
 
 
 def _parse_pod_codes(text: str, position: int, brackets: int) -> tuple[list, int]:
@@ -142,7 +151,6 @@ def _pod_link(children: list) -> str:
         section = section.strip().strip('"')
         return f'"{section}" in {name}' if name else f'"{section}"'
     return target
-
 
 
 def pod_encoding(data: bytes) -> str | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import dictd, gutenberg_plays, rdata, sword
+from . import dictd, gutenberg_plays, rdata, sword, text_docs
 from .raw import RawDocument
 
 REGISTERS = ("literature", "reference", "religious", "technical")
@@ -74,6 +74,41 @@ SOURCES: tuple[Source, ...] = (
            sword.read_sword_module, "public domain (Matthew Henry's Concise Commentary)"),
     Source("sword-scofield", "religious", "sword-comm-scofield", "usr/share/sword",
            sword.read_sword_module, "public domain (Scofield Reference Notes, 1917)"),
+    # technical (perl-doc and bash-doc are left out: their text ships as man pages, which are
+    # held out for evaluation)
+    Source("linux-doc", "technical", "linux-doc-6.1", "usr/share/doc/linux-doc-6.1",
+           functools.partial(text_docs.read_rst_tree,
+                             subdir="usr/share/doc/linux-doc-6.1/html/_sources",
+                             include=("*.rst.txt",), exclude=("translations/*",)),
+           "GPL-2 (the Linux kernel documentation)"),
+    Source("linux-doc-txt", "technical", "linux-doc-6.1", "usr/share/doc/linux-doc-6.1",
+           functools.partial(text_docs.read_text_files,
+                             subdir="usr/share/doc/linux-doc-6.1/Documentation",
+                             include=("*.txt.gz",),
+                             exclude=("translations/*", "RCU/RTFP.txt.gz")),
+           "GPL-2 (the Linux kernel documentation)"),
+    Source("linux-abi", "technical", "linux-doc-6.1", "usr/share/doc/linux-doc-6.1",
+           functools.partial(text_docs.read_abi_files,
+                             subdir="usr/share/doc/linux-doc-6.1/Documentation/ABI"),
+           "GPL-2 (the Linux kernel documentation)"),
+    Source("guile", "technical", "guile-3.0-doc", "usr/share/info",
+           functools.partial(text_docs.read_info_files, subdir="usr/share/info"),
+           "GFDL-1.3 (the Guile reference manual)"),
+    Source("guile-news", "technical", "guile-3.0-doc", "usr/share/doc/guile-3.0-doc",
+           functools.partial(text_docs.read_text_files, subdir="usr/share/doc/guile-3.0-doc",
+                             include=("NEWS.gz",), split_sections=True),
+           "GFDL-1.3 / GPL-3+ (Guile)"),
+    Source("gnu-standards", "technical", "gnu-standards", "usr/share/info",
+           functools.partial(text_docs.read_info_files, subdir="usr/share/info"),
+           "GFDL-1.3 (GNU Coding Standards, Information for Maintainers of GNU Software)"),
+    Source("emacs-etc", "technical", "emacs-common", "usr/share/emacs/28.2/etc",
+           functools.partial(
+               text_docs.read_text_files, subdir="usr/share/emacs/28.2/etc",
+               include=("NEWS", "NEWS.*", "*-NEWS", "PROBLEMS", "TODO", "DEBUG", "DISTRIB",
+                        "HISTORY", "MACHINES", "NEXTSTEP", "TERMS", "ETAGS.README", "README",
+                        "tutorials/TUTORIAL", "*/README", "gnus-tut.txt"),
+               exclude=("images/*",), split_sections=True),
+           "GPL-3+ (GNU Emacs's etc/ files)"),
 )
 
 SOURCES_BY_NAME = {source.name: source for source in SOURCES}
