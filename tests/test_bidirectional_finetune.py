@@ -354,14 +354,14 @@ ENV_TO_FLAG = {
     "CRITERION": "--criterion", "OPTIMIZER": "--optimizer", "SHORTEN_METHOD": "--shorten-method",
     "NUM_CLASSES": "--num-classes", "BEST_METRIC": "--best-checkpoint-metric",
     "VALID_SUBSET": "--valid-subset", "SAVE_DIR": "--save-dir", "LOG_INTERVAL": "--log-interval",
-    "NUM_WORKERS": "--num-workers",
+    "NUM_WORKERS": "--num-workers", "POOLING": "--classification-pooling",
 }
 
 
 def test_every_hyperparameter_is_an_environment_variable(ckpt):
     env = {var: f"v{i}" for i, var in enumerate(ENV_TO_FLAG)}
     env.update(R_BIDIR="0.5", BATCH="64", MAX_SENTENCES="8", CPU="1", NO_SAVE="1",
-               MAX_TARGET_POSITIONS="512", MAX_POSITIONS="256")
+               MAX_TARGET_POSITIONS="512", MAX_POSITIONS="256", POOLING="mean")
     argv, flags = dry_run(FINETUNE, "--extra", "appended", TASK="RTE", CKPT=ckpt, **env)
     for var, flag in ENV_TO_FLAG.items():
         assert flags[flag] == env[var], (var, flag)
@@ -376,6 +376,7 @@ def test_every_hyperparameter_is_an_environment_variable(ckpt):
     ({"TASK": "QQP"}, "TASK=QQP is not among the paper's fine-tuning tasks (Table 11"),
     ({"TASK": "sts"}, "TASK=STS-B is not among"),
     ({"R_BIDIR": "1.5"}, "R_BIDIR=1.5 must be a number in [0, 1]"),
+    ({"POOLING": "first"}, "POOLING=first: one of last or mean"),
     ({"R_BIDIR": "-1"}, "R_BIDIR=-1 must be a number in [0, 1]"),
     ({"R_BIDIR": None}, "set R_BIDIR: 0 (causal attention"),
     ({"CKPT": "/nonexistent.pt"}, "CKPT=/nonexistent.pt: no such file"),

@@ -298,3 +298,96 @@ def test_the_table():
     assert build.package_version("dict-gcide_0.48.5+nmu2_all.deb") == "0.48.5+nmu2"
     assert build.package_version("fortunes_1%3a1.99.1-7.3_all.deb") == "1:1.99.1-7.3"
     json.dumps(build.BUILD_VERSION)
+
+
+# --- through prepare_corpus and the card ------------------------------------------------------
+
+WORDS = ("river stone garden light window morning letter story music winter village "
+         "teacher market bridge forest candle").split()
+
+
+def fake_build(tmp_path, monkeypatch):
+    """``build_corpus`` replaced by a build of two small sources (no download)."""
+    import random
+
+    from fairseq_ext.corpus import prepare_corpus
+
+    rng = random.Random(0)
+
+    def paragraph():
+        words = [rng.choice(WORDS) for _ in range(rng.randint(8, 16))]
+        return "The " + " and the ".join(" ".join(words[i:i + 2]) for i in range(0, 12, 2)) + "."
+
+    sources = tuple(
+        Source(name, register, f"{name}-package", "", fake_reader(
+            [(f"part{i}", [paragraph() for _ in range(6)]) for i in range(12)]), "MIT")
+        for name, register in (("novels", "literature"), ("manuals", "technical")))
+    calls = []
+
+    def build_corpus(cache_dir, mix, workers, log):
+        calls.append((Path(cache_dir), mix))
+        out = Path(cache_dir) / f"english-{mix}"
+        chosen = tuple(s for s in sources if s.register in MIXES[mix])
+        results = build.read_sources(chosen, {s.name: tmp_path for s in chosen}, planted_index())
+        card = build.write_corpus(out, chosen, results, {s.name: "1.0" for s in chosen})
+        card.update(settings={"mix": mix, "build_version": build.BUILD_VERSION},
+                    held_out={"packages": {"fortunes": "1"}, "translation_lists": 0,
+                              "sizes": planted_index().sizes()}, seconds={"read": 0.5})
+        (out / build.CARD_NAME).write_text(json.dumps(card))
+        return out
+
+    monkeypatch.setattr(prepare_corpus.english_build, "build_corpus", build_corpus)
+    return calls
+
+
+SMALL_BIN = ["--vocab-size", "60", "--valid-fraction", "0.2", "--test-fraction", "0.2",
+             "--workers", "1"]
+
+
+def test_prepare_corpus_source_english_and_the_card(tmp_path, monkeypatch, capsys):
+    from fairseq_ext.corpus import prepare_corpus
+    from fairseq_ext.corpus.english import card
+
+    calls = fake_build(tmp_path, monkeypatch)
+    destdir = tmp_path / "bin"
+    status = prepare_corpus.main(["--cache-dir", str(tmp_path / "cache"), "--destdir",
+                                  str(destdir), *SMALL_BIN])
+    assert status == 0 and calls == [(tmp_path / "cache", "broad")]
+    manifest = json.loads((destdir / "manifest.json").read_text())
+    assert manifest["settings"]["source"] == "english"
+    assert manifest["settings"]["english_corpus"]["mix"] == "broad"
+    assert manifest["summary"]["input_files"] == 24  # 12 documents of each source
+    assert "corpus" in manifest["summary"]["seconds"]
+    copied = json.loads((destdir / build.CARD_NAME).read_text())
+    assert Path(copied["folder"]) == tmp_path / "cache" / "english-broad"
+    # the cleaned text stays beside the data-bin: the two sources' paragraphs, sentence lines
+    prep = "".join((destdir / "prep" / f"{split}.txt").read_text() for split in
+                   ("train", "valid", "test"))
+    assert prep.count("The ") == sum(row["paragraphs"] for row in copied["sources"])
+    capsys.readouterr()
+
+    figures = card.card_figures(destdir)
+    rows = {row["name"]: row for row in figures["card"]["sources"]}
+    assert set(rows) == {"novels", "manuals"} and all(row["pieces"] > 0 for row in rows.values())
+    assert sum(row["pieces"] for row in rows.values()) == sum(
+        manifest["summary"]["tokens"].values())  # one paragraph a line: the same pieces
+    text = card.markdown(figures)
+    assert "| novels | literature | novels-package (1.0) | MIT | 12 |" in text
+
+    # --mix prose: the technical source left out, its own data-bin name
+    status = prepare_corpus.main(["--cache-dir", str(tmp_path / "cache"), "--mix", "prose",
+                                  "--destdir", str(tmp_path / "prose"), *SMALL_BIN])
+    assert status == 0 and calls[-1][1] == "prose"
+    manifest = json.loads((tmp_path / "prose" / "manifest.json").read_text())
+    assert manifest["settings"]["source"] == "english-prose"
+    assert manifest["summary"]["input_files"] == 12
+
+
+def test_prepare_corpus_refuses_rst_for_english(tmp_path, monkeypatch, capsys):
+    from fairseq_ext.corpus import prepare_corpus
+
+    fake_build(tmp_path, monkeypatch)
+    status = prepare_corpus.main(["--cache-dir", str(tmp_path / "c"), "--input-format", "rst",
+                                  "--destdir", str(tmp_path / "b"), *SMALL_BIN])
+    assert status == 2
+    assert "--source english is plain text" in capsys.readouterr().err

@@ -78,6 +78,12 @@ def test_swishrnn_finetuning_follows_table_4(task, updates, classes, metric, tmp
     assert not {"--swishrnn-step-sizes", "--rab-num-buckets", "--rab-max-distance"} & set(flags)
     assert flags["--save-dir"].startswith("checkpoints/glue/bert_orig_base/")
     assert flags["--save-dir"].endswith("/lr2e-06_seed3")
+    assert "--classification-pooling" not in flags  # the model's default: <s>
+    _, flags = dry_run(recipe, TASK=task, PRETRAINED=str(pretrained), POOLING="mean")
+    assert flags["--classification-pooling"] == "mean"
+    _, flags = dry_run(recipe, TASK=task, PRETRAINED=str(pretrained), POOLING="mean",
+                       ARCH="bert_orig_base")
+    assert (flags["--arch"], flags["--classification-pooling"]) == ("bert_orig_pooled_base", "mean")
 
 
 def test_swishrnn_finetuning_rejects_unknown_task_and_missing_checkpoint(tmp_path):
@@ -89,6 +95,9 @@ def test_swishrnn_finetuning_rejects_unknown_task_and_missing_checkpoint(tmp_pat
     proc = subprocess.run(["bash", str(recipe)], capture_output=True, text=True,
                           env=dict(env, TASK="RTE", PRETRAINED=str(tmp_path / "none.pt")))
     assert proc.returncode == 2 and "no such file" in proc.stderr
+    proc = subprocess.run(["bash", str(recipe)], capture_output=True, text=True,
+                          env=dict(env, TASK="RTE", PRETRAINED=str(recipe), POOLING="max"))
+    assert proc.returncode == 2 and "POOLING=max: one of first or mean" in proc.stderr
 
 
 def test_swishrnn_finetuning_grid(tmp_path):

@@ -284,6 +284,7 @@ class CorpusPipeline:
                                                 self.args.workers, log)
             self.fetch_seconds = round(time.monotonic() - started, 2)
             self.english_card = json.loads((folder / english_build.CARD_NAME).read_text())
+            self.english_card["folder"] = str(folder.absolute())
             return list_input(folder, suffix=english_build.DOCUMENT_SUFFIX)
         if self.args.input is None:
             self.source_name = python_docs.SOURCE_NAME

@@ -158,4 +158,8 @@ register_sized_architecture("bert_rab", "bert_rab", bert_rab_architecture, "base
 for _size in ENCODER_SIZES:
     register_sized_architecture("roberta", f"bert_orig_{_size}", roberta_size_defaults, _size,
                                 " (BERT-orig: fairseq's roberta)")
+    # the same encoder whose classification heads may pool the mean (--classification-pooling)
+    register_sized_architecture("roberta_pooled", f"bert_orig_pooled_{_size}",
+                                roberta_size_defaults, _size,
+                                " (BERT-orig on roberta_pooled: --classification-pooling)")
     register_sized_architecture("bert_rab", f"bert_rab_{_size}", bert_rab_architecture, _size)

@@ -102,7 +102,10 @@ case "${POOLING}" in
   *) die "POOLING=${POOLING}: one of first or mean (the mean of the tokens' features)" ;;
 esac
 
-model_args=(--arch "${ARCH}")
+model_arch="${ARCH}"
+# BERT-orig is fairseq's roberta, which has no pooling choice: its twin on roberta_pooled
+if [[ -n "${POOLING}" && "${ARCH}" == bert_orig_* ]]; then model_arch="bert_orig_pooled_${ARCH#bert_orig_}"; fi
+model_args=(--arch "${model_arch}")
 if [[ -n "${RAB_NUM_BUCKETS}" ]]; then model_args+=(--rab-num-buckets "${RAB_NUM_BUCKETS}"); fi
 if [[ -n "${RAB_MAX_DISTANCE}" ]]; then model_args+=(--rab-max-distance "${RAB_MAX_DISTANCE}"); fi
 if [[ -n "${SWISHRNN_STEP_SIZES}" ]]; then

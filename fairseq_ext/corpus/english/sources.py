@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import dictd, gutenberg_plays, rdata, sword, text_docs
+from . import dictd, gutenberg_plays, html_docs, rdata, sword, text_docs
 from .raw import RawDocument
 
 REGISTERS = ("literature", "reference", "religious", "technical")
@@ -40,6 +40,21 @@ class Source:
 
 def _dictd(database: str) -> Callable[[Path, str], Iterator[RawDocument]]:
     return functools.partial(dictd.read_dictd, database=database)
+
+
+def _html(subdir: str, **options) -> Callable[[Path, str], Iterator[RawDocument]]:
+    return functools.partial(html_docs.read_html_tree, subdir=subdir, **options)
+
+
+#: Left out of javadoc: the class-use pages (first sentences of docs found in full on the class
+#: pages), indexes, trees, lists and search.
+JAVADOC_EXCLUDE = ("**/class-use/**", "index-files/**", "*-tree.html", "*-index.html",
+                   "package-use.html", "deprecated-list.html", "constant-values.html",
+                   "serialized-form.html", "search.html", "new-list.html", "preview-list.html",
+                   "legal/**")
+#: Left out of Sphinx builds: module sources, reST sources, assets, indexes and search.
+SPHINX_EXCLUDE = ("_modules/**", "_sources/**", "_static/**", "genindex.html", "py-modindex.html",
+                  "search.html")
 
 
 SOURCES: tuple[Source, ...] = (
@@ -74,8 +89,101 @@ SOURCES: tuple[Source, ...] = (
            sword.read_sword_module, "public domain (Matthew Henry's Concise Commentary)"),
     Source("sword-scofield", "religious", "sword-comm-scofield", "usr/share/sword",
            sword.read_sword_module, "public domain (Scofield Reference Notes, 1917)"),
-    # technical (perl-doc and bash-doc are left out: their text ships as man pages, which are
-    # held out for evaluation)
+    # technical. Man pages are held out for evaluation, so their renderings are left out:
+    # perl-doc and bash-doc (their text ships as man pages), PostgreSQL's sql-*/app-* reference
+    # pages, Apache's programs/, Postfix's *.N.html; nothing reads usr/share/man.
+    Source("openjdk-doc", "technical", "openjdk-17-doc", "usr/share/doc/openjdk-17-jre-headless/api",
+           _html("usr/share/doc/openjdk-17-jre-headless/api",
+                 exclude=JAVADOC_EXCLUDE),
+           "GPL-2 with the Classpath exception (OpenJDK 17 API docs)"),
+    Source("postgresql-doc", "technical", "postgresql-doc-15", "usr/share/doc/postgresql-doc-15/html",
+           _html("usr/share/doc/postgresql-doc-15/html",
+                 exclude=("bookindex.html", "sql-*.html", "app-*.html")),
+           "PostgreSQL licence"),
+    Source("django-doc", "technical", "python-django-doc", "usr/share/doc/python-django-doc/html",
+           _html("usr/share/doc/python-django-doc/html",
+                 exclude=SPHINX_EXCLUDE + ("contents.html",)),
+           "BSD-3-Clause (Django 3.2 docs)"),
+    Source("boost-doc", "technical", "libboost1.81-doc", "usr/share/doc/libboost1.81-doc/doc/html",
+           _html("usr/share/doc/libboost1.81-doc/doc/html"),
+           "BSL-1.0 (Boost 1.81 docs)"),
+    Source("libreoffice-help", "technical", "libreoffice-help-en-us", "usr/share/libreoffice/help/en-US",
+           _html("usr/share/libreoffice/help/en-US",
+                 exclude=("noscript.html",)),
+           "MPL-2.0 (LibreOffice help)"),
+    Source("apache2-doc", "technical", "apache2-doc", "usr/share/doc/apache2-doc/manual/en",
+           _html("usr/share/doc/apache2-doc/manual/en",
+                 exclude=("sitemap.html", "mod/quickreference.html", "mod/directives.html", "programs/**")),
+           "Apache-2.0 (Apache httpd manual)"),
+    Source("lilypond-doc", "technical", "lilypond-doc-html", "usr/share/doc/lilypond/html/Documentation",
+           _html("usr/share/doc/lilypond/html/Documentation",
+                 exclude=("*-big-page.html", "internals/**")),
+           "GFDL-1.3+ (LilyPond manuals)"),
+    Source("exim4-doc", "technical", "exim4-doc-html", "usr/share/doc/exim4-doc-html/spec_html",
+           _html("usr/share/doc/exim4-doc-html/spec_html",
+                 exclude=("ch-*_index.html", "index.html", "filter.html")),
+           "GPL-2+ (Exim specification)"),
+    Source("rust-doc", "technical", "rust-doc", "usr/share/doc/rust-doc/html",
+           _html("usr/share/doc/rust-doc/html",
+                 include=("book/**/*.html", "reference/**/*.html", "nomicon/**/*.html",
+                          "rust-by-example/**/*.html", "edition-guide/**/*.html",
+                          "embedded-book/**/*.html", "rustc/**/*.html",
+                          "rustdoc/**/*.html", "unstable-book/**/*.html",
+                          "std/**/*.html", "proc_macro/**/*.html",
+                          "test/**/*.html"),
+                 exclude=("print.html", "book/first-edition/**", "book/second-edition/**",
+                          "book/2018-edition/**", "std/arch/**")),
+           "MIT or Apache-2.0 (Rust books and std docs)"),
+    Source("vim-doc", "technical", "vim-doc", "usr/share/doc/vim/html",
+           _html("usr/share/doc/vim/html",
+                 vim_help=True),
+           "OPL-1+ (Vim's help files)"),
+    Source("debian-reference", "technical", "debian-reference-en", "usr/share/debian-reference",
+           _html("usr/share/debian-reference",
+                 include=("*.en.html",)),
+           "GPL-2+"),
+    Source("debian-faq", "technical", "debian-faq", "usr/share/doc/debian/FAQ",
+           _html("usr/share/doc/debian/FAQ",
+                 include=("*.en.html",)),
+           "SPI's copying permission notice"),
+    Source("maint-guide", "technical", "maint-guide", "usr/share/doc/maint-guide/html",
+           _html("usr/share/doc/maint-guide/html",
+                 include=("*.en.html",)),
+           "GPL-2+"),
+    Source("developers-reference", "technical", "developers-reference", "usr/share/developers-reference",
+           _html("usr/share/developers-reference",
+                 exclude=SPHINX_EXCLUDE + ("developers-reference.html",)),
+           "GPL-2"),
+    Source("debian-policy", "technical", "debian-policy", "usr/share/doc/debian-policy",
+           _html("usr/share/doc/debian-policy",
+                 exclude=SPHINX_EXCLUDE + ("menu-policy-1.html", "perl-policy-1.html")),
+           "GPL-2+"),
+    Source("harden-doc", "technical", "harden-doc", "usr/share/doc/harden-doc/html/en-US",
+           _html("usr/share/doc/harden-doc/html/en-US"),
+           "GPL-2.0"),
+    Source("debmake-doc", "technical", "debmake-doc", "usr/share/doc/debmake-doc/html",
+           _html("usr/share/doc/debmake-doc/html",
+                 include=("*.en.html",)),
+           "Expat"),
+    Source("debian-handbook", "technical", "debian-handbook", "usr/share/doc/debian-handbook/html/en-US",
+           _html("usr/share/doc/debian-handbook/html/en-US"),
+           "GPL-2+ or CC-BY-SA-3.0"),
+    Source("sphinx-doc", "technical", "sphinx-doc", "usr/share/doc/sphinx-doc/html",
+           _html("usr/share/doc/sphinx-doc/html",
+                 exclude=SPHINX_EXCLUDE + ("man/**",)),
+           "BSD-2-Clause"),
+    Source("docutils-doc", "technical", "docutils-doc", "usr/share/doc/docutils-doc",
+           _html("usr/share/doc/docutils-doc",
+                 exclude=("mwe-test.html", "manpage-URUE.html")),
+           "public domain (some parts BSD-2-Clause)"),
+    Source("gettext-doc", "technical", "gettext-doc", "usr/share/doc/gettext",
+           _html("usr/share/doc/gettext",
+                 exclude=("*.[0-9].html", "gettext_toc.html", "javadoc2/**", "csharpdoc/**")),
+           "GFDL-1.2+ or GPL-3+"),
+    Source("postfix-doc", "technical", "postfix-doc", "usr/share/doc/postfix/html",
+           _html("usr/share/doc/postfix/html",
+                 exclude=("*.[0-9].html",)),
+           "EPL-2.0 or IPL-1.0"),
     Source("linux-doc", "technical", "linux-doc-6.1", "usr/share/doc/linux-doc-6.1",
            functools.partial(text_docs.read_rst_tree,
                              subdir="usr/share/doc/linux-doc-6.1/html/_sources",
