@@ -4,10 +4,10 @@ the padding around the row."""
 
 import pytest
 import torch
-
 from bert_models import build
-from fairseq_ext.modules.classification_heads import MeanPoolClassificationHead, mean_pool
 from test_bidirectional_finetune import tiny as tiny_bidirectional
+
+from fairseq_ext.modules.classification_heads import MeanPoolClassificationHead, mean_pool
 
 
 def test_mean_pool_by_hand():
