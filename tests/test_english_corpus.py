@@ -391,3 +391,16 @@ def test_prepare_corpus_refuses_rst_for_english(tmp_path, monkeypatch, capsys):
                                   "--destdir", str(tmp_path / "b"), *SMALL_BIN])
     assert status == 2
     assert "--source english is plain text" in capsys.readouterr().err
+
+
+def test_docs_quote_the_committed_card():
+    """docs/corpus.md's card is the committed run summary, rendered."""
+    from fairseq_ext.corpus.english import card
+
+    root = Path(__file__).resolve().parent.parent
+    figures = json.loads((root / "docs/corpus/english-card.json").read_text())
+    assert card.markdown(figures) in (root / "docs/corpus.md").read_text()
+    rows = figures["card"]["sources"]
+    assert sum(row["words"] for row in rows) == figures["card"]["words"]
+    assert {row["name"] for row in rows} == {source.name for source in SOURCES}
+    assert figures["training_pieces"] >= 10_000_000

@@ -50,3 +50,45 @@ def test_each_point_is_paired_with_the_random_init_of_its_architecture(monkeypat
     assert not points["small@250"]["beyond_2se"]  # 0 ± 0.58 (-1, +1, 0)
     text = transfer_curve.format_curve(result)
     assert "+3.00 ± 1.00 *" in text and "-4.00 ± 0.58 *" in text and "majority" in text
+
+
+def test_levers_reach_every_arm_and_are_judged_on_the_selection_split(monkeypatch, tmp_path):
+    """--pooling/--epochs/--lr reach the pre-trained and the random-init arm alike; each task
+    has its selection and dev figures, each paired with the random init."""
+    monkeypatch.setattr(transfer_curve, "checkpoint_facts",
+                        lambda path: (1000, "roberta_prenorm", "RobertaModel"))
+    monkeypatch.setattr(finetuning, "prepare_checkpoint",
+                        lambda path, out, export: (path, ["--arch", "roberta_prenorm"]))
+    seen = {}
+    dev = {"p@1000": [50.0, 52.0, 51.0], "random init 1": [49.0, 49.0, 49.0]}
+    selection = {"p@1000": [60.0, 61.0, 65.0], "random init 1": [55.0, 55.0, 56.0]}
+
+    def run_stage(protocol, models, seeds, checkpoints, suite, runs_dir, printer, only):
+        seen.update(arms=protocol.arms, epochs=protocol.epochs, lrs=protocol.lrs, only=only,
+                    select=protocol.score_selection, warmup=protocol.warmup_share)
+        return {"accuracy": {arm: {t: {1: v} for t in only} for arm, v in dev.items()},
+                "selection_accuracy": {arm: {t: {1: v} for t in only}
+                                       for arm, v in selection.items()},
+                "baselines": {t: {"bow_logreg": {"accuracy": 0.6, "se": 0.01}} for t in only},
+                "wall_seconds": 1.0}
+
+    monkeypatch.setattr(finetuning, "run_stage", run_stage)
+    settings = transfer_curve.CurveSettings(pooling="mean", epochs=10, lrs=("3e-4",),
+                                            warmup_share=0.1)
+    result = transfer_curve.curve([("p", Path("c"))], tmp_path, tmp_path, seeds=(1, 2, 3),
+                                  printer=lambda line: None, settings=settings,
+                                  tasks=["A", "B"])
+    assert all(arm.env == {"POOLING": "mean"} for arm in seen["arms"])
+    assert [arm.random_init for arm in seen["arms"]] == [False, True]
+    assert (seen["epochs"], seen["lrs"], seen["only"], seen["select"], seen["warmup"]) == (
+        10, ("3e-4",), ["A", "B"], True, 0.1)
+    point = result["points"][0]
+    # selection: +5, +6, +9 -> 6.67 ± 1.20; dev: +1, +3, +2 -> 2 ± 0.58
+    for task in ("A", "B"):
+        figures = point["tasks"][task]
+        assert figures["selection_vs_random"] == pytest.approx(20 / 3)
+        assert figures["selection_vs_random_se"] == pytest.approx(math.sqrt(13 / 3 / 3))
+        assert figures["vs_random"] == pytest.approx(2.0) and figures["selection_beyond_2se"]
+    text = transfer_curve.format_curve(result)
+    assert text.count("pooling mean, lr 3e-4, 10 epochs, warm-up 10%") == 2
+    assert "+6.67 ± 1.20 *" in text and "+2.00 ± 0.58 *" in text and "bow_logreg" in text

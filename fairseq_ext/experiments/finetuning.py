@@ -145,6 +145,9 @@ class FinetuneProtocol:
     lrs: Tuple[str, ...] = FINETUNE_LRS
     seeds: Tuple[int, ...] = FINETUNE_SEEDS
     schedule: str = ""
+    #: score every run on the selection split too, even with one learning rate (the transfer
+    #: curve judges its levers there, never on dev)
+    score_selection: bool = False
 
     def arm(self, name: str) -> FinetuneArm:
         return next(arm for arm in self.arms if arm.name == name)
@@ -381,7 +384,9 @@ def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoin
            "EVAL_INTERVAL_UPDATES": str(total), **DEVICE_ENV[device], "NUM_WORKERS": "0",
            "LOG_INTERVAL": str(max(1, total // 4)), "LOG_FILE": "", **recipe_runs.ONE_THREAD}
     args = list(protocol.extra_args) + (list(model.args) if protocol.model_args else [])
-    if export_args:  # --arch A [shape flags] --max-positions N, as export_encoder.py prints
+    # --arch A [shape flags] --max-positions N, as export_encoder.py prints; a mean-pooling
+    # head needs other flags (roberta_pooled), which the recipe reads off the checkpoint itself
+    if export_args and env.get("POOLING", "first") == "first":
         words = list(export_args)
         env["ARCH"] = words[words.index("--arch") + 1]
         env["MAX_POSITIONS"] = words[words.index("--max-positions") + 1]
@@ -481,7 +486,8 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
     random-init draws are made on the CPU); finished runs read back. ``checkpoints``: the
     last checkpoint of each (model, pre-training seed). Returns the stage's raw results:
     ``{"lr": {arm: {task: {seed: {"lr", "selection", "dev"}}}}, "accuracy": {arm: {task: {seed:
-    [dev acc per ft seed at the chosen lr]}}}, "wall_seconds", "runs_now"}``. ``only``: those
+    [dev acc per ft seed at the chosen lr]}}}, "selection_accuracy": (the same on the selection
+    split; empty lists when it was not scored), "wall_seconds", "runs_now"}``. ``only``: those
     tasks of the suite. A protocol with one learning rate fine-tunes at it, scored on dev
     alone. ``train=False``
     (``--report-only``): finished runs are read back, nothing is exported or trained, and a run
@@ -540,7 +546,7 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
             return run, result
 
         # 1. every (arm, seed, task, lr, fine-tuning seed), scored on dev and on the selection split
-        select = len(protocol.lrs) > 1
+        select = len(protocol.lrs) > 1 or protocol.score_selection
         runs = [FinetuneRun(arm, seed, task, lr, ft_seed, select=select)
                 for arm in protocol.arms for seed in seeds for task in tasks
                 for lr in protocol.lrs for ft_seed in protocol.seeds]
@@ -564,6 +570,8 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
         arm.name: {task.name: {} for task in tasks} for arm in protocol.arms}
     accuracy: Dict[str, Dict[str, Dict[int, List[float]]]] = {
         arm.name: {task.name: {} for task in tasks} for arm in protocol.arms}
+    selection: Dict[str, Dict[str, Dict[int, List[float]]]] = {
+        arm.name: {task.name: {} for task in tasks} for arm in protocol.arms}
     for arm in protocol.arms:
         for task in tasks:
             for seed in seeds:
@@ -572,12 +580,15 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
                 chosen[arm.name][task.name][seed] = entry
                 accuracy[arm.name][task.name][seed] = list(
                     scores[(arm.name, task.name, seed, entry["lr"])]["dev"])
+                selection[arm.name][task.name][seed] = list(
+                    scores[(arm.name, task.name, seed, entry["lr"])]["selection"])
 
     this_time = time.time() - start
     wall = earlier + (this_time if ran[0] else 0.0)
     write_text(stage_dir / "wall.json", json.dumps({"wall_seconds": wall}), force=True)
     live.unlink(missing_ok=True)  # booked
-    return {"lr": chosen, "accuracy": accuracy, "tasks": [task.name for task in tasks],
+    return {"lr": chosen, "accuracy": accuracy, "selection_accuracy": selection,
+            "tasks": [task.name for task in tasks],
             "baselines": {task.name: task.baselines for task in tasks},
             "wall_seconds": wall, "runs_now": ran[0], "run_seconds": seconds,
             "suite": {"dir": str(suite_dir), "fingerprint": fingerprint,

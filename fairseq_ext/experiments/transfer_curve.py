@@ -58,11 +58,33 @@ def point_name(label: str, updates: int) -> str:
     return f"{label}@{updates}"
 
 
+@dataclasses.dataclass(frozen=True)
+class CurveSettings:
+    """How the points are fine-tuned (the levers of the fine-tuning protocol): the demo's by
+    default; ``pooling`` (the recipe's ``POOLING``), ``epochs``, a learning-rate grid (more
+    than one rate: chosen per point on the selection split), the warm-up share; every arm,
+    random init included, fine-tunes the same way."""
+
+    pooling: str = "first"
+    epochs: int = finetuning.DEMO_PROTOCOL.epochs
+    lrs: Tuple[str, ...] = (finetuning.DEMO_LR,)
+    warmup_share: float = finetuning.DEMO_PROTOCOL.warmup_share
+
+    def describe(self) -> str:
+        rates = "/".join(self.lrs) + (" (chosen on selection)" if len(self.lrs) > 1 else "")
+        return (f"pooling {self.pooling}, lr {rates}, {self.epochs} epochs, warm-up "
+                f"{self.warmup_share:.0%}")
+
+
 def curve(checkpoints: Sequence[Tuple[str, Path]], suite: Path, runs_dir: Path,
           task: str = finetuning.DEMO_TASK, seeds: Sequence[int] = finetuning.FINETUNE_SEEDS,
-          printer=print) -> dict:
+          printer=print, settings: CurveSettings = CurveSettings(),
+          tasks: Optional[Sequence[str]] = None) -> dict:
     """The curve (module docstring): ``checkpoints`` as ``(label, path)``, a label per
-    pre-training run (its points are told apart by their updates)."""
+    pre-training run (its points are told apart by their updates), on ``task`` (or each of
+    ``tasks``), fine-tuned as ``settings`` say. Each point carries its dev and selection
+    accuracy per task and its paired differences to its random init on both splits."""
+    tasks = list(tasks or [task])
     models: Dict[str, CurveModel] = {}
     paths: Dict[Tuple[str, int], Path] = {}
     points: List[dict] = []
@@ -77,9 +99,12 @@ def curve(checkpoints: Sequence[Tuple[str, Path]], suite: Path, runs_dir: Path,
         paths[(name, 1)] = path
         points.append({"label": label, "updates": updates, "name": name, "arch": arch,
                        "checkpoint": str(path)})
+    env = {} if settings.pooling == "first" else {"POOLING": settings.pooling}
     protocol = dataclasses.replace(
         finetuning.DEMO_PROTOCOL, seeds=tuple(seeds), export_recipes=(THREE_ML_RECIPE,),
-        arms=tuple(finetuning.FinetuneArm(name, name) for name in models))
+        arms=tuple(finetuning.FinetuneArm(name, name, dict(env)) for name in models),
+        epochs=settings.epochs, lrs=tuple(settings.lrs), warmup_share=settings.warmup_share,
+        score_selection=True)
     # the architecture a point fine-tunes (3ML: its exported encoder's): its fine-tuning flags
     from fairseq_ext.experiments.finetuning import prepare_checkpoint, safe
 
@@ -89,64 +114,101 @@ def curve(checkpoints: Sequence[Tuple[str, Path]], suite: Path, runs_dir: Path,
                                       out, models[point["name"]].recipe == THREE_ML_RECIPE)
         point["finetune_args"] = " ".join(flags)
         controls.setdefault(point["finetune_args"], point["name"])
-    arms = list(protocol.arms) + [finetuning.FinetuneArm(f"random init {index}", name,
+    arms = list(protocol.arms) + [finetuning.FinetuneArm(f"random init {index}", name, dict(env),
                                                          random_init=True)
                                   for index, name in enumerate(controls.values(), 1)]
     protocol = dataclasses.replace(protocol, arms=tuple(arms))
     raw = finetuning.run_stage(protocol, models, (1,), paths, suite, runs_dir, printer=printer,
-                               only=[task])
+                               only=tasks)
     control_arm = {flags: f"random init {index}"
                    for index, flags in enumerate(controls, 1)}
 
-    def scores(arm: str) -> List[float]:
-        return list(raw["accuracy"][arm][task][1])
+    def scores(arm: str, on: str, split: str = "accuracy") -> List[float]:
+        return list(raw.get(split, {}).get(arm, {}).get(on, {}).get(1, []))
+
+    def figures(mine: List[float], theirs: List[float], prefix: str = "") -> dict:
+        if not mine:
+            return {}
+        estimate, difference = mean_over_seeds(mine), paired_over_seeds(mine, theirs)
+        return {f"{prefix}accuracy": estimate.value, f"{prefix}accuracy_se": estimate.standard_error,
+                f"{prefix}per_seed": mine, f"{prefix}vs_random": difference.value,
+                f"{prefix}vs_random_se": difference.standard_error,
+                f"{prefix}beyond_2se": bool(abs(difference.value)
+                                            > 2 * difference.standard_error)}
 
     for point in points:
-        mine, random_arm = scores(point["name"]), control_arm[point["finetune_args"]]
-        theirs = scores(random_arm)
-        estimate, difference = mean_over_seeds(mine), paired_over_seeds(mine, theirs)
-        point.update({"accuracy": estimate.value, "accuracy_se": estimate.standard_error,
-                      "per_seed": mine, "random_arm": random_arm,
-                      "vs_random": difference.value, "vs_random_se": difference.standard_error,
-                      "beyond_2se": bool(abs(difference.value)
-                                         > 2 * difference.standard_error)})
+        random_arm = control_arm[point["finetune_args"]]
+        point["random_arm"] = random_arm
+        point["tasks"] = {
+            name: {**figures(scores(point["name"], name), scores(random_arm, name)),
+                   **figures(scores(point["name"], name, "selection_accuracy"),
+                             scores(random_arm, name, "selection_accuracy"), "selection_")}
+            for name in tasks}
+        point.update(point["tasks"][tasks[0]])  # the first task's figures, at the top
     randoms = []
     for flags, arm in control_arm.items():
-        estimate = mean_over_seeds(scores(arm))
-        randoms.append({"name": arm, "finetune_args": flags, "accuracy": estimate.value,
-                        "accuracy_se": estimate.standard_error, "per_seed": scores(arm)})
-    baselines = {key: finetuning.baseline_estimate(entry).__dict__
-                 for key, entry in raw["baselines"][task].items()
-                 if key in ("majority", "bow_logreg")}
-    return {"task": task, "seeds": list(seeds), "lr": finetuning.DEMO_LR,
-            "epochs": protocol.epochs, "batch": protocol.batch, "points": points,
-            "random_init": randoms, "baselines": baselines,
-            "wall_seconds": raw["wall_seconds"]}
+        entry = {"name": arm, "finetune_args": flags, "tasks": {}}
+        for name in tasks:
+            entry["tasks"][name] = {}
+            for split, prefix in (("accuracy", ""), ("selection_accuracy", "selection_")):
+                values = scores(arm, name, split)
+                if values:
+                    estimate = mean_over_seeds(values)
+                    entry["tasks"][name].update({
+                        f"{prefix}accuracy": estimate.value,
+                        f"{prefix}accuracy_se": estimate.standard_error,
+                        f"{prefix}per_seed": values})
+        entry.update(entry["tasks"][tasks[0]])
+        randoms.append(entry)
+    baselines_by_task = {name: {key: finetuning.baseline_estimate(entry).__dict__
+                                for key, entry in raw["baselines"][name].items()
+                                if key in ("majority", "bow_logreg")} for name in tasks}
+    return {"task": tasks[0], "tasks": tasks, "seeds": list(seeds), "lr": "/".join(settings.lrs),
+            "epochs": protocol.epochs, "batch": protocol.batch,
+            "settings": dataclasses.asdict(settings), "points": points,
+            "random_init": randoms, "baselines": baselines_by_task[tasks[0]],
+            "baselines_by_task": baselines_by_task, "wall_seconds": raw["wall_seconds"]}
 
 
 def format_curve(result: dict) -> str:
+    """One table per task: each point's selection and dev accuracy, each beside its
+    architecture's random init (paired on the seed, * beyond 2 SE); the levers are judged on
+    the selection split, dev is shown for the record."""
     from fairseq_ext.reporting.text_tables import ascii_table
 
-    def shown(value, error, signed=False):
+    def shown(entry, prefix="", key="accuracy", signed=False):
+        value, error = entry.get(f"{prefix}{key}"), entry.get(f"{prefix}{key}_se")
         if value is None or not math.isfinite(value):
             return "-"
-        return f"{value:{'+' if signed else ''}.2f} ± {error:.2f}"
+        text = f"{value:{'+' if signed else ''}.2f} ± {error:.2f}"
+        return text + (" *" if key == "vs_random" and entry.get(f"{prefix}beyond_2se") else "")
 
-    rows = [[r["name"], "0", shown(r["accuracy"], r["accuracy_se"]), "-"]
-            for r in result["random_init"]]
-    for point in sorted(result["points"], key=lambda p: (p["label"], p["updates"])):
-        rows.append([point["label"], f"{point['updates']:,}",
-                     shown(point["accuracy"], point["accuracy_se"]),
-                     shown(point["vs_random"], point["vs_random_se"], True)
-                     + (" *" if point["beyond_2se"] else "")])
-    for key, estimate in result["baselines"].items():
-        rows.append([key, "-", shown(estimate["value"], estimate["standard_error"]), "-"])
-    return "\n".join([
-        f"fine-tuned dev accuracy on {result['task']} against pre-training updates (the demo's "
-        f"fine-tuning: lr {result['lr']}, {result['epochs']} epochs of batch {result['batch']}, "
-        f"seeds {result['seeds']}); ± SE over the seeds; vs random init of the same "
-        "architecture paired on the seed (* beyond 2 SE)",
-        ascii_table(["pre-training", "updates", "dev accuracy %", "vs random init"], rows)])
+    settings = result.get("settings") or {}
+    how = (CurveSettings(**{**settings, "lrs": tuple(settings["lrs"])}).describe() if settings
+           else f"the demo's fine-tuning: lr {result['lr']}, {result['epochs']} epochs")
+    blocks = []
+    for task in result.get("tasks", [result["task"]]):
+        rows = []
+        for random_arm in result["random_init"]:
+            entry = random_arm.get("tasks", {}).get(task, random_arm)
+            rows.append([random_arm["name"], "0", shown(entry, "selection_"), "-", shown(entry),
+                         "-"])
+        for point in sorted(result["points"], key=lambda p: (p["label"], p["updates"])):
+            entry = point.get("tasks", {}).get(task, point)
+            rows.append([point["label"], f"{point['updates']:,}", shown(entry, "selection_"),
+                         shown(entry, "selection_", "vs_random", True), shown(entry),
+                         shown(entry, "", "vs_random", True)])
+        baselines = result.get("baselines_by_task", {}).get(task, result["baselines"])
+        for key, estimate in baselines.items():
+            value = f"{estimate['value']:.2f} ± {estimate['standard_error']:.2f}"
+            rows.append([key, "-", "-", "-", value, "-"])
+        blocks += [f"{task}: fine-tuned accuracy against pre-training updates ({how}, batch "
+                   f"{result['batch']}, seeds {result['seeds']}); ± SE over the seeds; vs random "
+                   "init of the same architecture paired on the seed (* beyond 2 SE); "
+                   "baselines on dev",
+                   ascii_table(["pre-training", "updates", "selection %", "vs random init",
+                                "dev %", "vs random init (dev)"], rows)]
+    return "\n".join(blocks)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -158,7 +220,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "other runs)")
     parser.add_argument("--suite", type=Path, required=True,
                         help="the downstream suite (scripts/prepare_downstream.sh)")
-    parser.add_argument("--task", default=finetuning.DEMO_TASK)
+    parser.add_argument("--task", nargs="+", default=[finetuning.DEMO_TASK],
+                        help="the suite's tasks (default: %(default)s)")
+    parser.add_argument("--pooling", choices=("first", "mean"), default="first",
+                        help="the classification head: <s> (first) or the mean of the tokens")
+    parser.add_argument("--epochs", type=int, default=CurveSettings.epochs)
+    parser.add_argument("--lr", nargs="+", default=list(CurveSettings.lrs),
+                        help="one rate, or a grid chosen per point on the selection split")
+    parser.add_argument("--warmup-share", type=float, default=CurveSettings.warmup_share)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(finetuning.FINETUNE_SEEDS))
     parser.add_argument("--runs-dir", type=Path, required=True,
                         help="where the fine-tuning runs go (finished ones are read back)")
@@ -172,8 +241,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if not Path(path).is_file():
                 parser.error(f"--run {run[0]}: {path}: no such checkpoint")
             checkpoints.append((run[0], Path(path).resolve()))
-    result = curve(checkpoints, args.suite.resolve(), args.runs_dir.resolve(), args.task,
-                   args.seeds, printer=recipe_runs.say)
+    if args.epochs < 1 or not 0 <= args.warmup_share < 1 or finetuning.not_positive(args.lr):
+        parser.error("--epochs must be positive, --warmup-share in [0, 1), --lr positive rates")
+    settings = CurveSettings(args.pooling, args.epochs, tuple(args.lr), args.warmup_share)
+    result = curve(checkpoints, args.suite.resolve(), args.runs_dir.resolve(), args.task[0],
+                   args.seeds, printer=recipe_runs.say, settings=settings, tasks=args.task)
     print(format_curve(result))
     if args.out is not None:
         write_text(args.out, json.dumps(result, indent=2), force=True)
