@@ -210,6 +210,18 @@ def test_an_exported_encoder_s_arch_and_shape_reach_the_recipe():
     assert "--max-positions" not in args and "--arch" not in args
 
 
+def test_a_mean_pooling_arm_lets_the_recipe_read_its_arch():
+    """POOLING=mean needs roberta_pooled's flags, which the recipe derives from the checkpoint
+    (export_encoder.py --print-finetune-args --pooling mean): no ARCH, no shape flags."""
+    model = studies.STUDIES["3ml"].model("3ml-self-40%")
+    run = FinetuneRun(FinetuneArm("m", "3ml-self-40%", {"POOLING": "mean"}), 1, TASK, "3e-4", 1)
+    export_args = ["--arch", "roberta_prenorm", "--encoder-layers", "6", "--max-positions", "64"]
+    env, args = finetuning.recipe_inputs(studies.THREE_ML_FINETUNE, run, model,
+                                         Path("enc.pt"), export_args)
+    assert env["POOLING"] == "mean" and "ARCH" not in env and "MAX_POSITIONS" not in env
+    assert "--encoder-layers" not in args
+
+
 def test_swishrnn_runs_repeat_the_model_flags_of_pre_training():
     model = studies.STUDIES["swishrnn"].model("swishrnn-bert-k1")
     run = FinetuneRun(FinetuneArm(model.name, model.name), 1, TASK, "3e-4", 1)

@@ -282,8 +282,9 @@ def check_validate(work: Work, run: Run) -> None:
 
 
 def scale_prepare_corpus(command: str, work: Work) -> str:
-    # The bare command builds the embedded default (Debian's python3.11-doc, downloaded); the same
-    # defaults on the small corpus, into the data-bin the bare command writes.
+    # The bare command builds the embedded English corpus (Debian packages, downloaded), and
+    # --source python-docs Debian's python3.11-doc; the same defaults on the small corpus
+    # (--input wins over --source), into the data-bin make demo reads.
     return f"{command} --input {CORPUS} --destdir {DATA}"
 
 
@@ -572,7 +573,10 @@ COMMANDS: Dict[str, Entry] = {
         Entry(AS_WRITTEN, check_validate),
     "scripts/prepare_corpus.sh": Entry(
         SCALED, check_prepare_corpus, scale_prepare_corpus,
-        "the default input is a Debian package download; the small corpus instead"),
+        "the default input is 40 Debian package downloads; the small corpus instead"),
+    "scripts/prepare_corpus.sh --source python-docs": Entry(
+        SCALED, check_prepare_corpus, scale_prepare_corpus,
+        "the input is a Debian package download; the small corpus instead"),
     "scripts/prepare_corpus.sh --input my_docs/ --vocab-size 32000 --destdir data-bin/mine":
         Entry(AS_WRITTEN, check_my_docs, reason="my_docs/ is a directory of 40 small documents"),
     "DATA=data-bin/python-docs-spm8000 recipes/roberta/demo.sh":

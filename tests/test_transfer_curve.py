@@ -92,3 +92,26 @@ def test_levers_reach_every_arm_and_are_judged_on_the_selection_split(monkeypatc
     text = transfer_curve.format_curve(result)
     assert text.count("pooling mean, lr 3e-4, 10 epochs, warm-up 10%") == 2
     assert "+6.67 ± 1.20 *" in text and "+2.00 ± 0.58 *" in text and "bow_logreg" in text
+
+
+def test_a_lever_is_the_paired_difference_of_two_curves():
+    def curve_of(point_seeds, random_seeds, selection_shift=0.0):
+        task = {"per_seed": point_seeds,
+                "selection_per_seed": [v + selection_shift for v in point_seeds]}
+        return {"task": "A", "tasks": ["A"],
+                "points": [{"name": "p@10", "tasks": {"A": task}}],
+                "random_init": [{"name": "random init 1",
+                                 "tasks": {"A": {"per_seed": random_seeds,
+                                                 "selection_per_seed": random_seeds}}}]}
+
+    changed = curve_of([50.0, 54.0, 55.0], [40.0, 41.0, 42.0], selection_shift=1.0)
+    baseline = curve_of([49.0, 51.0, 50.0], [40.0, 41.0, 42.0])
+    rows = {row["arm"]: row for row in transfer_curve.lever_difference(changed, baseline)}
+    # dev: +1, +3, +5 -> 3 ± 2/sqrt(3); selection: each one more
+    assert rows["p@10"]["difference"] == pytest.approx(3.0)
+    assert rows["p@10"]["difference_se"] == pytest.approx(2 / math.sqrt(3))
+    assert rows["p@10"]["selection_difference"] == pytest.approx(4.0)
+    assert rows["p@10"]["beyond_2se"] and rows["p@10"]["selection_beyond_2se"]  # 3 > 2 x 1.15
+    assert rows["random init 1"]["difference"] == 0.0 and not rows["random init 1"]["beyond_2se"]
+    text = transfer_curve.format_lever(list(rows.values()), "a.json", "b.json")
+    assert "+4.00 ± 1.15 *" in text and "a.json minus b.json" in text

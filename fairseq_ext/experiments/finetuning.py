@@ -553,8 +553,9 @@ def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequ
         printer(f"== fine-tuning: {len(runs)} runs ({len(protocol.arms)} arms x {len(seeds)} "
                 f"pre-training seeds x {len(tasks)} tasks x {len(protocol.lrs)} learning rates x "
                 f"{len(protocol.seeds)} fine-tuning seeds)"
-                + (f"; each seed's rate chosen on the tasks' {SELECTION_SPLIT} split" if select
-                   else ""))
+                + (f"; each seed's rate chosen on the tasks' {SELECTION_SPLIT} split"
+                   if len(protocol.lrs) > 1 else
+                   f"; scored on the tasks' {SELECTION_SPLIT} split too" if select else ""))
         scores: Dict[Tuple[str, str, int, str], Dict[str, List[float]]] = {}
         seconds = 0.0
         for run, result in recipe_runs.in_parallel(one, runs, workers):

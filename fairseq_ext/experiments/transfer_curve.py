@@ -211,14 +211,59 @@ def format_curve(result: dict) -> str:
     return "\n".join(blocks)
 
 
+def lever_difference(changed: dict, baseline: dict) -> List[dict]:
+    """A lever's effect: ``changed`` minus ``baseline`` (two curves of the same checkpoints and
+    fine-tuning seeds, one setting apart) for every point and random init they share, on each
+    task they share, paired on the fine-tuning seed, on the selection split (the split levers
+    are judged on) and on dev."""
+    def arms(curve_result):
+        named = {point["name"]: point for point in curve_result["points"]}
+        named.update({entry["name"]: entry for entry in curve_result["random_init"]})
+        return named
+
+    mine, theirs = arms(changed), arms(baseline)
+    rows = []
+    for name in [n for n in mine if n in theirs]:
+        for task in [t for t in changed.get("tasks", [changed["task"]])
+                     if t in baseline.get("tasks", [baseline["task"]])]:
+            a, b = mine[name]["tasks"][task], theirs[name]["tasks"][task]
+            row = {"arm": name, "task": task}
+            for prefix in ("selection_", ""):
+                if a.get(f"{prefix}per_seed") and b.get(f"{prefix}per_seed"):
+                    difference = paired_over_seeds(a[f"{prefix}per_seed"], b[f"{prefix}per_seed"])
+                    row[f"{prefix}difference"] = difference.value
+                    row[f"{prefix}difference_se"] = difference.standard_error
+                    row[f"{prefix}beyond_2se"] = bool(abs(difference.value)
+                                                      > 2 * difference.standard_error)
+            rows.append(row)
+    return rows
+
+
+def format_lever(rows: List[dict], changed: str, baseline: str) -> str:
+    from fairseq_ext.reporting.text_tables import ascii_table
+
+    def shown(row, prefix):
+        if f"{prefix}difference" not in row:
+            return "-"
+        return (f"{row[f'{prefix}difference']:+.2f} ± {row[f'{prefix}difference_se']:.2f}"
+                + (" *" if row[f"{prefix}beyond_2se"] else ""))
+
+    table = [[row["arm"], row["task"], shown(row, "selection_"), shown(row, "")] for row in rows]
+    return "\n".join([f"{changed} minus {baseline}, paired on the fine-tuning seed (± SE, * beyond "
+                      "2 SE)", ascii_table(["arm", "task", "selection", "dev"], table)])
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="transfer_curve.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", nargs="+", action="append", required=True,
+    parser.add_argument("--lever", nargs=2, type=Path, metavar=("CHANGED.json", "BASELINE.json"),
+                        help="print a lever's effect from two curves (--out files) one setting "
+                             "apart, and exit")
+    parser.add_argument("--run", nargs="+", action="append",
                         metavar=("LABEL", "CHECKPOINT"),
                         help="a pre-training run's label and its checkpoints (repeat --run for "
                              "other runs)")
-    parser.add_argument("--suite", type=Path, required=True,
+    parser.add_argument("--suite", type=Path,
                         help="the downstream suite (scripts/prepare_downstream.sh)")
     parser.add_argument("--task", nargs="+", default=[finetuning.DEMO_TASK],
                         help="the suite's tasks (default: %(default)s)")
@@ -229,10 +274,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="one rate, or a grid chosen per point on the selection split")
     parser.add_argument("--warmup-share", type=float, default=CurveSettings.warmup_share)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(finetuning.FINETUNE_SEEDS))
-    parser.add_argument("--runs-dir", type=Path, required=True,
+    parser.add_argument("--runs-dir", type=Path,
                         help="where the fine-tuning runs go (finished ones are read back)")
     parser.add_argument("--out", type=Path, default=None, help="the curve as JSON")
     args = parser.parse_args(argv)
+    if args.lever:
+        changed, baseline = (json.loads(path.read_text()) for path in args.lever)
+        print(format_lever(lever_difference(changed, baseline), args.lever[0].name,
+                           args.lever[1].name))
+        return 0
+    if not args.run or args.runs_dir is None or args.suite is None:
+        parser.error("give --run LABEL CHECKPOINT..., --suite and --runs-dir (or --lever A.json "
+                     "B.json)")
     checkpoints = []
     for run in args.run:
         if len(run) < 2:
