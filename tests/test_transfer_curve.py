@@ -115,3 +115,34 @@ def test_a_lever_is_the_paired_difference_of_two_curves():
     assert rows["random init 1"]["difference"] == 0.0 and not rows["random init 1"]["beyond_2se"]
     text = transfer_curve.format_lever(list(rows.values()), "a.json", "b.json")
     assert "+4.00 ± 1.15 *" in text and "a.json minus b.json" in text
+
+
+def test_two_points_of_one_curve_are_paired_on_the_seed():
+    task = lambda seeds: {"per_seed": seeds, "selection_per_seed": seeds}  # noqa: E731
+    result = {"task": "A", "tasks": ["A"], "random_init": [],
+              "points": [{"name": "prose@10", "tasks": {"A": task([52.0, 50.0, 57.0])}},
+                         {"name": "broad@10", "tasks": {"A": task([50.0, 50.0, 51.0])}}]}
+    [row] = transfer_curve.points_difference(result, "prose@10", "broad@10")
+    # +2, 0, +6 -> 8/3 ± sd(2, 0, 6)/sqrt(3)
+    assert row["selection_difference"] == pytest.approx(8 / 3)
+    assert row["selection_difference_se"] == pytest.approx(math.sqrt(28 / 3 / 3))
+    with pytest.raises(SystemExit, match="no point 'x@1'"):
+        transfer_curve.points_difference(result, "x@1", "broad@10")
+
+
+def test_docs_quote_the_committed_english_curves():
+    """docs/transfer.md's English tables are the committed curves, rendered."""
+    import json
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "docs/transfer.md").read_text()
+    curves = {path.name: json.loads(path.read_text())
+              for path in (root / "docs/transfer/english").glob("curve-*.json")}
+    assert {"curve-mean-ep10.json", "curve-first-ep10.json"} <= set(curves)
+    for name, result in curves.items():
+        if name != "curve-mean-ep10.json":  # its points are all in the -data curve
+            assert transfer_curve.format_curve(result) in text, name
+    assert transfer_curve.format_lever(
+        transfer_curve.lever_difference(curves["curve-mean-ep10.json"],
+                                        curves["curve-first-ep10.json"]),
+        "curve-mean-ep10.json", "curve-first-ep10.json") in text

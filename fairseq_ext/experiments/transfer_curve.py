@@ -211,32 +211,49 @@ def format_curve(result: dict) -> str:
     return "\n".join(blocks)
 
 
-def lever_difference(changed: dict, baseline: dict) -> List[dict]:
-    """A lever's effect: ``changed`` minus ``baseline`` (two curves of the same checkpoints and
-    fine-tuning seeds, one setting apart) for every point and random init they share, on each
-    task they share, paired on the fine-tuning seed, on the selection split (the split levers
-    are judged on) and on dev."""
-    def arms(curve_result):
-        named = {point["name"]: point for point in curve_result["points"]}
-        named.update({entry["name"]: entry for entry in curve_result["random_init"]})
-        return named
+def _named_arms(curve_result: dict) -> Dict[str, dict]:
+    named = {point["name"]: point for point in curve_result["points"]}
+    named.update({entry["name"]: entry for entry in curve_result["random_init"]})
+    return named
 
-    mine, theirs = arms(changed), arms(baseline)
-    rows = []
-    for name in [n for n in mine if n in theirs]:
-        for task in [t for t in changed.get("tasks", [changed["task"]])
-                     if t in baseline.get("tasks", [baseline["task"]])]:
-            a, b = mine[name]["tasks"][task], theirs[name]["tasks"][task]
-            row = {"arm": name, "task": task}
-            for prefix in ("selection_", ""):
-                if a.get(f"{prefix}per_seed") and b.get(f"{prefix}per_seed"):
-                    difference = paired_over_seeds(a[f"{prefix}per_seed"], b[f"{prefix}per_seed"])
-                    row[f"{prefix}difference"] = difference.value
-                    row[f"{prefix}difference_se"] = difference.standard_error
-                    row[f"{prefix}beyond_2se"] = bool(abs(difference.value)
-                                                      > 2 * difference.standard_error)
-            rows.append(row)
-    return rows
+
+def _paired_row(arm: str, task: str, a: dict, b: dict) -> dict:
+    """``a - b`` of one task's figures, paired on the fine-tuning seed, selection and dev."""
+    row = {"arm": arm, "task": task}
+    for prefix in ("selection_", ""):
+        if a.get(f"{prefix}per_seed") and b.get(f"{prefix}per_seed"):
+            difference = paired_over_seeds(a[f"{prefix}per_seed"], b[f"{prefix}per_seed"])
+            row[f"{prefix}difference"] = difference.value
+            row[f"{prefix}difference_se"] = difference.standard_error
+            row[f"{prefix}beyond_2se"] = bool(abs(difference.value)
+                                              > 2 * difference.standard_error)
+    return row
+
+
+def _tasks(curve_result: dict) -> List[str]:
+    return list(curve_result.get("tasks", [curve_result["task"]]))
+
+
+def lever_difference(changed: dict, baseline: dict) -> List[dict]:
+    """A fine-tuning lever's effect: ``changed`` minus ``baseline`` (two curves of the same
+    checkpoints and fine-tuning seeds, one setting apart) for every point and random init they
+    share, on each task they share, paired on the fine-tuning seed, on the selection split (the
+    split levers are judged on) and on dev."""
+    mine, theirs = _named_arms(changed), _named_arms(baseline)
+    return [_paired_row(name, task, mine[name]["tasks"][task], theirs[name]["tasks"][task])
+            for name in mine if name in theirs
+            for task in _tasks(changed) if task in _tasks(baseline)]
+
+
+def points_difference(result: dict, first: str, second: str) -> List[dict]:
+    """A pre-training lever's effect within one curve: point ``first`` minus point ``second``
+    (e.g. two corpora at the same updates), on each task, paired on the fine-tuning seed."""
+    named = _named_arms(result)
+    for name in (first, second):
+        if name not in named:
+            raise SystemExit(f"error: the curve has no point {name!r}; it has {sorted(named)}")
+    return [_paired_row(f"{first} - {second}", task, named[first]["tasks"][task],
+                        named[second]["tasks"][task]) for task in _tasks(result)]
 
 
 def format_lever(rows: List[dict], changed: str, baseline: str) -> str:
@@ -259,6 +276,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--lever", nargs=2, type=Path, metavar=("CHANGED.json", "BASELINE.json"),
                         help="print a lever's effect from two curves (--out files) one setting "
                              "apart, and exit")
+    parser.add_argument("--points", nargs=3, metavar=("CURVE.json", "POINT_A", "POINT_B"),
+                        help="print point A minus point B of one curve (e.g. prose@3000 "
+                             "broad@3000), paired on the fine-tuning seed, and exit")
     parser.add_argument("--run", nargs="+", action="append",
                         metavar=("LABEL", "CHECKPOINT"),
                         help="a pre-training run's label and its checkpoints (repeat --run for "
@@ -282,6 +302,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         changed, baseline = (json.loads(path.read_text()) for path in args.lever)
         print(format_lever(lever_difference(changed, baseline), args.lever[0].name,
                            args.lever[1].name))
+        return 0
+    if args.points:
+        result = json.loads(Path(args.points[0]).read_text())
+        print(format_lever(points_difference(result, args.points[1], args.points[2]),
+                           args.points[1], args.points[2]))
         return 0
     if not args.run or args.runs_dir is None or args.suite is None:
         parser.error("give --run LABEL CHECKPOINT..., --suite and --runs-dir (or --lever A.json "
