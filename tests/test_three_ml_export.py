@@ -392,6 +392,29 @@ def test_finetune_recipe_with_a_mean_pooling_head(exported, classification_bin, 
     torch.testing.assert_close(logits, torch.stack(by_hand))
 
 
+def test_yaml_fine_tunes_with_a_mean_pooling_head(exported, classification_bin, tmp_path):
+    """The YAML twin with model._name=roberta_pooled_prenorm +model.classification_pooling=mean
+    (the pre-LN export's encoder) trains through fairseq-hydra-train and saves a mean head."""
+    from fairseq_ext.modules.classification_heads import MeanPoolClassificationHead
+
+    save_dir = tmp_path / "hydra"
+    run_cli([fairseq_cli("fairseq-hydra-train"), "--config-dir", REPO_ROOT / "recipes/config/3ml",
+             "--config-name", "finetune_glue", f"task.data={classification_bin}",
+             f"checkpoint.restore_file={exported['cross']}", f"checkpoint.save_dir={save_dir}",
+             "model._name=roberta_pooled_prenorm", "+model.classification_pooling=mean",
+             "+model.encoder_layers=2", "+model.encoder_embed_dim=64",
+             "+model.encoder_ffn_embed_dim=256", "+model.encoder_attention_heads=2",
+             f"model.max_positions={TOKENS}", f"task.max_positions={TOKENS}",
+             "optimization.max_epoch=1", "lr_scheduler.total_num_update=13",
+             "lr_scheduler.warmup_updates=1", "dataset.num_workers=0", "common.cpu=true",
+             "optimization.update_freq=[1]", "common.log_format=json",
+             "common.no_progress_bar=true"], cwd=REPO_ROOT, env={"OMP_NUM_THREADS": "1"})
+    [model], _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [str(save_dir / "checkpoint_best.pt")], arg_overrides={"data": str(classification_bin)})
+    head = model.classification_heads["sentence_classification_head"]
+    assert isinstance(head, MeanPoolClassificationHead)
+
+
 def dry_run(script, **env):
     proc = run_cli([script], env={"DRY_RUN": "1", "NUM_GPUS": "1", **env})
     return [shlex.split(line[2:]) for line in proc.stdout.splitlines() if line.startswith("+ ")]
