@@ -16,7 +16,7 @@ FIRST_SCREEN_LINES = 60
 MAX_README_LINES = 300
 #: The systems of the status table, in order (the first cell of each row).
 SYSTEMS = ("3ML", "Generalized bidirectionality", "SwishRNN", "FLOP counting", "Training at scale",
-           "Exports", "The demo", "Studies")
+           "Exports", "The demo", "English corpus", "Studies")
 #: A status row says what works and what is owed "in a few words".
 MAX_ROW_CHARS = 250
 MAX_CELL_WORDS = 20
