@@ -297,7 +297,10 @@ def test_the_table():
     assert all(source.licence for source in SOURCES)
     assert build.package_version("dict-gcide_0.48.5+nmu2_all.deb") == "0.48.5+nmu2"
     assert build.package_version("fortunes_1%3a1.99.1-7.3_all.deb") == "1:1.99.1-7.3"
-    json.dumps(build.BUILD_VERSION)
+    by_name = {source.name: source for source in SOURCES}
+    assert by_name["gcide"].reader_settings() == (
+        "fairseq_ext.corpus.english.dictd.read_dictd[('database', 'gcide')]")
+    assert by_name["boost-doc"].subdir in by_name["boost-doc"].reader_settings()
 
 
 # --- through prepare_corpus and the card ------------------------------------------------------
@@ -381,6 +384,16 @@ def test_prepare_corpus_source_english_and_the_card(tmp_path, monkeypatch, capsy
     manifest = json.loads((tmp_path / "prose" / "manifest.json").read_text())
     assert manifest["settings"]["source"] == "english-prose"
     assert manifest["summary"]["input_files"] == 12
+
+
+def test_mix_is_for_the_english_source_only(tmp_path, capsys):
+    from fairseq_ext.corpus import prepare_corpus
+
+    for extra in (["--source", "python-docs"], ["--input", str(tmp_path)]):
+        with pytest.raises(SystemExit) as stopped:
+            prepare_corpus.main(["--mix", "prose", *extra])
+        assert stopped.value.code == 2
+        assert "--mix is for --source english" in capsys.readouterr().err
 
 
 def test_prepare_corpus_refuses_rst_for_english(tmp_path, monkeypatch, capsys):

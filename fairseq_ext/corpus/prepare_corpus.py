@@ -113,9 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--mix",
         choices=tuple(english_sources.MIXES),
-        default=english_sources.DEFAULT_MIX,
         help="--source english: the registers taken (broad: literature, reference, religious "
-        "and technical text; prose: all but technical). Default: %(default)s",
+        f"and technical text; prose: all but technical). Default: {english_sources.DEFAULT_MIX}",
     )
     source.add_argument(
         "--input",
@@ -221,6 +220,10 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--valid-fraction plus --test-fraction must be below 1 (the rest is train)")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    english = args.input is None and args.source == ENGLISH_SOURCE
+    if args.mix is not None and not english:
+        parser.error("--mix is for --source english (the default), without --input")
+    args.mix = args.mix or english_sources.DEFAULT_MIX
     if args.vocab_size < 1:
         parser.error("--vocab-size must be positive")
     if args.spm_model and args.bpe != "spm":

@@ -386,7 +386,7 @@ def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoin
     args = list(protocol.extra_args) + (list(model.args) if protocol.model_args else [])
     # --arch A [shape flags] --max-positions N, as export_encoder.py prints; a mean-pooling
     # head needs other flags (roberta_pooled), which the recipe reads off the checkpoint itself
-    if export_args and env.get("POOLING", "first") == "first":
+    if export_args and env.get("POOLING") in (None, "", "first"):
         words = list(export_args)
         env["ARCH"] = words[words.index("--arch") + 1]
         env["MAX_POSITIONS"] = words[words.index("--max-positions") + 1]

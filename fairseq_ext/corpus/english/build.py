@@ -105,10 +105,14 @@ def held_out_index(fetched: dict[str, dict[str, Any]]) -> tuple[leaks.HeldOutInd
     descriptions, translation_lists = leaks.default_debian_descriptions()
     index = leaks.HeldOutIndex({"man-pages": man, "wordnet": glosses, "fortunes": fortunes,
                                 "debian-descriptions": descriptions}, definitions)
-    packages = {package: fetched[package]["version"]
-                for kind in leaks.HELD_OUT_PACKAGES.values() for package, _ in kind}
-    return index, {"packages": packages, "translation_lists": translation_lists,
+    return index, {"packages": held_out_versions(fetched), "translation_lists": translation_lists,
                    "sizes": index.sizes()}
+
+
+def held_out_versions(fetched: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """{held-out package: its version}."""
+    return {package: fetched[package]["version"]
+            for kind in leaks.HELD_OUT_PACKAGES.values() for package, _ in kind}
 
 
 def _read_source(number: int) -> dict[str, Any]:
@@ -151,12 +155,13 @@ def document_path(identity: str) -> str:
 
 
 def build_settings(mix: str, fetched: dict[str, dict[str, Any]], translation_lists: int) -> dict:
+    """What a build depends on: the code's version, each source's package version and reader
+    (with its arguments), the held-out packages' versions and the Translation-en lists."""
     return {"build_version": BUILD_VERSION, "mix": mix,
             "sources": {source.name: fetched[source.package]["version"]
                         for source in mix_sources(mix)},
-            "held_out": {package: fetched[package]["version"]
-                         for kind in leaks.HELD_OUT_PACKAGES.values() for package, _ in kind},
-            "translation_lists": translation_lists}
+            "readers": {source.name: source.reader_settings() for source in mix_sources(mix)},
+            "held_out": held_out_versions(fetched), "translation_lists": translation_lists}
 
 
 def build_corpus(cache_dir: Path, mix: str = DEFAULT_MIX, workers: int = 2,

@@ -37,13 +37,23 @@ class Source:
     def from_pypi(self) -> bool:
         return self.package.startswith("pypi:")
 
+    def reader_settings(self) -> str:
+        """The reader and its arguments, as text: a cached build whose table rows differ is
+        rebuilt."""
+        function = getattr(self.read, "func", self.read)
+        keywords = sorted(getattr(self.read, "keywords", {}).items())
+        return f"{function.__module__}.{function.__qualname__}{keywords}"
+
 
 def _dictd(database: str) -> Callable[[Path, str], Iterator[RawDocument]]:
     return functools.partial(dictd.read_dictd, database=database)
 
 
-def _html(subdir: str, **options) -> Callable[[Path, str], Iterator[RawDocument]]:
-    return functools.partial(html_docs.read_html_tree, subdir=subdir, **options)
+def _html_source(name: str, package: str, subdir: str, licence: str, **options) -> Source:
+    """A technical source read by :func:`.html_docs.read_html_tree` from ``subdir`` (the
+    folder checked after fetching is the one read)."""
+    return Source(name, "technical", package, subdir,
+                  functools.partial(html_docs.read_html_tree, subdir=subdir, **options), licence)
 
 
 #: Left out of javadoc: the class-use pages (first sentences of docs found in full on the class
@@ -92,98 +102,59 @@ SOURCES: tuple[Source, ...] = (
     # technical. Man pages are held out for evaluation, so their renderings are left out:
     # perl-doc and bash-doc (their text ships as man pages), PostgreSQL's sql-*/app-* reference
     # pages, Apache's programs/, Postfix's *.N.html; nothing reads usr/share/man.
-    Source("openjdk-doc", "technical", "openjdk-17-doc", "usr/share/doc/openjdk-17-jre-headless/api",
-           _html("usr/share/doc/openjdk-17-jre-headless/api",
-                 exclude=JAVADOC_EXCLUDE),
-           "GPL-2 with the Classpath exception (OpenJDK 17 API docs)"),
-    Source("postgresql-doc", "technical", "postgresql-doc-15", "usr/share/doc/postgresql-doc-15/html",
-           _html("usr/share/doc/postgresql-doc-15/html",
-                 exclude=("bookindex.html", "sql-*.html", "app-*.html")),
-           "PostgreSQL licence"),
-    Source("django-doc", "technical", "python-django-doc", "usr/share/doc/python-django-doc/html",
-           _html("usr/share/doc/python-django-doc/html",
-                 exclude=SPHINX_EXCLUDE + ("contents.html",)),
-           "BSD-3-Clause (Django 3.2 docs)"),
-    Source("boost-doc", "technical", "libboost1.81-doc", "usr/share/doc/libboost1.81-doc/doc/html",
-           _html("usr/share/doc/libboost1.81-doc/doc/html"),
-           "BSL-1.0 (Boost 1.81 docs)"),
-    Source("libreoffice-help", "technical", "libreoffice-help-en-us", "usr/share/libreoffice/help/en-US",
-           _html("usr/share/libreoffice/help/en-US",
-                 exclude=("noscript.html",)),
-           "MPL-2.0 (LibreOffice help)"),
-    Source("apache2-doc", "technical", "apache2-doc", "usr/share/doc/apache2-doc/manual/en",
-           _html("usr/share/doc/apache2-doc/manual/en",
-                 exclude=("sitemap.html", "mod/quickreference.html", "mod/directives.html", "programs/**")),
-           "Apache-2.0 (Apache httpd manual)"),
-    Source("lilypond-doc", "technical", "lilypond-doc-html", "usr/share/doc/lilypond/html/Documentation",
-           _html("usr/share/doc/lilypond/html/Documentation",
-                 exclude=("*-big-page.html", "internals/**")),
-           "GFDL-1.3+ (LilyPond manuals)"),
-    Source("exim4-doc", "technical", "exim4-doc-html", "usr/share/doc/exim4-doc-html/spec_html",
-           _html("usr/share/doc/exim4-doc-html/spec_html",
-                 exclude=("ch-*_index.html", "index.html", "filter.html")),
-           "GPL-2+ (Exim specification)"),
-    Source("rust-doc", "technical", "rust-doc", "usr/share/doc/rust-doc/html",
-           _html("usr/share/doc/rust-doc/html",
-                 include=("book/**/*.html", "reference/**/*.html", "nomicon/**/*.html",
-                          "rust-by-example/**/*.html", "edition-guide/**/*.html",
-                          "embedded-book/**/*.html", "rustc/**/*.html",
-                          "rustdoc/**/*.html", "unstable-book/**/*.html",
-                          "std/**/*.html", "proc_macro/**/*.html",
-                          "test/**/*.html"),
+    _html_source("openjdk-doc", "openjdk-17-doc", "usr/share/doc/openjdk-17-jre-headless/api",
+                 "GPL-2 with the Classpath exception (OpenJDK 17 API docs)", exclude=JAVADOC_EXCLUDE),
+    _html_source("postgresql-doc", "postgresql-doc-15", "usr/share/doc/postgresql-doc-15/html",
+                 "PostgreSQL licence", exclude=("bookindex.html", "sql-*.html", "app-*.html")),
+    _html_source("django-doc", "python-django-doc", "usr/share/doc/python-django-doc/html",
+                 "BSD-3-Clause (Django 3.2 docs)", exclude=SPHINX_EXCLUDE + ("contents.html",)),
+    _html_source("boost-doc", "libboost1.81-doc", "usr/share/doc/libboost1.81-doc/doc/html",
+                 "BSL-1.0 (Boost 1.81 docs)"),
+    _html_source("libreoffice-help", "libreoffice-help-en-us", "usr/share/libreoffice/help/en-US",
+                 "MPL-2.0 (LibreOffice help)", exclude=("noscript.html",)),
+    _html_source("apache2-doc", "apache2-doc", "usr/share/doc/apache2-doc/manual/en",
+                 "Apache-2.0 (Apache httpd manual)",
+                 exclude=("sitemap.html", "mod/quickreference.html", "mod/directives.html",
+                          "programs/**")),
+    _html_source("lilypond-doc", "lilypond-doc-html", "usr/share/doc/lilypond/html/Documentation",
+                 "GFDL-1.3+ (LilyPond manuals)", exclude=("*-big-page.html", "internals/**")),
+    _html_source("exim4-doc", "exim4-doc-html", "usr/share/doc/exim4-doc-html/spec_html",
+                 "GPL-2+ (Exim specification)", exclude=("ch-*_index.html", "index.html", "filter.html")),
+    _html_source("rust-doc", "rust-doc", "usr/share/doc/rust-doc/html",
+                 "MIT or Apache-2.0 (Rust books and std docs)",
+                 include=tuple(f"{book}/**/*.html" for book in (
+                     "book", "reference", "nomicon", "rust-by-example", "edition-guide",
+                     "embedded-book", "rustc", "rustdoc", "unstable-book", "std", "proc_macro",
+                     "test")),
                  exclude=("print.html", "book/first-edition/**", "book/second-edition/**",
                           "book/2018-edition/**", "std/arch/**")),
-           "MIT or Apache-2.0 (Rust books and std docs)"),
-    Source("vim-doc", "technical", "vim-doc", "usr/share/doc/vim/html",
-           _html("usr/share/doc/vim/html",
-                 vim_help=True),
-           "OPL-1+ (Vim's help files)"),
-    Source("debian-reference", "technical", "debian-reference-en", "usr/share/debian-reference",
-           _html("usr/share/debian-reference",
-                 include=("*.en.html",)),
-           "GPL-2+"),
-    Source("debian-faq", "technical", "debian-faq", "usr/share/doc/debian/FAQ",
-           _html("usr/share/doc/debian/FAQ",
-                 include=("*.en.html",)),
-           "SPI's copying permission notice"),
-    Source("maint-guide", "technical", "maint-guide", "usr/share/doc/maint-guide/html",
-           _html("usr/share/doc/maint-guide/html",
-                 include=("*.en.html",)),
-           "GPL-2+"),
-    Source("developers-reference", "technical", "developers-reference", "usr/share/developers-reference",
-           _html("usr/share/developers-reference",
-                 exclude=SPHINX_EXCLUDE + ("developers-reference.html",)),
-           "GPL-2"),
-    Source("debian-policy", "technical", "debian-policy", "usr/share/doc/debian-policy",
-           _html("usr/share/doc/debian-policy",
-                 exclude=SPHINX_EXCLUDE + ("menu-policy-1.html", "perl-policy-1.html")),
-           "GPL-2+"),
-    Source("harden-doc", "technical", "harden-doc", "usr/share/doc/harden-doc/html/en-US",
-           _html("usr/share/doc/harden-doc/html/en-US"),
-           "GPL-2.0"),
-    Source("debmake-doc", "technical", "debmake-doc", "usr/share/doc/debmake-doc/html",
-           _html("usr/share/doc/debmake-doc/html",
-                 include=("*.en.html",)),
-           "Expat"),
-    Source("debian-handbook", "technical", "debian-handbook", "usr/share/doc/debian-handbook/html/en-US",
-           _html("usr/share/doc/debian-handbook/html/en-US"),
-           "GPL-2+ or CC-BY-SA-3.0"),
-    Source("sphinx-doc", "technical", "sphinx-doc", "usr/share/doc/sphinx-doc/html",
-           _html("usr/share/doc/sphinx-doc/html",
-                 exclude=SPHINX_EXCLUDE + ("man/**",)),
-           "BSD-2-Clause"),
-    Source("docutils-doc", "technical", "docutils-doc", "usr/share/doc/docutils-doc",
-           _html("usr/share/doc/docutils-doc",
-                 exclude=("mwe-test.html", "manpage-URUE.html")),
-           "public domain (some parts BSD-2-Clause)"),
-    Source("gettext-doc", "technical", "gettext-doc", "usr/share/doc/gettext",
-           _html("usr/share/doc/gettext",
-                 exclude=("*.[0-9].html", "gettext_toc.html", "javadoc2/**", "csharpdoc/**")),
-           "GFDL-1.2+ or GPL-3+"),
-    Source("postfix-doc", "technical", "postfix-doc", "usr/share/doc/postfix/html",
-           _html("usr/share/doc/postfix/html",
-                 exclude=("*.[0-9].html",)),
-           "EPL-2.0 or IPL-1.0"),
+    _html_source("vim-doc", "vim-doc", "usr/share/doc/vim/html",
+                 "OPL-1+ (Vim's help files)", vim_help=True),
+    _html_source("debian-reference", "debian-reference-en", "usr/share/debian-reference",
+                 "GPL-2+", include=("*.en.html",)),
+    _html_source("debian-faq", "debian-faq", "usr/share/doc/debian/FAQ",
+                 "SPI's copying permission notice", include=("*.en.html",)),
+    _html_source("maint-guide", "maint-guide", "usr/share/doc/maint-guide/html",
+                 "GPL-2+", include=("*.en.html",)),
+    _html_source("developers-reference", "developers-reference", "usr/share/developers-reference",
+                 "GPL-2", exclude=SPHINX_EXCLUDE + ("developers-reference.html",)),
+    _html_source("debian-policy", "debian-policy", "usr/share/doc/debian-policy",
+                 "GPL-2+", exclude=SPHINX_EXCLUDE + ("menu-policy-1.html", "perl-policy-1.html")),
+    _html_source("harden-doc", "harden-doc", "usr/share/doc/harden-doc/html/en-US",
+                 "GPL-2.0"),
+    _html_source("debmake-doc", "debmake-doc", "usr/share/doc/debmake-doc/html",
+                 "Expat", include=("*.en.html",)),
+    _html_source("debian-handbook", "debian-handbook", "usr/share/doc/debian-handbook/html/en-US",
+                 "GPL-2+ or CC-BY-SA-3.0"),
+    _html_source("sphinx-doc", "sphinx-doc", "usr/share/doc/sphinx-doc/html",
+                 "BSD-2-Clause", exclude=SPHINX_EXCLUDE + ("man/**",)),
+    _html_source("docutils-doc", "docutils-doc", "usr/share/doc/docutils-doc",
+                 "public domain (some parts BSD-2-Clause)", exclude=("mwe-test.html", "manpage-URUE.html")),
+    _html_source("gettext-doc", "gettext-doc", "usr/share/doc/gettext",
+                 "GFDL-1.2+ or GPL-3+", exclude=("*.[0-9].html", "gettext_toc.html", "javadoc2/**",
+                         "csharpdoc/**")),
+    _html_source("postfix-doc", "postfix-doc", "usr/share/doc/postfix/html",
+                 "EPL-2.0 or IPL-1.0", exclude=("*.[0-9].html",)),
     Source("linux-doc", "technical", "linux-doc-6.1", "usr/share/doc/linux-doc-6.1",
            functools.partial(text_docs.read_rst_tree,
                              subdir="usr/share/doc/linux-doc-6.1/html/_sources",
@@ -218,8 +189,6 @@ SOURCES: tuple[Source, ...] = (
                exclude=("images/*",), split_sections=True),
            "GPL-3+ (GNU Emacs's etc/ files)"),
 )
-
-SOURCES_BY_NAME = {source.name: source for source in SOURCES}
 
 #: The mixes a build can make, by the registers they take. ``broad`` is the default.
 MIXES: dict[str, tuple[str, ...]] = {
