@@ -130,6 +130,34 @@ def test_two_points_of_one_curve_are_paired_on_the_seed():
         transfer_curve.points_difference(result, "x@1", "broad@10")
 
 
+def test_pre_training_runs_pool_with_both_seeds_random():
+    task = lambda seeds: {"per_seed": seeds, "selection_per_seed": seeds}  # noqa: E731
+
+    def point(name, seeds, random_arm="random init 1"):
+        return {"name": name, "random_arm": random_arm,
+                "tasks": {"A": {**task(seeds),
+                                "vs_random": sum(seeds) / 3 - 42.0,
+                                "selection_vs_random": sum(seeds) / 3 - 42.0}}}
+
+    result = {"task": "A", "tasks": ["A"],
+              "random_init": [{"name": "random init 1", "tasks": {"A": task([40.0, 42.0, 44.0])}},
+                              {"name": "random init 2", "tasks": {"A": task([1.0, 1.0, 1.0])}}],
+              "points": [point("s1@10", [42.0, 45.0, 45.0]), point("s2@10", [44.0, 45.0, 49.0]),
+                         point("x@10", [1.0, 1.0, 1.0], "random init 2")]}
+    [row] = transfer_curve.pooled_points(result, ["s1@10", "s2@10"])
+    # differences: s1 (+2, +3, +1) mean 2, s2 (+4, +3, +5) mean 4; grand mean 3.
+    # run means 2, 4: var 2, /2 runs = 1; seed means 3, 3, 3: 0 -> SE 1
+    assert row["difference"] == pytest.approx(3.0)
+    assert row["difference_se"] == pytest.approx(1.0)
+    assert row["beyond_2se"] and row["per_run"] == pytest.approx([2.0, 4.0])
+    assert row["accuracy"] == pytest.approx(45.0)
+    assert "+3.00 ± 1.00 *" in transfer_curve.format_pooled([row])
+    with pytest.raises(SystemExit, match="different architectures"):
+        transfer_curve.pooled_points(result, ["s1@10", "x@10"])
+    with pytest.raises(SystemExit, match="no point 'random init 1'"):
+        transfer_curve.pooled_points(result, ["s1@10", "random init 1"])
+
+
 def test_docs_quote_the_committed_english_curves():
     """docs/transfer.md's English tables are the committed curves, rendered."""
     import json

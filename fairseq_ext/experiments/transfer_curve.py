@@ -256,6 +256,86 @@ def points_difference(result: dict, first: str, second: str) -> List[dict]:
                         named[second]["tasks"][task]) for task in _tasks(result)]
 
 
+def crossed_seeds(values: Sequence[Sequence[float]]) -> Tuple[float, float]:
+    """The mean of ``values[r][s]`` (pre-training run ``r`` by fine-tuning seed ``s``) ± its
+    standard error with both seeds random, crossed: ``sqrt(var_r(row means) / R + var_s(column
+    means) / S)``. Each variance of means also holds the residual, so the error is a little
+    wide (conservative), never narrow; a single run or seed contributes no term of its own."""
+    table = [list(row) for row in values]
+    runs, seeds = len(table), len(table[0])
+    mean = sum(map(sum, table)) / (runs * seeds)
+
+    def variance_of_mean(means: List[float]) -> float:
+        if len(means) < 2:
+            return 0.0
+        centre = sum(means) / len(means)
+        return sum((m - centre) ** 2 for m in means) / (len(means) - 1) / len(means)
+
+    rows = [sum(row) / seeds for row in table]
+    columns = [sum(row[s] for row in table) / runs for s in range(seeds)]
+    return mean, math.sqrt(variance_of_mean(rows) + variance_of_mean(columns))
+
+
+def pooled_points(result: dict, names: Sequence[str]) -> List[dict]:
+    """Points of several pre-training runs of one recipe (its seeds, at the same updates) as
+    one: their mean and its difference to their random init on each task, on the selection
+    split and on dev, ± the crossed error of :func:`crossed_seeds` (pre-training seeds and
+    fine-tuning seeds both random), beside each run's own paired difference."""
+    named = _named_arms(result)
+    for name in names:
+        if name not in named or name.startswith("random init"):
+            raise SystemExit(f"error: the curve has no point {name!r}; it has "
+                             f"{sorted(n for n in named if not n.startswith('random init'))}")
+    randoms = {named[name]["random_arm"] for name in names}
+    if len(randoms) != 1:
+        raise SystemExit(f"error: {', '.join(names)} fine-tune different architectures "
+                         f"({', '.join(sorted(randoms))}): pool the runs of one recipe")
+    control = named[randoms.pop()]
+    rows = []
+    for task in _tasks(result):
+        row = {"arm": " + ".join(names), "task": task, "runs": len(names)}
+        for prefix in ("selection_", ""):
+            base = control["tasks"][task].get(f"{prefix}per_seed")
+            if not base:
+                continue
+            table = [named[name]["tasks"][task][f"{prefix}per_seed"] for name in names]
+            accuracy, accuracy_se = crossed_seeds(table)
+            difference, difference_se = crossed_seeds(
+                [[a - b for a, b in zip(run, base)] for run in table])
+            row.update({f"{prefix}accuracy": accuracy, f"{prefix}accuracy_se": accuracy_se,
+                        f"{prefix}difference": difference,
+                        f"{prefix}difference_se": difference_se,
+                        f"{prefix}beyond_2se": bool(abs(difference) > 2 * difference_se),
+                        f"{prefix}per_run": [named[name]["tasks"][task][f"{prefix}vs_random"]
+                                             for name in names]})
+        rows.append(row)
+    return rows
+
+
+def format_pooled(rows: List[dict]) -> str:
+    from fairseq_ext.reporting.text_tables import ascii_table
+
+    def shown(row, prefix, key, signed=False):
+        if f"{prefix}{key}" not in row:
+            return "-"
+        text = f"{row[f'{prefix}{key}']:{'+' if signed else ''}.2f} ± {row[f'{prefix}{key}_se']:.2f}"
+        return text + (" *" if key == "difference" and row[f"{prefix}beyond_2se"] else "")
+
+    def per_run(row, prefix):
+        return ", ".join(f"{value:+.2f}" for value in row.get(f"{prefix}per_run", [])) or "-"
+
+    table = [[row["task"], shown(row, "selection_", "accuracy"),
+              shown(row, "selection_", "difference", True), per_run(row, "selection_"),
+              shown(row, "", "accuracy"), shown(row, "", "difference", True), per_run(row, "")]
+             for row in rows]
+    return "\n".join([
+        f"{rows[0]['arm']}: the mean over {rows[0]['runs']} pre-training runs, minus their random "
+        "init (paired on the fine-tuning seed; ± SE with pre-training and fine-tuning seeds both "
+        "random, * beyond 2 SE; each run's own difference beside it)",
+        ascii_table(["task", "selection %", "vs random init", "per run", "dev %",
+                     "vs random init (dev)", "per run (dev)"], table)])
+
+
 def format_lever(rows: List[dict], changed: str, baseline: str) -> str:
     from fairseq_ext.reporting.text_tables import ascii_table
 
@@ -279,6 +359,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--points", nargs=3, metavar=("CURVE.json", "POINT_A", "POINT_B"),
                         help="print point A minus point B of one curve (e.g. prose@3000 "
                              "broad@3000), paired on the fine-tuning seed, and exit")
+    parser.add_argument("--pool", nargs="+", metavar=("CURVE.json", "POINT"),
+                        help="print the mean of several runs' points of one curve (pre-training "
+                             "seeds, e.g. s1@12000 s2@12000) against their random init, and "
+                             "exit")
     parser.add_argument("--run", nargs="+", action="append",
                         metavar=("LABEL", "CHECKPOINT"),
                         help="a pre-training run's label and its checkpoints (repeat --run for "
@@ -307,6 +391,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result = json.loads(Path(args.points[0]).read_text())
         print(format_lever(points_difference(result, args.points[1], args.points[2]),
                            args.points[1], args.points[2]))
+        return 0
+    if args.pool:
+        if len(args.pool) < 3:
+            parser.error("--pool CURVE.json POINT POINT...: give the curve and two or more points")
+        result = json.loads(Path(args.pool[0]).read_text())
+        print(format_pooled(pooled_points(result, args.pool[1:])))
         return 0
     if not args.run or args.runs_dir is None or args.suite is None:
         parser.error("give --run LABEL CHECKPOINT..., --suite and --runs-dir (or --lever A.json "
