@@ -231,6 +231,16 @@ def test_held_out_readers(tmp_path):
     assert leaks.debian_description_texts(packages) == ["a tool\n more about the tool"]
 
 
+def test_synopses_alone_are_refused_as_the_held_out_descriptions():
+    """Package lists read without their Translation-en lists hold synopses only: the corpus
+    build stops with the fix, as the downstream builder does."""
+    synopses = leaks.debian_description_texts("Package: a\nDescription: a tool\n\n"
+                                              "Package: b\nDescription: another tool\n")
+    with pytest.raises(CorpusError, match="apt-get update -o Acquire::Languages=en"):
+        leaks.require_long_descriptions(synopses)
+    leaks.require_long_descriptions(synopses + ["a tool\n more about the tool"])
+
+
 # --- a build: read, filter, deduplicate, write ----------------------------------------------
 
 def fake_reader(documents):

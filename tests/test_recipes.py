@@ -40,6 +40,7 @@ PAIRS = [
     ("roberta/pretrain.sh", "roberta/pretrain.yaml"),
     ("roberta/demo.sh", "roberta/demo.yaml"),
     ("roberta/english_prose.sh", "roberta/english_prose.yaml"),
+    ("roberta/english.sh", "roberta/english.yaml"),
     ("3ml/pretrain_efficient.sh", "3ml/pretrain_efficient.yaml"),
     ("3ml/pretrain_longer.sh", "3ml/pretrain_longer.yaml"),
     ("3ml/baseline_24hbert.sh", "3ml/baseline_24hbert.yaml"),

@@ -63,6 +63,12 @@ class Synset:
 
 # --- text ---------------------------------------------------------------------------------
 
+#: What to do when the machine's package lists hold only synopses (the downstream builder and
+#: the English corpus's held-out index both need the long descriptions).
+NO_LONG_DESCRIPTIONS = (
+    "debian packages: the package lists carry no long descriptions (Debian ships them in "
+    "Translation-en lists); fetch them: apt-get update -o Acquire::Languages=en")
+
 def normalize(text: str) -> str:
     """Lowercase, punctuation and whitespace collapsed to single spaces."""
     return re.sub(r"[\W_]+", " ", text.lower()).strip()
@@ -197,9 +203,7 @@ def debian_examples(packages_text: str, translations: dict[str, str],
         examples.append(Example((cut(f"{text} {first}"),), label,
                                 group=f"source:{source[0]}" if source else ""))
     if not examples and without_long:
-        raise CorpusError(
-            "debian packages: the package lists carry no long descriptions (Debian ships them "
-            "in Translation-en lists); fetch them: apt-get update -o Acquire::Languages=en")
+        raise CorpusError(NO_LONG_DESCRIPTIONS)
     return examples, {"records_without_long_description": without_long}
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..downstream_sources import (
+    NO_LONG_DESCRIPTIONS,
     clean_fortune,
     control_paragraphs,
     fortune_entries,
@@ -170,7 +171,16 @@ def default_debian_descriptions() -> tuple[list[str], int]:
     from ..downstream_sources import read_packages
 
     files = translation_files(None)
-    return debian_description_texts(read_packages(None), files), len(files)
+    texts = debian_description_texts(read_packages(None), files)
+    require_long_descriptions(texts)
+    return texts, len(files)
+
+
+def require_long_descriptions(texts: Sequence[str]) -> None:
+    """Refuse descriptions that are synopses only (package lists read without their
+    ``Translation-en`` lists): the index would hold almost no 13-word window of them."""
+    if not any("\n" in text.strip() for text in texts):
+        raise CorpusError(NO_LONG_DESCRIPTIONS)
 
 
 # --- the index --------------------------------------------------------------------------
