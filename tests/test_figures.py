@@ -52,6 +52,27 @@ def test_a_figure_beyond_the_tolerance_a_missing_one_and_another_count_fail():
     assert text.splitlines()[-1].startswith("FAIL: 3 of 3 figures")
 
 
+def test_another_corpus_build_is_named_beside_the_comparison(tmp_path):
+    from fairseq_ext.corpus.step_state import corpus_identity
+
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"settings": {"input_fingerprint": "f2"},
+         "summary": {"tokens": {"train": 100, "valid": 7}}}))
+    assert corpus_identity(tmp_path) == {"input_fingerprint": "f2", "train_tokens": 100,
+                                         "valid_tokens": 7}
+    assert corpus_identity(tmp_path / "missing") == {}
+    reference = json.loads(json.dumps(REFERENCE))
+    reference[figures.PROVENANCE]["corpus"] = {"input_fingerprint": "f1", "train_tokens": 100,
+                                               "valid_tokens": 8}
+    fresh = json.loads(json.dumps(REFERENCE))
+    fresh[figures.PROVENANCE]["corpus"] = corpus_identity(tmp_path)
+    rows = figures.compare(reference, fresh)
+    text = figures.format_comparison(rows, reference, fresh)
+    assert ("note: another corpus build (input_fingerprint f1 -> f2, valid_tokens 8 -> 7)"
+            in text)
+    assert "another corpus" not in figures.format_comparison(rows, reference, reference)
+
+
 def test_the_command_compares_two_files_and_exits_1_on_a_failure(tmp_path):
     reference, same, changed = (tmp_path / name for name in ("r.json", "s.json", "c.json"))
     reference.write_text(json.dumps(REFERENCE))

@@ -244,3 +244,17 @@ def remove_tool_files(destdir: Path) -> None:
     for directory in (destdir / WORK_DIR, destdir / GPT2_DIR):
         if directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()
+
+
+def corpus_identity(destdir: Path) -> dict[str, Any]:
+    """What a data-bin was built from, as its manifest records it: the fingerprint of the
+    input files (the fetched packages' text: a mirror that serves another package version
+    gives another fingerprint) and the tokens of each split; empty without a manifest."""
+    try:
+        manifest = json.loads((Path(destdir) / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    identity = {"input_fingerprint": (manifest.get("settings") or {}).get("input_fingerprint")}
+    identity.update({f"{split}_tokens": count for split, count
+                     in ((manifest.get("summary") or {}).get("tokens") or {}).items()})
+    return identity

@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
+from fairseq_ext.corpus.step_state import corpus_identity
 from fairseq_ext.experiments import finetuning
 from fairseq_ext.experiments.budget import equal_flops_updates
 from fairseq_ext.experiments.recipe_runs import (
@@ -454,6 +455,8 @@ def main(argv=None) -> None:
             # the demo's reference figures (docs/demo/summary.json) are of the Python docs
             subprocess.run(["bash", str(REPO_ROOT / "scripts/prepare_corpus.sh"), "--source",
                             "python-docs", "--destdir", str(data)], cwd=REPO_ROOT, check=True)
+    # what the corpus was built from: a mirror's other package versions move every figure
+    provenance["corpus"] = corpus_identity(data)
     plan = plan_masked_lm_runs(runs, data, args.updates)
     bidirectional_plan = plan_group("bidirectional", bidirectional_runs, data, args.updates)
     results = run_all(plan, bidirectional_plan, data, runs_dir, clock)

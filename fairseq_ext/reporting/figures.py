@@ -221,6 +221,14 @@ def format_comparison(rows: List[FigureComparison], reference: dict, fresh: dict
     if ref_info.get("cpu") and fresh_info.get("cpu") and ref_info["cpu"] != fresh_info["cpu"]:
         lines.append("note: another CPU; single-seed figures take another training path there "
                      "(fairseq_ext.reporting.figures)")
+    ref_corpus, fresh_corpus = ref_info.get("corpus") or {}, fresh_info.get("corpus") or {}
+    if ref_corpus and fresh_corpus and ref_corpus != fresh_corpus:
+        lines.append("note: another corpus build ("
+                     + ", ".join(f"{key} {ref_corpus.get(key)} -> {fresh_corpus.get(key)}"
+                                 for key in sorted(set(ref_corpus) | set(fresh_corpus))
+                                 if ref_corpus.get(key) != fresh_corpus.get(key))
+                     + "): the package mirror served other versions, so every figure of the "
+                     "data moves with it")
     failed = [row for row in rows if row.failed]
     checked = sum(row.status != "new" for row in rows)
     if failed:
