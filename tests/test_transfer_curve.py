@@ -170,6 +170,16 @@ def test_docs_quote_the_committed_english_curves():
     for name, result in curves.items():
         if name != "curve-mean-ep10.json":  # its points are all in the -data curve
             assert transfer_curve.format_curve(result) in text, name
+    for name, result in curves.items():
+        if name.endswith("-seeds.json"):  # pre-training seeds: their pooled table too
+            runs = [point["name"] for point in result["points"]
+                    if point["updates"] == max(p["updates"] for p in result["points"])]
+            assert transfer_curve.format_pooled(
+                transfer_curve.pooled_points(result, runs)) in text, name
+    from fairseq_ext.evaluation.transfer_diagnosis import format_report
+
+    for path in (root / "docs/transfer/english").glob("probe-*.json"):
+        assert format_report(json.loads(path.read_text())) in text, path.name
     assert transfer_curve.format_lever(
         transfer_curve.lever_difference(curves["curve-mean-ep10.json"],
                                         curves["curve-first-ep10.json"]),
