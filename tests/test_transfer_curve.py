@@ -37,7 +37,7 @@ def test_each_point_is_paired_with_the_random_init_of_its_architecture(monkeypat
     assert seen["arms"][-2:] == [("random init 1", "small@250", True),
                                  ("random init 2", "big@1000", True)]
     assert seen["epochs"] == finetuning.DEMO_PROTOCOL.epochs
-    assert seen["lrs"] == (finetuning.DEMO_LR,)
+    assert seen["lrs"] == (transfer_curve.CHOSEN_LR,)
     points = {p["name"]: p for p in result["points"]}
     # small@500 - random init 1 per seed: +2, +2, +5 -> mean 3, sd sqrt(3), SE 1
     assert points["small@500"]["random_arm"] == "random init 1"
@@ -180,6 +180,10 @@ def test_docs_quote_the_committed_english_curves():
 
     for path in (root / "docs/transfer/english").glob("probe-*.json"):
         assert format_report(json.loads(path.read_text())) in text, path.name
+    assert transfer_curve.format_lever(
+        transfer_curve.lever_difference(curves["curve-mean-ep10-lr3e-3-seeds.json"],
+                                        curves["curve-mean-ep10-lr1e-3-seeds.json"]),
+        "curve-mean-ep10-lr3e-3-seeds.json", "curve-mean-ep10-lr1e-3-seeds.json") in text
     assert transfer_curve.format_lever(
         transfer_curve.lever_difference(curves["curve-mean-ep10.json"],
                                         curves["curve-first-ep10.json"]),
