@@ -69,6 +69,7 @@ NO_LONG_DESCRIPTIONS = (
     "debian packages: the package lists carry no long descriptions (Debian ships them in "
     "Translation-en lists); fetch them: apt-get update -o Acquire::Languages=en")
 
+
 def normalize(text: str) -> str:
     """Lowercase, punctuation and whitespace collapsed to single spaces."""
     return re.sub(r"[\W_]+", " ", text.lower()).strip()

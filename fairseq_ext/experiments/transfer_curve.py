@@ -271,17 +271,14 @@ def crossed_seeds(values: Sequence[Sequence[float]]) -> Tuple[float, float]:
     wide (conservative), never narrow; a single run or seed contributes no term of its own."""
     table = [list(row) for row in values]
     runs, seeds = len(table), len(table[0])
-    mean = sum(map(sum, table)) / (runs * seeds)
 
     def variance_of_mean(means: List[float]) -> float:
-        if len(means) < 2:
-            return 0.0
-        centre = sum(means) / len(means)
-        return sum((m - centre) ** 2 for m in means) / (len(means) - 1) / len(means)
+        error = mean_over_seeds(means).standard_error
+        return error ** 2 if math.isfinite(error) else 0.0
 
     rows = [sum(row) / seeds for row in table]
     columns = [sum(row[s] for row in table) / runs for s in range(seeds)]
-    return mean, math.sqrt(variance_of_mean(rows) + variance_of_mean(columns))
+    return sum(rows) / runs, math.sqrt(variance_of_mean(rows) + variance_of_mean(columns))
 
 
 def pooled_points(result: dict, names: Sequence[str]) -> List[dict]:
