@@ -244,3 +244,44 @@ def test_compare_fill_mask_command(hub_dirs, spm_data_bin, tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         f"compare_fill_mask.py: error: {other}/dict.txt differs from {spm_data_bin}/dict.txt: "
         "the model was trained on another data-bin")
+
+
+@pytest.mark.parametrize("name", ["full", "roberta"])
+def test_top_guesses_keep_every_piece_with_its_own_probability(name, hub_dirs):
+    """``top_guesses``: fairseq's ``fill_mask`` tokens and softmax, each of the top pieces
+    paired with its own probability, ``<s>`` and ``</s>`` included (``fill_mask`` drops them
+    and shifts the words after them onto the probabilities before them)."""
+    from fairseq_ext.evaluation import fill_mask
+
+    hub = fill_mask.load_hub(hub_dirs[name])
+    tokens = fill_mask_tokens(hub, MASKED)
+    with torch.no_grad():
+        logits, _ = hub.model(tokens, masked_tokens=tokens.eq(hub.task.mask_idx))
+    probs, index = logits[0].softmax(-1).topk(8)
+    dictionary = hub.task.source_dictionary
+    guesses = fill_mask.top_guesses(hub, MASKED, topk=8)
+    assert [word for word, _ in guesses] == [
+        dictionary[i].replace("\u2581", "").strip() or dictionary[i] for i in index.tolist()]
+    assert [p for _, p in guesses] == pytest.approx(probs.tolist(), rel=1e-5)
+    # where fairseq's fill_mask keeps the words it has, it agrees (up to its leading space)
+    filled = hub.fill_mask(MASKED, topk=8)
+    kept = [word for word, _ in guesses if word not in ("<s>", "</s>")]
+    assert [word.strip() for _, _, word in filled] == kept[:len(filled)]
+    with pytest.raises(fill_mask.FillMaskError, match="exactly one blank"):
+        fill_mask.top_guesses(hub, "no blank here")
+
+
+def test_unigram_guesses_are_the_commonest_training_pieces(spm_data_bin):
+    """The unigram's guesses: the training split's commonest non-special pieces with their
+    shares, counted here from the encoded text by hand."""
+    import collections
+
+    from fairseq_ext.evaluation import fill_mask
+
+    encoded = (spm_data_bin.parent / "train.spm").read_text().split()
+    counts = collections.Counter(encoded)
+    total = sum(counts.values())
+    top = sorted(counts.items(), key=lambda item: -item[1])[:4]
+    guesses = fill_mask.unigram_guesses(spm_data_bin, topk=4)
+    assert [p for _, p in guesses] == pytest.approx([n / total for _, n in top])
+    assert [word for word, _ in guesses][0] == top[0][0].replace("\u2581", "").strip() or top[0][0]

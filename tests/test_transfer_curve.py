@@ -158,6 +158,38 @@ def test_pre_training_runs_pool_with_both_seeds_random():
         transfer_curve.pooled_points(result, ["s1@10", "random init 1"])
 
 
+def test_curves_of_one_control_merge_and_pool_across_them():
+    """Runs fine-tuned in two curves pool as one only when both curves' random init gave the
+    same accuracies (the same draws, suite and path); otherwise the merge is refused."""
+    task = lambda seeds: {"per_seed": seeds, "selection_per_seed": seeds}  # noqa: E731
+    control = {"name": "random init 1", "finetune_args": "--arch a",
+               "tasks": {"A": task([40.0, 42.0, 44.0])}}
+
+    def curve(name, seeds, random_seeds=(40.0, 42.0, 44.0)):
+        vs = sum(seeds) / 3 - 42.0
+        return {"task": "A", "tasks": ["A"], "seeds": [1, 2, 3], "settings": {"epochs": 10},
+                "random_init": [{**control, "tasks": {"A": task(list(random_seeds))}}],
+                "points": [{"name": name, "finetune_args": "--arch a", "random_arm": "random init 1",
+                            "tasks": {"A": {**task(seeds), "vs_random": vs,
+                                            "selection_vs_random": vs}}}]}
+
+    merged = transfer_curve.merge_curves([curve("s1@10", [42.0, 45.0, 45.0]),
+                                          curve("s3@10", [44.0, 45.0, 49.0])], ["a", "b"])
+    [row] = transfer_curve.pooled_points(merged, ["s1@10", "s3@10"])
+    assert row["difference"] == pytest.approx(3.0)  # as in the one-curve hand computation
+    assert row["difference_se"] == pytest.approx(1.0)
+    with pytest.raises(SystemExit, match="random init .* differs"):
+        transfer_curve.merge_curves([curve("s1@10", [42.0, 45.0, 45.0]),
+                                     curve("s3@10", [44.0, 45.0, 49.0], (40.0, 42.0, 44.1))],
+                                    ["a", "b"])
+    with pytest.raises(SystemExit, match="in two curves"):
+        transfer_curve.merge_curves([curve("s1@10", [1.0] * 3), curve("s1@10", [1.0] * 3)],
+                                    ["a", "b"])
+    other = {**curve("s3@10", [1.0] * 3), "settings": {"epochs": 20}}
+    with pytest.raises(SystemExit, match="other settings"):
+        transfer_curve.merge_curves([curve("s1@10", [1.0] * 3), other], ["a", "b"])
+
+
 def test_docs_quote_the_committed_english_curves():
     """docs/transfer.md's English tables are the committed curves, rendered."""
     import json

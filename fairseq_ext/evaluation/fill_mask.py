@@ -138,6 +138,54 @@ def same_dictionary(hub, dictionary, hub_dir: Path, data: Path) -> None:
                             "trained on another data-bin")
 
 
+#: The symbol a sentence marks its blank with (fairseq's ``fill_mask`` convention).
+MASK = "<mask>"
+
+
+def piece_word(piece: str) -> str:
+    """A sentencepiece piece as a reader sees it: without the word-start mark ``\u2581``
+    (specials such as ``</s>`` as they are)."""
+    return piece.replace("\u2581", " ").strip() or piece
+
+
+@torch.no_grad()
+def top_guesses(hub, masked: str, topk: int = 5) -> List[tuple]:
+    """``[(word, probability)]``: the ``topk`` pieces a hub model (:func:`load_hub`: RoBERTa,
+    or 3ML with its decoder) puts at the one ``<mask>`` of ``masked``. The tokens and the
+    softmax are those of fairseq's ``fill_mask`` (each text span through the hub's BPE, the
+    model's LM head at the mask), but every piece is kept: ``fill_mask`` drops ``<s>`` and
+    ``</s>`` from its words and then pairs the rest with the probabilities of the ones before
+    them."""
+    if masked.count(MASK) != 1:
+        raise FillMaskError(f"{masked!r}: mark exactly one blank with {MASK}")
+    spans = f" {MASK} ".join(hub.bpe.encode(span.rstrip()) for span in masked.split(MASK))
+    dictionary = hub.task.source_dictionary
+    tokens = dictionary.encode_line(f"<s> {spans.strip()} </s>", append_eos=False,
+                                    add_if_not_exist=False).long()[None]
+    logits, _ = hub.model.eval()(tokens, masked_tokens=tokens.eq(hub.task.mask_idx))
+    probs, index = logits[0].float().softmax(-1).topk(topk)
+    return [(piece_word(dictionary[i]), float(p)) for i, p in zip(index.tolist(), probs.tolist())]
+
+
+def unigram_guesses(data: Path, topk: int = 5) -> List[tuple]:
+    """``[(word, share)]``: the ``topk`` commonest non-special pieces of a data-bin's training
+    split and their shares of its non-special tokens, the guess of a model that ignores context."""
+    import numpy as np
+    from fairseq.data import Dictionary, data_utils
+
+    from fairseq_ext.data.data_bin import special_ids
+    from fairseq_ext.evaluation.masked_lm_scores import split_token_counts
+
+    dictionary = Dictionary.load(str(Path(data) / "dict.txt"))
+    dataset = data_utils.load_indexed_dataset(str(Path(data) / "train"), dictionary, combine=False)
+    if dataset is None:
+        raise FillMaskError(f"{data}: no train split")
+    counts = np.asarray(split_token_counts(dataset, len(dictionary)), dtype=np.float64)
+    counts[special_ids(dictionary)] = 0
+    order = np.argsort(-counts, kind="stable")[:topk]
+    return [(piece_word(dictionary[int(i)]), float(counts[i] / counts.sum())) for i in order]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="compare_fill_mask.py",

@@ -668,12 +668,21 @@ def paired_average_difference(per_task_a: Dict[str, Dict[int, Sequence[float]]],
 # ----------------------------------------------------------------------------------------------
 # The demo's table
 
+#: The small-scale fine-tuning protocol the levers chose on the English corpus's selection
+#: split (docs/transfer.md): the mean of the tokens as the head's input (it lifted every
+#: pre-trained 2 x 128 point by 8-13 points over ``<s>``), at lr 3e-3 (over 1e-3 it lifted the
+#: pre-trained model by 0.7-3.4 points at 3,000 and 12,000 updates and left random init level).
+#: The recipes' own default stays ``<s>`` (``POOLING=first``), the papers' Table-5 head.
+CHOSEN_POOLING = "mean"
+CHOSEN_LR = "3e-3"
 #: ``make demo``'s fine-tuning table: RoBERTa-15% and 3ML-self-40% (its exported encoder), each
 #: against the same encoder at random initialisation (a new draw per fine-tuning seed: what
-#: pre-training buys, issue 55), on one task of the suite, one the demo can fetch without root
+#: pre-training buys), on one task of the suite, one the demo can fetch without root
 #: (the ``fortunes`` package), at one fixed lr (no selection), 3 fine-tuning seeds of each
 #: model's one pre-trained checkpoint. The two demo models share their encoder's architecture,
-#: so one random-init arm controls both (``demo.py`` checks that their fine-tuning flags agree).
+#: so one random-init arm controls both (``demo.py`` checks that their fine-tuning flags
+#: agree). Its ``<s>`` head and lr 1e-3 are those of its committed reference (made on the
+#: Python docs); the chosen protocol above comes with its move to the English corpus.
 DEMO_TASK = "FortuneTopic"
 DEMO_LR = "1e-3"
 #: 2 epochs: each run of the 10-layer 3ML group's encoder takes about 30 s of one thread
@@ -770,7 +779,9 @@ def demo_table(raw: dict, task: str = DEMO_TASK,
         f"fine-tuning on {task} (scripts/prepare_downstream.sh; docs/downstream.md): dev "
         f"accuracy %, mean ± SE over {seeds} fine-tuning seeds of each pre-trained model (its "
         f"pre-training noise is not in the error); lr {rows[0]['lr']} fixed, {protocol.epochs} "
-        f"epochs of batch {protocol.batch}; '{random_name}': the same encoder with fresh "
+        f"epochs of batch {protocol.batch}, the head on "
+        f"{'the mean of the tokens' if arms[0].env.get('POOLING') == 'mean' else '<s>'}; "
+        f"'{random_name}': the same encoder with fresh "
         "weights (a new draw per seed); the baselines ± SE over dev rows",
         ascii_table(["model", "dev accuracy", f"vs {random_name}, paired",
                      f"vs {pretrained[0] if pretrained else '-'}, paired"], table),

@@ -58,10 +58,8 @@ def point_name(label: str, updates: int) -> str:
     return f"{label}@{updates}"
 
 
-#: The fine-tuning rate the curve uses unless told: 3e-3 lifted the pre-trained 2 x 128 model
-#: over 1e-3 at 3,000 and at 12,000 updates of the English corpus (by 0.7-3.4 points on the
-#: selection split) and left its random init level (docs/transfer.md, the fine-tuning rate).
-CHOSEN_LR = "3e-3"
+#: The fine-tuning rate the curve uses unless told (:data:`finetuning.CHOSEN_LR`).
+CHOSEN_LR = finetuning.CHOSEN_LR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +71,7 @@ class CurveSettings:
     default :data:`CHOSEN_LR`), the warm-up share (the demo's by default); every arm, random
     init included, fine-tunes the same way."""
 
-    pooling: str = "mean"
+    pooling: str = finetuning.CHOSEN_POOLING
     epochs: int = finetuning.DEMO_PROTOCOL.epochs
     lrs: Tuple[str, ...] = (CHOSEN_LR,)
     warmup_share: float = finetuning.DEMO_PROTOCOL.warmup_share
@@ -317,6 +315,37 @@ def pooled_points(result: dict, names: Sequence[str]) -> List[dict]:
     return rows
 
 
+def merge_curves(results: Sequence[dict], sources: Sequence[str]) -> dict:
+    """Several curves as one, so that :func:`pooled_points` can pool runs fine-tuned in
+    different sessions: they must share tasks, settings and fine-tuning seeds, and their
+    random-init controls must have given the same accuracies (the same draws on the same
+    suite, fine-tuned the same way), else the runs were not measured against one control."""
+    first, merged_points = results[0], []
+    for result, source in zip(results, sources):
+        for key in ("tasks", "seeds", "settings"):
+            if result.get(key) != first.get(key):
+                raise SystemExit(f"error: {source} has other {key} ({result.get(key)}) than "
+                                 f"{sources[0]} ({first.get(key)}): pool curves of one protocol")
+        controls = {entry["finetune_args"]: entry["tasks"] for entry in first["random_init"]}
+        for entry in result["random_init"]:
+            if controls.get(entry["finetune_args"], entry["tasks"]) != entry["tasks"]:
+                raise SystemExit(f"error: {source}'s random init ({entry['name']}) differs from "
+                                 f"{sources[0]}'s: another suite, CPU or fine-tuning path; "
+                                 "re-run the runs in one curve")
+        names = {point["name"] for point in merged_points}
+        for point in result["points"]:
+            if point["name"] in names:
+                raise SystemExit(f"error: point {point['name']} is in two curves; give the runs "
+                                 "distinct labels")
+            control = [entry["name"] for entry in first["random_init"]
+                       if entry["finetune_args"] == point["finetune_args"]]
+            if not control:
+                raise SystemExit(f"error: {source}'s {point['name']} fine-tunes an architecture "
+                                 f"that {sources[0]} has no random init of")
+            merged_points.append({**point, "random_arm": control[0]})
+    return {**first, "points": merged_points}
+
+
 def format_pooled(rows: List[dict]) -> str:
     from fairseq_ext.reporting.text_tables import ascii_table
 
@@ -365,9 +394,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="print point A minus point B of one curve (e.g. prose@3000 "
                              "broad@3000), paired on the fine-tuning seed, and exit")
     parser.add_argument("--pool", nargs="+", metavar=("CURVE.json", "POINT"),
-                        help="print the mean of several runs' points of one curve (pre-training "
-                             "seeds, e.g. s1@12000 s2@12000) against their random init, and "
-                             "exit")
+                        help="print the mean of several runs' points (pre-training seeds, e.g. "
+                             "s1@12000 s2@12000) of one curve, or of several curves with the "
+                             "same random-init figures, against their random init, and exit")
     parser.add_argument("--run", nargs="+", action="append",
                         metavar=("LABEL", "CHECKPOINT"),
                         help="a pre-training run's label and its checkpoints (repeat --run for "
@@ -399,10 +428,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                            args.points[1], args.points[2]))
         return 0
     if args.pool:
-        if len(args.pool) < 3:
-            parser.error("--pool CURVE.json POINT POINT...: give the curve and two or more points")
-        result = json.loads(Path(args.pool[0]).read_text())
-        print(format_pooled(pooled_points(result, args.pool[1:])))
+        curves = [item for item in args.pool if item.endswith(".json")]
+        names = [item for item in args.pool if not item.endswith(".json")]
+        if not curves or len(names) < 2:
+            parser.error("--pool CURVE.json [CURVE.json...] POINT POINT...: give the curves and "
+                         "two or more points")
+        result = merge_curves([json.loads(Path(path).read_text()) for path in curves], curves)
+        print(format_pooled(pooled_points(result, names)))
         return 0
     if not args.run or args.runs_dir is None or args.suite is None:
         parser.error("give --run LABEL CHECKPOINT..., --suite and --runs-dir (or --lever A.json "
