@@ -300,3 +300,53 @@ def test_the_demo_3ml_shape_saves_compute_and_its_models_share_an_encoder():
                                                 8001))
     assert mini < 1.0
     assert runs["roberta-15%"].env["WARMUP_UPDATES"] == runs["3ml-self-40%"].env["WARMUP_UPDATES"]
+
+
+def test_fill_mask_words_mark_the_held_word_beside_the_unigram():
+    fill_mask = {"topk": 2, "unigram": [["the", 0.05], [".", 0.04]],
+                 "sentences": [{"masked": "He opened the <mask>.", "answer": "door",
+                                "guesses": {"roberta-15%": [["door", 0.2], ["room", 0.1]],
+                                            "3ml-self-40%": [["the", 0.06], [",", 0.05]]}}]}
+    text = demo.format_fill_mask(fill_mask)
+    lines = text.splitlines()
+    assert "top 2 guesses" in lines[0]
+    assert lines[1].strip() == "He opened the <mask>.   (door)"
+    assert lines[2].split() == ["roberta-15%", "[door]", "0.200", "room", "0.100"]
+    assert lines[3].split() == ["3ml-self-40%", "the", "0.060", ",", "0.050"]
+    assert lines[4].split()[-4:] == ["the", "0.050", ".", "0.040"]
+
+
+def test_the_held_out_sentences_have_one_blank_each():
+    assert all(masked.count("<mask>") == 1 and answer.isalpha()
+               for masked, answer in demo.FILL_MASK_SENTENCES)
+    assert set(demo.FILL_MASK_MODELS) <= {run.name for run in demo.DEMO_RUNS}
+
+
+@pytest.mark.slow
+def test_demo_shows_each_hub_models_fill_mask_words_on_a_sentencepiece_data_bin(spm_data_bin,
+                                                                                 tmp_path):
+    """On a sentencepiece data-bin the demo exports RoBERTa-15% and 3ML-self-40% as hub
+    directories (3ML with its decoder) and prints their top guesses for every held-out
+    sentence beside the unigram's; the guesses are those of the hub models it wrote."""
+    from fairseq_ext.evaluation import fill_mask
+
+    runs_dir = tmp_path / "runs"
+    proc = run_cli([sys.executable, REPO_ROOT / "scripts/demo.py", "--data", spm_data_bin,
+                    "--updates", "2", "--only", *demo.FILL_MASK_MODELS, "--no-finetune",
+                    "--runs-dir", runs_dir])
+    summary = json.loads((runs_dir / "summary.json").read_text())
+    words = summary["fill_mask"]
+    assert [s["masked"] for s in words["sentences"]] == [m for m, _ in demo.FILL_MASK_SENTENCES]
+    assert words["unigram"] == [list(pair) for pair in fill_mask.unigram_guesses(
+        spm_data_bin, demo.FILL_MASK_TOPK)]
+    assert "fill-mask: each masked LM's top 5 guesses" in proc.stdout
+    assert "the unigram (training counts), for every sentence:" in proc.stdout
+    full = fill_mask.load_hub(runs_dir / "fill_mask" / "3ml-self-40pct")
+    assert type(full.model).__name__ == "ThreeMLSelfModel"  # the decoder kept
+    for name in demo.FILL_MASK_MODELS:
+        hub = fill_mask.load_hub(runs_dir / "fill_mask" / name.replace("%", "pct"))
+        for sentence in words["sentences"]:
+            expected = fill_mask.top_guesses(hub, sentence["masked"], demo.FILL_MASK_TOPK)
+            assert [word for word, _ in sentence["guesses"][name]] == [w for w, _ in expected]
+            assert [p for _, p in sentence["guesses"][name]] == pytest.approx(
+                [p for _, p in expected])

@@ -178,10 +178,21 @@ def test_curves_of_one_control_merge_and_pool_across_them():
     [row] = transfer_curve.pooled_points(merged, ["s1@10", "s3@10"])
     assert row["difference"] == pytest.approx(3.0)  # as in the one-curve hand computation
     assert row["difference_se"] == pytest.approx(1.0)
-    with pytest.raises(SystemExit, match="random init .* differs"):
-        transfer_curve.merge_curves([curve("s1@10", [42.0, 45.0, 45.0]),
-                                     curve("s3@10", [44.0, 45.0, 49.0], (40.0, 42.0, 44.1))],
-                                    ["a", "b"])
+    assert [entry["name"] for entry in merged["random_init"]] == ["random init 1"]
+    # a control that gave other accuracies stays that curve's own: s3 is paired with it
+    merged = transfer_curve.merge_curves([curve("s1@10", [42.0, 45.0, 45.0]),
+                                          curve("s3@10", [44.0, 45.0, 49.0], (40.0, 42.0, 44.5))],
+                                         ["a", "dir/b.json"])
+    assert [entry["name"] for entry in merged["random_init"]] == ["random init 1",
+                                                                  "random init 1 (b.json)"]
+    [row] = transfer_curve.pooled_points(merged, ["s1@10", "s3@10"])
+    # differences: s1 (+2, +3, +1) mean 2, s3 (+4, +3, +4.5) mean 23/6; grand mean 35/12.
+    # run means 2, 23/6: var (11/6)^2 / 2, / 2 runs; seed means 3, 3, 2.75: var 1/48, / 3 seeds
+    assert row["difference"] == pytest.approx(35 / 12)
+    assert row["difference_se"] == pytest.approx(math.sqrt((11 / 6) ** 2 / 4 + 1 / 48 / 3))
+    assert row["random_init"] == pytest.approx((42.0 + 126.5 / 3) / 2)  # the two controls
+    assert "own curve's random init: random init 1, random init 1 (b.json)" in (
+        transfer_curve.format_pooled([row]))
     with pytest.raises(SystemExit, match="in two curves"):
         transfer_curve.merge_curves([curve("s1@10", [1.0] * 3), curve("s1@10", [1.0] * 3)],
                                     ["a", "b"])

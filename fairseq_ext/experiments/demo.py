@@ -469,10 +469,17 @@ def main(argv=None) -> None:
                     finetune_rows, finetune_text = fine_tune(runs, data, runs_dir)
                 except SystemExit as error:  # the table is the demo's last; the rest stands
                     finetune_note = f"fine-tuning failed: {error}"
+    fill_mask, fill_mask_text = None, None
+    if all(name in results for name in FILL_MASK_MODELS) and (data / "spm.model").is_file():
+        with clock.stage("fill-mask words"):
+            fill_mask = fill_mask_words(runs, data, runs_dir)
+            fill_mask_text = format_fill_mask(fill_mask)
     summary: Dict[str, object] = {"masked_lm": [], "unigram": {}, "bidirectional": [],
                                   "warnings": []}
     if finetune_text is not None:
         summary["finetune"] = {"task": finetuning.DEMO_TASK, "rows": finetune_rows}
+    if fill_mask is not None:
+        summary["fill_mask"] = fill_mask
     lines: List[str] = []
     groups: Dict[str, List[dict]] = {}
     for name, group in MASKED_LM_GROUPS.items():
@@ -512,9 +519,13 @@ def main(argv=None) -> None:
             lines += format_bidirectional_baseline(baseline)
             summary["warnings"].extend(bidirectional_warnings(baseline))
     if finetune_text is not None:
-        lines += ["", finetune_text]
+        crossing, crossing_text = committed_crossing(finetuning.DEMO_TASK)
+        summary["finetune"]["committed_crossing"] = crossing
+        lines += ["", finetune_text, crossing_text]
     elif finetune_note is not None:
         summary["warnings"].append(finetune_note)
+    if fill_mask_text is not None:
+        lines += ["", fill_mask_text]
     print("\n".join(lines))
     if summary["warnings"]:
         print()
@@ -569,6 +580,108 @@ def fine_tune(runs: List[DemoRun], data: Path, runs_dir: Path) -> Tuple[List[dic
         raise SystemExit(f"error: the demo's fine-tuned models have different architectures "
                          f"({flags}); give DEMO_PROTOCOL a random-init arm for each")
     return finetuning.demo_table(raw)
+
+
+#: Where pre-training pays at the demo's scale, which its minutes cannot reach
+#: (docs/transfer.md, "Pre-training seeds and twice the budget"): the committed curves of
+#: ``recipes/roberta/english.sh``'s runs (the demo's 2 x 128 RoBERTa for 24,000 updates, about
+#: 43 min of one thread each) and their points, pooled over the pre-training seeds.
+CROSSING_RECIPE = "recipes/roberta/english.sh"
+CROSSING_CURVES = ("docs/transfer/english/curve-mean-ep10-lr3e-3-seeds.json",
+                   "docs/transfer/english/curve-mean-ep10-lr3e-3-seeds34.json")
+CROSSING_POINTS = ("s1-24k@24000", "s2-24k@24000", "s3-24k@24000", "s4-24k@24000")
+
+
+def committed_crossing(task: str) -> Tuple[dict, str]:
+    """The committed crossing on ``task`` (:data:`CROSSING_CURVES`, pooled by
+    :func:`fairseq_ext.experiments.transfer_curve.pooled_points`): the row and the lines the
+    demo prints under its own fine-tuning table, beside its random-init row."""
+    from fairseq_ext.experiments import transfer_curve
+
+    curves = [json.loads((REPO_ROOT / path).read_text()) for path in CROSSING_CURVES]
+    merged = transfer_curve.merge_curves(curves, CROSSING_CURVES)
+    row = next(row for row in transfer_curve.pooled_points(merged, CROSSING_POINTS)
+               if row["task"] == task)
+    settings = transfer_curve.CurveSettings(**{**merged["settings"],
+                                               "lrs": tuple(merged["settings"]["lrs"])})
+
+    def verdict(prefix):
+        mark = " (beyond 2 SE)" if row[f"{prefix}beyond_2se"] else " (within 2 SE)"
+        return (f"{row[f'{prefix}accuracy']:.2f} ± {row[f'{prefix}accuracy_se']:.2f} against "
+                f"its random init's {row[f'{prefix}random_init']:.2f}: "
+                f"{row[f'{prefix}difference']:+.2f} ± {row[f'{prefix}difference_se']:.2f}{mark}")
+
+    text = "\n".join([
+        f"where pre-training pays at this scale, on the English corpus (committed, not this "
+        f"run: {CROSSING_RECIPE}, "
+        f"24,000 updates of the demo's 2 x 128 RoBERTa, about 43 min of one thread; "
+        f"{row['runs']} pre-training x {len(merged['seeds'])} fine-tuning seeds, "
+        f"{settings.describe()}; {', '.join(CROSSING_CURVES)}):",
+        f"  {task} selection split {verdict('selection_')}",
+        f"  {task} dev {verdict('')}"])
+    return {**row, "recipe": CROSSING_RECIPE, "curves": list(CROSSING_CURVES)}, text
+
+
+#: Held-out sentences for the fill-mask words, one register each (literature, letters,
+#: religious, technical), with the word each blank held; none of them is in the English
+#: corpus's training text, and each answer is one piece of its sentencepiece model.
+FILL_MASK_SENTENCES: Tuple[Tuple[str, str], ...] = (
+    ("He opened the <mask> and walked into the room.", "door"),
+    ("She wrote a long <mask> to her mother.", "letter"),
+    ("They broke the <mask> and gave thanks.", "bread"),
+    ("Copy the file to another <mask> on the disk.", "directory"),
+)
+#: The models whose guesses the demo shows: those with a hub export (RoBERTa as it is, 3ML
+#: with its decoder, which appends the [MASK]s as in pre-training).
+FILL_MASK_MODELS = ("roberta-15%", "3ml-self-40%")
+FILL_MASK_TOPK = 5
+
+
+def fill_mask_words(runs: List[DemoRun], data: Path, runs_dir: Path) -> Dict[str, object]:
+    """What pre-training bought, in words: each of :data:`FILL_MASK_MODELS`' last checkpoint
+    exported as a hub directory (``scripts/export_encoder.py``, 3ML ``--keep-decoder``) and
+    asked for its top guesses at the blank of each of :data:`FILL_MASK_SENTENCES`
+    (:func:`fairseq_ext.evaluation.fill_mask.top_guesses`), beside the training unigram's."""
+    from fairseq_ext.evaluation import fill_mask
+    from fairseq_ext.export import encoder as export_encoder
+
+    models = {run.name: run for run in runs}
+    guesses: Dict[str, List[list]] = {}
+    for name in FILL_MASK_MODELS:
+        checkpoint = run_dir_of(runs_dir, models[name]) / "checkpoints" / "checkpoint_last.pt"
+        hub_dir = runs_dir / "fill_mask" / finetuning.safe(name)
+        flags = ["--keep-decoder"] if models[name].recipe == "recipes/3ml/demo.sh" else []
+        if export_encoder.main([str(checkpoint), str(hub_dir), *flags]) != 0:
+            raise SystemExit(f"error: {name}: the hub export of {checkpoint} failed")
+        hub = fill_mask.load_hub(hub_dir)
+        guesses[name] = [fill_mask.top_guesses(hub, masked, FILL_MASK_TOPK)
+                         for masked, _ in FILL_MASK_SENTENCES]
+    return {"topk": FILL_MASK_TOPK,
+            "sentences": [{"masked": masked, "answer": answer,
+                           "guesses": {name: guesses[name][index] for name in guesses}}
+                          for index, (masked, answer) in enumerate(FILL_MASK_SENTENCES)],
+            "unigram": fill_mask.unigram_guesses(data, FILL_MASK_TOPK)}
+
+
+def format_fill_mask(fill_mask: Dict[str, object]) -> str:
+    """The fill-mask words: per sentence, each model's guesses with their probabilities (the
+    held word marked ``[...]`` where a model guesses it), then the unigram's, which every
+    sentence shares."""
+    def shown(pairs, answer=None):
+        return "   ".join(f"[{word}] {p:.3f}" if word == answer else f"{word} {p:.3f}"
+                          for word, p in pairs)
+
+    names = list(fill_mask["sentences"][0]["guesses"])
+    width = max(len(name) for name in names) + 2
+    lines = [f"fill-mask: each masked LM's top {fill_mask['topk']} guesses at the blank of a "
+             "held-out sentence, with their probabilities, through its hub export (3ML with its "
+             "decoder); [word]: the word the blank held"]
+    for sentence in fill_mask["sentences"]:
+        lines.append(f"  {sentence['masked']}   ({sentence['answer']})")
+        lines += [f"    {name:<{width}}{shown(sentence['guesses'][name], sentence['answer'])}"
+                  for name in names]
+    lines.append(f"  the unigram (training counts), for every sentence: {shown(fill_mask['unigram'])}")
+    return "\n".join(lines)
 
 
 def demo_figures(summary: Dict[str, object]) -> Dict[str, dict]:

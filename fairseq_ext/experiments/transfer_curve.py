@@ -279,33 +279,72 @@ def crossed_seeds(values: Sequence[Sequence[float]]) -> Tuple[float, float]:
     return sum(rows) / runs, math.sqrt(variance_of_mean(rows) + variance_of_mean(columns))
 
 
+def merge_curves(results: Sequence[dict], sources: Sequence[str]) -> dict:
+    """Several curves as one, so that :func:`pooled_points` can pool runs fine-tuned in
+    different sessions. They must share tasks, settings and fine-tuning seeds. A later curve's
+    random init that gave the same accuracies as the first's (the same draws on the same
+    suite, fine-tuned the same way) is that one; one that did not (another suite build, CPU
+    or fine-tuning path) stays its own control, named after its curve, and that curve's
+    points keep being measured against it."""
+    first = results[0]
+    merged_points: List[dict] = []
+    controls = list(first["random_init"])
+    for index, (result, source) in enumerate(zip(results, sources)):
+        for key in ("tasks", "seeds", "settings"):
+            if result.get(key) != first.get(key):
+                raise SystemExit(f"error: {source} has other {key} ({result.get(key)}) than "
+                                 f"{sources[0]} ({first.get(key)}): pool curves of one protocol")
+        renamed = {}
+        for entry in result["random_init"]:
+            same = [c for c in controls if c["finetune_args"] == entry["finetune_args"]
+                    and c["tasks"] == entry["tasks"]]
+            if same:
+                renamed[entry["name"]] = same[0]["name"]
+            else:
+                own = {**entry, "name": f"{entry['name']} ({Path(source).name})"}
+                controls.append(own)
+                renamed[entry["name"]] = own["name"]
+        names = {point["name"] for point in merged_points}
+        for point in result["points"]:
+            if point["name"] in names:
+                raise SystemExit(f"error: point {point['name']} is in two curves; give the runs "
+                                 "distinct labels")
+            merged_points.append({**point, "random_arm": renamed[point["random_arm"]]})
+    return {**first, "points": merged_points, "random_init": controls}
+
+
 def pooled_points(result: dict, names: Sequence[str]) -> List[dict]:
     """Points of several pre-training runs of one recipe (its seeds, at the same updates) as
     one: their mean and its difference to their random init on each task, on the selection
     split and on dev, ± the crossed error of :func:`crossed_seeds` (pre-training seeds and
-    fine-tuning seeds both random), beside each run's own paired difference."""
+    fine-tuning seeds both random), beside each run's own paired difference. Each run is
+    paired with its own control (one for all, unless :func:`merge_curves` kept several); the
+    controls must fine-tune one architecture."""
     named = _named_arms(result)
     for name in names:
         if name not in named or name.startswith("random init"):
             raise SystemExit(f"error: the curve has no point {name!r}; it has "
                              f"{sorted(n for n in named if not n.startswith('random init'))}")
-    randoms = {named[name]["random_arm"] for name in names}
-    if len(randoms) != 1:
+    controls = [named[named[name]["random_arm"]] for name in names]
+    if len({control.get("finetune_args", control["name"]) for control in controls}) != 1:
         raise SystemExit(f"error: {', '.join(names)} fine-tune different architectures "
-                         f"({', '.join(sorted(randoms))}): pool the runs of one recipe")
-    control = named[randoms.pop()]
+                         f"({', '.join(sorted({c['name'] for c in controls}))}): pool the runs "
+                         "of one recipe")
     rows = []
     for task in _tasks(result):
-        row = {"arm": " + ".join(names), "task": task, "runs": len(names)}
+        row = {"arm": " + ".join(names), "task": task, "runs": len(names),
+               "controls": sorted({control["name"] for control in controls})}
         for prefix in ("selection_", ""):
-            base = control["tasks"][task].get(f"{prefix}per_seed")
-            if not base:
+            bases = [control["tasks"][task].get(f"{prefix}per_seed") for control in controls]
+            if not all(bases):
                 continue
             table = [named[name]["tasks"][task][f"{prefix}per_seed"] for name in names]
             accuracy, accuracy_se = crossed_seeds(table)
             difference, difference_se = crossed_seeds(
-                [[a - b for a, b in zip(run, base)] for run in table])
+                [[a - b for a, b in zip(run, base)] for run, base in zip(table, bases)])
+            control_accuracy, _ = crossed_seeds(bases)
             row.update({f"{prefix}accuracy": accuracy, f"{prefix}accuracy_se": accuracy_se,
+                        f"{prefix}random_init": control_accuracy,
                         f"{prefix}difference": difference,
                         f"{prefix}difference_se": difference_se,
                         f"{prefix}beyond_2se": bool(abs(difference) > 2 * difference_se),
@@ -313,37 +352,6 @@ def pooled_points(result: dict, names: Sequence[str]) -> List[dict]:
                                              for name in names]})
         rows.append(row)
     return rows
-
-
-def merge_curves(results: Sequence[dict], sources: Sequence[str]) -> dict:
-    """Several curves as one, so that :func:`pooled_points` can pool runs fine-tuned in
-    different sessions: they must share tasks, settings and fine-tuning seeds, and their
-    random-init controls must have given the same accuracies (the same draws on the same
-    suite, fine-tuned the same way), else the runs were not measured against one control."""
-    first, merged_points = results[0], []
-    for result, source in zip(results, sources):
-        for key in ("tasks", "seeds", "settings"):
-            if result.get(key) != first.get(key):
-                raise SystemExit(f"error: {source} has other {key} ({result.get(key)}) than "
-                                 f"{sources[0]} ({first.get(key)}): pool curves of one protocol")
-        controls = {entry["finetune_args"]: entry["tasks"] for entry in first["random_init"]}
-        for entry in result["random_init"]:
-            if controls.get(entry["finetune_args"], entry["tasks"]) != entry["tasks"]:
-                raise SystemExit(f"error: {source}'s random init ({entry['name']}) differs from "
-                                 f"{sources[0]}'s: another suite, CPU or fine-tuning path; "
-                                 "re-run the runs in one curve")
-        names = {point["name"] for point in merged_points}
-        for point in result["points"]:
-            if point["name"] in names:
-                raise SystemExit(f"error: point {point['name']} is in two curves; give the runs "
-                                 "distinct labels")
-            control = [entry["name"] for entry in first["random_init"]
-                       if entry["finetune_args"] == point["finetune_args"]]
-            if not control:
-                raise SystemExit(f"error: {source}'s {point['name']} fine-tunes an architecture "
-                                 f"that {sources[0]} has no random init of")
-            merged_points.append({**point, "random_arm": control[0]})
-    return {**first, "points": merged_points}
 
 
 def format_pooled(rows: List[dict]) -> str:
@@ -362,10 +370,13 @@ def format_pooled(rows: List[dict]) -> str:
               shown(row, "selection_", "difference", True), per_run(row, "selection_"),
               shown(row, "", "accuracy"), shown(row, "", "difference", True), per_run(row, "")]
              for row in rows]
+    controls = rows[0].get("controls", [])
+    against = (f"; each run against its own curve's random init: {', '.join(controls)}"
+               if len(controls) > 1 else "")
     return "\n".join([
         f"{rows[0]['arm']}: the mean over {rows[0]['runs']} pre-training runs, minus their random "
         "init (paired on the fine-tuning seed; ± SE with pre-training and fine-tuning seeds both "
-        "random, * beyond 2 SE; each run's own difference beside it)",
+        f"random, * beyond 2 SE; each run's own difference beside it{against})",
         ascii_table(["task", "selection %", "vs random init", "per run", "dev %",
                      "vs random init (dev)", "per run (dev)"], table)])
 
