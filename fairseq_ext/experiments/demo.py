@@ -582,10 +582,10 @@ def fine_tune(runs: List[DemoRun], data: Path, runs_dir: Path) -> Tuple[List[dic
     return finetuning.demo_table(raw)
 
 
-#: Where pre-training pays at the demo's scale, which its minutes cannot reach
-#: (docs/transfer.md, "Pre-training seeds and twice the budget"): the committed curves of
-#: ``recipes/roberta/english.sh``'s runs (the demo's 2 x 128 RoBERTa for 24,000 updates, about
-#: 43 min of one thread each) and their points, pooled over the pre-training seeds.
+#: The longest pre-training measured at the demo's scale, which its minutes cannot reach
+#: (docs/transfer.md, "Four pre-training seeds at 24,000 updates"): the committed curves of
+#: ``recipes/roberta/english.sh``'s runs (the demo's 2 x 128 RoBERTa for 24,000 updates, 43-68
+#: min of one thread each) and their points, pooled over the pre-training seeds.
 CROSSING_RECIPE = "recipes/roberta/english.sh"
 CROSSING_CURVES = ("docs/transfer/english/curve-mean-ep10-lr3e-3-seeds.json",
                    "docs/transfer/english/curve-mean-ep10-lr3e-3-seeds34.json")
@@ -612,9 +612,9 @@ def committed_crossing(task: str) -> Tuple[dict, str]:
                 f"{row[f'{prefix}difference']:+.2f} ± {row[f'{prefix}difference_se']:.2f}{mark}")
 
     text = "\n".join([
-        f"where pre-training pays at this scale, on the English corpus (committed, not this "
-        f"run: {CROSSING_RECIPE}, "
-        f"24,000 updates of the demo's 2 x 128 RoBERTa, about 43 min of one thread; "
+        f"the longest pre-training measured at this scale, on the English corpus (committed, "
+        f"not this run: {CROSSING_RECIPE}, "
+        f"24,000 updates of the demo's 2 x 128 RoBERTa, 43-68 min of one thread each; "
         f"{row['runs']} pre-training x {len(merged['seeds'])} fine-tuning seeds, "
         f"{settings.describe()}; {', '.join(CROSSING_CURVES)}):",
         f"  {task} selection split {verdict('selection_')}",
