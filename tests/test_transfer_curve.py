@@ -233,7 +233,7 @@ def test_docs_quote_the_committed_english_curves():
         "curve-mean-ep10.json", "curve-first-ep10.json") in text
 
 
-def test_the_demos_committed_crossing_is_the_pooled_curves_and_docs_quote_it():
+def test_the_demos_longest_committed_run_is_the_pooled_curves_and_docs_quote_it():
     """The line ``make demo`` prints under its fine-tuning table is the pooled row of the
     committed curves (all four pre-training seeds of recipes/roberta/english.sh), and
     docs/transfer.md quotes that pooled table."""
@@ -242,13 +242,13 @@ def test_the_demos_committed_crossing_is_the_pooled_curves_and_docs_quote_it():
     from fairseq_ext.experiments import demo
 
     root = Path(__file__).resolve().parent.parent
-    curves = [json.loads((root / path).read_text()) for path in demo.CROSSING_CURVES]
-    merged = transfer_curve.merge_curves(curves, demo.CROSSING_CURVES)
-    rows = transfer_curve.pooled_points(merged, demo.CROSSING_POINTS)
-    row, text = demo.committed_crossing("FortuneTopic")
+    curves = [json.loads((root / path).read_text()) for path in demo.LONGEST_RUN_CURVES]
+    merged = transfer_curve.merge_curves(curves, demo.LONGEST_RUN_CURVES)
+    rows = transfer_curve.pooled_points(merged, demo.LONGEST_RUN_POINTS)
+    row, text = demo.longest_committed_run("FortuneTopic")
     expected = next(r for r in rows if r["task"] == "FortuneTopic")
     assert row["selection_difference"] == expected["selection_difference"]
-    assert row["runs"] == len(demo.CROSSING_POINTS) == 4
+    assert row["runs"] == len(demo.LONGEST_RUN_POINTS) == 4
     assert (f"{expected['selection_difference']:+.2f} ± {expected['selection_difference_se']:.2f}"
             in text.splitlines()[1])
     assert transfer_curve.format_pooled(rows) in (root / "docs/transfer.md").read_text()
