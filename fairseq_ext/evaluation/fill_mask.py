@@ -171,17 +171,14 @@ def unigram_guesses(data: Path, topk: int = 5) -> List[tuple]:
     """``[(word, share)]``: the ``topk`` commonest non-special pieces of a data-bin's training
     split and their shares of its non-special tokens, the guess of a model that ignores context."""
     import numpy as np
-    from fairseq.data import Dictionary, data_utils
 
-    from fairseq_ext.data.data_bin import special_ids
-    from fairseq_ext.evaluation.masked_lm_scores import split_token_counts
+    from fairseq_ext.evaluation.masked_lm_scores import training_piece_counts
 
-    dictionary = Dictionary.load(str(Path(data) / "dict.txt"))
-    dataset = data_utils.load_indexed_dataset(str(Path(data) / "train"), dictionary, combine=False)
-    if dataset is None:
-        raise FillMaskError(f"{data}: no train split")
-    counts = np.asarray(split_token_counts(dataset, len(dictionary)), dtype=np.float64)
-    counts[special_ids(dictionary)] = 0
+    try:
+        dictionary, counts = training_piece_counts(data)
+    except FileNotFoundError as error:
+        raise FillMaskError(str(error)) from None
+    counts = counts.astype(np.float64)
     order = np.argsort(-counts, kind="stable")[:topk]
     return [(piece_word(dictionary[int(i)]), float(counts[i] / counts.sum())) for i in order]
 

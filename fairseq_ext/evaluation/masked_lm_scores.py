@@ -115,9 +115,10 @@ def train_unigram(task, split: str = "train") -> Unigram:
                                specials=special_ids(dictionary))
 
 
-def commonest_piece(data) -> tuple:
-    """``(id, symbol)`` of the commonest non-special piece of a data-bin's training split,
-    counted from its tokens (a ``dict.txt`` may hold placeholder counts)."""
+def training_piece_counts(data) -> tuple:
+    """``(dictionary, counts)``: a data-bin's dictionary and the occurrences of each of its
+    pieces in the training split, counted from its tokens (a ``dict.txt`` may hold placeholder
+    counts), the special symbols' set to 0."""
     from fairseq.data import Dictionary, data_utils
 
     dictionary = Dictionary.load(str(Path(data) / "dict.txt"))
@@ -125,7 +126,13 @@ def commonest_piece(data) -> tuple:
     if dataset is None:
         raise FileNotFoundError(f"no train split in {data}")
     counts = split_token_counts(dataset, len(dictionary))
-    counts[special_ids(dictionary)] = -1
+    counts[special_ids(dictionary)] = 0
+    return dictionary, counts
+
+
+def commonest_piece(data) -> tuple:
+    """``(id, symbol)`` of the commonest non-special piece of a data-bin's training split."""
+    dictionary, counts = training_piece_counts(data)
     piece = int(np.argmax(counts))
     return piece, dictionary[piece]
 

@@ -289,7 +289,7 @@ def merge_curves(results: Sequence[dict], sources: Sequence[str]) -> dict:
     first = results[0]
     merged_points: List[dict] = []
     controls = list(first["random_init"])
-    for index, (result, source) in enumerate(zip(results, sources)):
+    for result, source in zip(results, sources):
         for key in ("tasks", "seeds", "settings"):
             if result.get(key) != first.get(key):
                 raise SystemExit(f"error: {source} has other {key} ({result.get(key)}) than "
@@ -406,8 +406,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "broad@3000), paired on the fine-tuning seed, and exit")
     parser.add_argument("--pool", nargs="+", metavar=("CURVE.json", "POINT"),
                         help="print the mean of several runs' points (pre-training seeds, e.g. "
-                             "s1@12000 s2@12000) of one curve, or of several curves with the "
-                             "same random-init figures, against their random init, and exit")
+                             "s1@12000 s2@12000) of one curve or several, each run against its "
+                             "curve's random init, and exit")
     parser.add_argument("--run", nargs="+", action="append",
                         metavar=("LABEL", "CHECKPOINT"),
                         help="a pre-training run's label and its checkpoints (repeat --run for "
