@@ -153,6 +153,33 @@ def test_two_checkpoints_are_scored_on_the_same_positions_and_paired(tiny_data_b
     assert math.isfinite(paired.standard_error) and paired.standard_error > 0
 
 
+def test_max_sequences_scores_the_whole_splits_first_rows_on_its_positions(tiny_data_bin,
+                                                                          tiny_checkpoint):
+    """The fixed subset is the first N rows of the whole split's scoring, row for row: the same
+    corrupted positions and the same losses."""
+    whole = score_checkpoints([tiny_checkpoint], tiny_data_bin, 0.3)[str(tiny_checkpoint)]
+    first = score_checkpoints([tiny_checkpoint], tiny_data_bin, 0.3,
+                              max_sequences=5)[str(tiny_checkpoint)]
+    assert len(whole.ids) > 5
+    assert first.ids.tolist() == [0, 1, 2, 3, 4]
+    for field in ("mask_tokens", "corrupted_tokens"):
+        assert getattr(first, field).tolist() == getattr(whole, field)[:5].tolist()
+    for field in ("mask_loss", "mask_unigram_loss", "corrupted_loss", "corrupted_unigram_loss"):
+        np.testing.assert_allclose(getattr(first, field), getattr(whole, field)[:5], rtol=1e-6)
+    more = score_checkpoints([tiny_checkpoint], tiny_data_bin, 0.3,
+                             max_sequences=10 ** 6)[str(tiny_checkpoint)]
+    assert more.ids.tolist() == whole.ids.tolist()
+
+
+def test_max_sequences_below_one_is_refused(tiny_data_bin, tiny_checkpoint, capsys):
+    from fairseq_ext.evaluation import masked_lm_scores
+
+    with pytest.raises(SystemExit) as exit_info:
+        masked_lm_scores.main([str(tiny_data_bin), str(tiny_checkpoint), "--max-sequences", "0"])
+    assert exit_info.value.code == 2
+    assert "--max-sequences 0: give 1 or more" in capsys.readouterr().err
+
+
 def test_device_cuda_is_refused_where_torch_sees_no_gpu(tiny_data_bin, tiny_checkpoint,
                                                         monkeypatch, capsys):
     """The GPU studies score on --device cuda; without a GPU that is said before any model is

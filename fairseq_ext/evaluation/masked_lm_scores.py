@@ -3,7 +3,7 @@ unigram model on the same positions, so that every [MASK] loss carries a standar
 models (or a model and the unigram) are compared paired over the same validation sequences::
 
     python -m fairseq_ext.evaluation.masked_lm_scores DATA CKPT [CKPT ...] [--mask-prob 0.15]
-        [--seed 1] [--subset valid] [--device cpu|cuda] [--out FILE]
+        [--seed 1] [--subset valid] [--max-sequences N] [--device cpu|cuda] [--out FILE]
 
 Each checkpoint is loaded with fairseq's own ``checkpoint_utils`` (safe unpickling, as
 ``fairseq-validate`` loads it) and its stock ``masked_lm`` task builds the split with the
@@ -28,9 +28,12 @@ The loss of a model is the ratio ``sum_s l_s / sum_s n_s`` over sequences ``s``;
 error, and that of a paired difference, are the delta method over sequences
 (:func:`fairseq_ext.reporting.uncertainty.mean_loss`,
 :func:`~fairseq_ext.reporting.uncertainty.paired_mean_loss_difference`). ``--out`` writes the
-per-sequence arrays as JSON (never over an existing file). ``--device cuda`` runs the models on
-the GPU (fp32, as on the CPU); the corruption is drawn on the CPU by the dataset either way, so
-the positions, and the sums to within float rounding, are the same on both.
+per-sequence arrays as JSON (never over an existing file). ``--max-sequences N`` scores the
+split's first ``N`` sequences (by index) only: the same positions as the whole split's scoring
+of those sequences, a fixed subset for a split too large to score in a run's minutes.
+``--device cuda`` runs the models on the GPU (fp32, as on the CPU); the corruption is drawn on
+the CPU by the dataset either way, so the positions, and the sums to within float rounding, are
+the same on both.
 """
 from __future__ import annotations
 
@@ -199,10 +202,27 @@ def load_for_scoring(checkpoint: Path, data: Path, mask_prob: float, seed: int):
     return model, task
 
 
+def first_sequences(dataset, count: int):
+    """``dataset`` restricted to its first ``count`` indices (all of them when it has fewer):
+    a fairseq dataset whose ``ordered_indices`` yields only those, so that the batches, and
+    ``MaskTokensDataset``'s corruption drawn from ``(seed, epoch, index)``, are those of the
+    whole split's scoring."""
+    from fairseq.data import BaseWrapperDataset
+
+    class FirstSequencesDataset(BaseWrapperDataset):
+        def ordered_indices(self):
+            indices = self.dataset.ordered_indices()
+            return indices[indices < count]
+
+    return FirstSequencesDataset(dataset)
+
+
 def score(model, task, unigram: Unigram, subset: str = "valid",
-          batch_size: int = 16, device: str = "cpu") -> SequenceScores:
-    """:class:`SequenceScores` of ``model`` on ``subset`` (module docstring); the forward
-    passes on ``device``, the bookkeeping on the CPU."""
+          batch_size: int = 16, device: str = "cpu",
+          max_sequences: Optional[int] = None) -> SequenceScores:
+    """:class:`SequenceScores` of ``model`` on ``subset`` (module docstring), or on its first
+    ``max_sequences`` sequences; the forward passes on ``device``, the bookkeeping on the
+    CPU."""
     import torch
     import torch.nn.functional as F
     from fairseq import utils
@@ -211,6 +231,8 @@ def score(model, task, unigram: Unigram, subset: str = "valid",
 
     task.load_dataset(subset, combine=False, epoch=1)
     dataset = task.dataset(subset)
+    if max_sequences is not None:
+        dataset = first_sequences(dataset, max_sequences)
     dictionary = task.source_dictionary
     pad, bos, mask_idx = dictionary.pad(), dictionary.bos(), dictionary.index("<mask>")
     iterator = task.get_batch_iterator(
@@ -258,15 +280,18 @@ def score(model, task, unigram: Unigram, subset: str = "valid",
 
 def score_checkpoints(checkpoints: Sequence[Path], data: Path, mask_prob: float = 0.15,
                       seed: int = 1, subset: str = "valid", batch_size: int = 16,
-                      device: str = "cpu") -> Dict[str, SequenceScores]:
-    """Every checkpoint scored on the same corrupted positions; the unigram is counted once."""
+                      device: str = "cpu",
+                      max_sequences: Optional[int] = None) -> Dict[str, SequenceScores]:
+    """Every checkpoint scored on the same corrupted positions (of the first ``max_sequences``
+    sequences, when given); the unigram is counted once."""
     results: Dict[str, SequenceScores] = {}
     unigram: Optional[Unigram] = None
     for checkpoint in checkpoints:
         model, task = load_for_scoring(Path(checkpoint), data, mask_prob, seed)
         if unigram is None:
             unigram = train_unigram(task)
-        results[str(checkpoint)] = score(model, task, unigram, subset, batch_size, device)
+        results[str(checkpoint)] = score(model, task, unigram, subset, batch_size, device,
+                                         max_sequences)
     return results
 
 
@@ -278,6 +303,8 @@ def main(argv=None) -> int:
                         help="corruption rate of this evaluation (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="masking seed (default: %(default)s)")
     parser.add_argument("--subset", default="valid", help="split to score (default: valid)")
+    parser.add_argument("--max-sequences", type=int, metavar="N",
+                        help="score the split's first N sequences only (default: all)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the models run (default: %(default)s)")
@@ -286,6 +313,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not 0.0 < args.mask_prob < 1.0:
         parser.error(f"--mask-prob {args.mask_prob}: give a rate in (0, 1), e.g. 0.15")
+    if args.max_sequences is not None and args.max_sequences < 1:
+        parser.error(f"--max-sequences {args.max_sequences}: give 1 or more, or leave it out "
+                     "to score the whole split")
     prog = Path(sys.argv[0]).name
     if args.device == "cuda":
         import torch
@@ -293,7 +323,8 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             parser.error("--device cuda: torch sees no CUDA device here; score with --device cpu")
     results = score_checkpoints(args.checkpoints, args.data, args.mask_prob, args.seed,
-                                args.subset, args.batch_size, args.device)
+                                args.subset, args.batch_size, args.device,
+                                args.max_sequences)
     for name, scores in results.items():
         loss, unigram, below = (scores.loss_bits(), scores.loss_bits(unigram=True),
                                 scores.below_unigram_bits())
