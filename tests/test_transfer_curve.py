@@ -201,6 +201,30 @@ def test_curves_of_one_control_merge_and_pool_across_them():
         transfer_curve.merge_curves([curve("s1@10", [1.0] * 3), other], ["a", "b"])
 
 
+def test_points_of_two_curves_of_one_control_are_paired_on_the_seed(tmp_path, capsys):
+    """``--points A.json B.json P Q``: a run of one curve minus a run of another (one setting
+    of pre-training apart, fine-tuned in two sessions), paired on the fine-tuning seed."""
+    import json
+
+    task = lambda seeds: {"per_seed": seeds, "selection_per_seed": seeds}  # noqa: E731
+
+    def curve(name, seeds):
+        return {"task": "A", "tasks": ["A"], "seeds": [1, 2, 3], "settings": {"epochs": 10},
+                "random_init": [{"name": "random init 1", "finetune_args": "--arch a",
+                                 "tasks": {"A": task([40.0, 42.0, 44.0])}}],
+                "points": [{"name": name, "finetune_args": "--arch a",
+                            "random_arm": "random init 1", "tasks": {"A": task(seeds)}}]}
+
+    paths = []
+    for name, seeds in (("wu-s3@10", [52.0, 50.0, 57.0]), ("s3@10", [50.0, 50.0, 51.0])):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(curve(name, seeds)))
+    assert transfer_curve.main(["--points", *map(str, paths), "wu-s3@10", "s3@10"]) == 0
+    assert "+2.67 ± 1.76" in capsys.readouterr().out  # +2, 0, +6 as in the one-curve case
+    with pytest.raises(SystemExit):
+        transfer_curve.main(["--points", str(paths[0]), "wu-s3@10"])
+
+
 def test_docs_quote_the_committed_english_curves():
     """docs/transfer.md's English tables are the committed curves, rendered."""
     import json

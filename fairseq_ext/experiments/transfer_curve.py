@@ -401,9 +401,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--lever", nargs=2, type=Path, metavar=("CHANGED.json", "BASELINE.json"),
                         help="print a lever's effect from two curves (--out files) one setting "
                              "apart, and exit")
-    parser.add_argument("--points", nargs=3, metavar=("CURVE.json", "POINT_A", "POINT_B"),
-                        help="print point A minus point B of one curve (e.g. prose@3000 "
-                             "broad@3000), paired on the fine-tuning seed, and exit")
+    parser.add_argument("--points", nargs="+", metavar=("CURVE.json", "POINT"),
+                        help="print point A minus point B (e.g. prose@3000 broad@3000) of one "
+                             "curve or several of one protocol, paired on the fine-tuning seed, "
+                             "and exit")
     parser.add_argument("--pool", nargs="+", metavar=("CURVE.json", "POINT"),
                         help="print the mean of several runs' points (pre-training seeds, e.g. "
                              "s1@12000 s2@12000) of one curve or several, each run against its "
@@ -434,9 +435,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                            args.lever[1].name))
         return 0
     if args.points:
-        result = json.loads(Path(args.points[0]).read_text())
-        print(format_lever(points_difference(result, args.points[1], args.points[2]),
-                           args.points[1], args.points[2]))
+        curves = [item for item in args.points if item.endswith(".json")]
+        names = [item for item in args.points if not item.endswith(".json")]
+        if not curves or len(names) != 2:
+            parser.error("--points CURVE.json [CURVE.json...] POINT_A POINT_B: give the curves "
+                         "and two points")
+        result = merge_curves([json.loads(Path(path).read_text()) for path in curves], curves)
+        print(format_lever(points_difference(result, *names), *names))
         return 0
     if args.pool:
         curves = [item for item in args.pool if item.endswith(".json")]
