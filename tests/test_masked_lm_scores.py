@@ -18,6 +18,7 @@ from fairseq_ext.evaluation.masked_lm_scores import (
     paired_difference_bits,
     score,
     score_checkpoints,
+    spread_indices,
     train_unigram,
 )
 from fairseq_ext.reporting.uncertainty import mean_loss, paired_mean_loss_difference
@@ -153,19 +154,28 @@ def test_two_checkpoints_are_scored_on_the_same_positions_and_paired(tiny_data_b
     assert math.isfinite(paired.standard_error) and paired.standard_error > 0
 
 
-def test_max_sequences_scores_the_whole_splits_first_rows_on_its_positions(tiny_data_bin,
-                                                                          tiny_checkpoint):
-    """The fixed subset is the first N rows of the whole split's scoring, row for row: the same
-    corrupted positions and the same losses."""
+def test_spread_indices_by_hand():
+    assert spread_indices(10, 4).tolist() == [0, 2, 5, 7]  # floor(0, 2.5, 5, 7.5)
+    assert spread_indices(3, 3).tolist() == [0, 1, 2]
+    assert spread_indices(3, 7).tolist() == [0, 1, 2]
+    assert spread_indices(71278, 3000)[-1] == 71254
+
+
+def test_max_sequences_scores_spread_rows_of_the_whole_split_on_its_positions(tiny_data_bin,
+                                                                            tiny_checkpoint):
+    """The fixed subset is the whole split's scoring at the spread indices, row for row: the
+    same corrupted positions and the same losses."""
     whole = score_checkpoints([tiny_checkpoint], tiny_data_bin, 0.3)[str(tiny_checkpoint)]
-    first = score_checkpoints([tiny_checkpoint], tiny_data_bin, 0.3,
-                              max_sequences=5)[str(tiny_checkpoint)]
-    assert len(whole.ids) > 5
-    assert first.ids.tolist() == [0, 1, 2, 3, 4]
+    spread = score_checkpoints([tiny_checkpoint], tiny_data_bin, 0.3,
+                               max_sequences=5)[str(tiny_checkpoint)]
+    kept = spread_indices(len(whole.ids), 5)
+    assert len(whole.ids) > 10 and kept[-1] > len(whole.ids) // 2  # not only the first rows
+    assert spread.ids.tolist() == kept.tolist()
+    rows = np.searchsorted(whole.ids, kept)
     for field in ("mask_tokens", "corrupted_tokens"):
-        assert getattr(first, field).tolist() == getattr(whole, field)[:5].tolist()
+        assert getattr(spread, field).tolist() == getattr(whole, field)[rows].tolist()
     for field in ("mask_loss", "mask_unigram_loss", "corrupted_loss", "corrupted_unigram_loss"):
-        np.testing.assert_allclose(getattr(first, field), getattr(whole, field)[:5], rtol=1e-6)
+        np.testing.assert_allclose(getattr(spread, field), getattr(whole, field)[rows], rtol=1e-6)
     more = score_checkpoints([tiny_checkpoint], tiny_data_bin, 0.3,
                              max_sequences=10 ** 6)[str(tiny_checkpoint)]
     assert more.ids.tolist() == whole.ids.tolist()

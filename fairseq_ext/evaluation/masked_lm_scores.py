@@ -28,9 +28,9 @@ The loss of a model is the ratio ``sum_s l_s / sum_s n_s`` over sequences ``s``;
 error, and that of a paired difference, are the delta method over sequences
 (:func:`fairseq_ext.reporting.uncertainty.mean_loss`,
 :func:`~fairseq_ext.reporting.uncertainty.paired_mean_loss_difference`). ``--out`` writes the
-per-sequence arrays as JSON (never over an existing file). ``--max-sequences N`` scores the
-split's first ``N`` sequences (by index) only: the same positions as the whole split's scoring
-of those sequences, a fixed subset for a split too large to score in a run's minutes.
+per-sequence arrays as JSON (never over an existing file). ``--max-sequences N`` scores ``N``
+sequences spread evenly over the split (:func:`spread_indices`), on the whole split's positions
+for them: a fixed subset for a split too large to score in a run's minutes.
 ``--device cuda`` runs the models on the GPU (fp32, as on the CPU); the corruption is drawn on
 the CPU by the dataset either way, so the positions, and the sums to within float rounding, are
 the same on both.
@@ -202,27 +202,38 @@ def load_for_scoring(checkpoint: Path, data: Path, mask_prob: float, seed: int):
     return model, task
 
 
-def first_sequences(dataset, count: int):
-    """``dataset`` restricted to its first ``count`` indices (all of them when it has fewer):
-    a fairseq dataset whose ``ordered_indices`` yields only those, so that the batches, and
-    ``MaskTokensDataset``'s corruption drawn from ``(seed, epoch, index)``, are those of the
-    whole split's scoring."""
+def spread_indices(length: int, count: int) -> np.ndarray:
+    """``count`` indices of ``range(length)`` spread evenly over it (``floor(i * length /
+    count)``, ``i < count``), or all of them when ``count >= length``: a fixed subset that
+    samples every part of a split whose documents are stored source by source."""
+    if count >= length:
+        return np.arange(length, dtype=np.int64)
+    return (np.arange(count, dtype=np.int64) * length) // count
+
+
+def spread_sequences(dataset, count: int):
+    """``dataset`` restricted to :func:`spread_indices` of it: a fairseq dataset whose
+    ``ordered_indices`` yields only those, so that the batches' corruption, which
+    ``MaskTokensDataset`` draws from ``(seed, epoch, index)``, is the whole split's scoring's
+    at those indices."""
     from fairseq.data import BaseWrapperDataset
 
-    class FirstSequencesDataset(BaseWrapperDataset):
+    kept = spread_indices(len(dataset), count)
+
+    class SpreadSequencesDataset(BaseWrapperDataset):
         def ordered_indices(self):
             indices = self.dataset.ordered_indices()
-            return indices[indices < count]
+            return indices[np.isin(indices, kept)]
 
-    return FirstSequencesDataset(dataset)
+    return SpreadSequencesDataset(dataset)
 
 
 def score(model, task, unigram: Unigram, subset: str = "valid",
           batch_size: int = 16, device: str = "cpu",
           max_sequences: Optional[int] = None) -> SequenceScores:
-    """:class:`SequenceScores` of ``model`` on ``subset`` (module docstring), or on its first
-    ``max_sequences`` sequences; the forward passes on ``device``, the bookkeeping on the
-    CPU."""
+    """:class:`SequenceScores` of ``model`` on ``subset`` (module docstring), or on
+    ``max_sequences`` of its sequences spread over it; the forward passes on ``device``, the
+    bookkeeping on the CPU."""
     import torch
     import torch.nn.functional as F
     from fairseq import utils
@@ -232,7 +243,7 @@ def score(model, task, unigram: Unigram, subset: str = "valid",
     task.load_dataset(subset, combine=False, epoch=1)
     dataset = task.dataset(subset)
     if max_sequences is not None:
-        dataset = first_sequences(dataset, max_sequences)
+        dataset = spread_sequences(dataset, max_sequences)
     dictionary = task.source_dictionary
     pad, bos, mask_idx = dictionary.pad(), dictionary.bos(), dictionary.index("<mask>")
     iterator = task.get_batch_iterator(
@@ -282,8 +293,8 @@ def score_checkpoints(checkpoints: Sequence[Path], data: Path, mask_prob: float 
                       seed: int = 1, subset: str = "valid", batch_size: int = 16,
                       device: str = "cpu",
                       max_sequences: Optional[int] = None) -> Dict[str, SequenceScores]:
-    """Every checkpoint scored on the same corrupted positions (of the first ``max_sequences``
-    sequences, when given); the unigram is counted once."""
+    """Every checkpoint scored on the same corrupted positions (of ``max_sequences`` sequences
+    spread over the split, when given); the unigram is counted once."""
     results: Dict[str, SequenceScores] = {}
     unigram: Optional[Unigram] = None
     for checkpoint in checkpoints:
@@ -304,7 +315,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="masking seed (default: %(default)s)")
     parser.add_argument("--subset", default="valid", help="split to score (default: valid)")
     parser.add_argument("--max-sequences", type=int, metavar="N",
-                        help="score the split's first N sequences only (default: all)")
+                        help="score N sequences spread evenly over the split (default: all)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the models run (default: %(default)s)")
