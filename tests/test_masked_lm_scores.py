@@ -181,6 +181,24 @@ def test_max_sequences_scores_spread_rows_of_the_whole_split_on_its_positions(ti
     assert more.ids.tolist() == whole.ids.tolist()
 
 
+def test_a_runs_scoring_passes_its_fixed_subset_to_the_scorer(tiny_data_bin, tiny_checkpoint,
+                                                             tmp_path):
+    """``score_run(..., max_sequences=N)`` (the demo's scoring, in its own process) scores the
+    spread subset at the demo's corruption rate, as the in-process scorer does."""
+    from fairseq_ext.experiments.recipe_runs import SCORING_MASK_PROB
+    from fairseq_ext.experiments.recipe_training import score_run
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "checkpoint_last.pt").symlink_to(tiny_checkpoint)
+    by_updates = score_run(tiny_data_bin, tmp_path, 10, max_sequences=5)
+    assert list(by_updates) == [10]
+    expected = score_checkpoints([tiny_checkpoint], tiny_data_bin, SCORING_MASK_PROB,
+                                 max_sequences=5)[str(tiny_checkpoint)]
+    assert by_updates[10].ids.tolist() == expected.ids.tolist()
+    assert by_updates[10].mask_tokens.tolist() == expected.mask_tokens.tolist()
+    np.testing.assert_allclose(by_updates[10].mask_loss, expected.mask_loss, rtol=1e-6)
+
+
 def test_max_sequences_below_one_is_refused(tiny_data_bin, tiny_checkpoint, capsys):
     from fairseq_ext.evaluation import masked_lm_scores
 

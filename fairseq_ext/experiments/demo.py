@@ -63,6 +63,7 @@ from fairseq_ext.experiments.recipe_runs import (
     DEFAULT_DATA,
     ONE_THREAD,
     REPO_ROOT,
+    SCORED_SEQUENCES,
     SCORING_MASK_PROB,
     WORKERS,
     DemoRun,
@@ -800,7 +801,7 @@ def train_and_score_masked_lm(run: DemoRun, updates: int, data: Path, run_dir: P
                                           str(save_every), "--keep-interval-updates", "-1"],
             log_every, extra_env=ONE_THREAD, concurrent=True)}
     with clock.part(f"{run.name}: score"):
-        row["scores"] = score_run(data, run_dir, row["updates"])
+        row["scores"] = score_run(data, run_dir, row["updates"], max_sequences=SCORED_SEQUENCES)
     row["curve"] = curve_points(run_dir, row["scores"])
     return row
 

@@ -164,9 +164,10 @@ def checkpoints_to_score(run_dir: Path, final_updates: int) -> Dict[int, Path]:
     return dict(sorted(checkpoints.items()))
 
 
-def score_run(data: Path, run_dir: Path, final_updates: int,
-              device: str = "cpu") -> Dict[int, "SequenceScores"]:
-    """Every checkpoint of a run scored on the valid split at :data:`SCORING_MASK_PROB`
+def score_run(data: Path, run_dir: Path, final_updates: int, device: str = "cpu",
+              max_sequences: Optional[int] = None) -> Dict[int, "SequenceScores"]:
+    """Every checkpoint of a run scored on the valid split (or ``max_sequences`` of its
+    sequences spread over it) at :data:`SCORING_MASK_PROB`
     (:mod:`fairseq_ext.evaluation.masked_lm_scores`, one process; on the CPU one thread, or on
     ``device`` ``cuda``), by updates."""
     from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
@@ -175,7 +176,8 @@ def score_run(data: Path, run_dir: Path, final_updates: int,
     out = run_dir / "scores.json"
     cmd = [python_executable(), "-m", "fairseq_ext.evaluation.masked_lm_scores", str(data),
            *map(str, checkpoints.values()), "--mask-prob", str(SCORING_MASK_PROB),
-           "--device", device, "--out", str(out)]
+           "--device", device, "--out", str(out),
+           *(["--max-sequences", str(max_sequences)] if max_sequences is not None else [])]
     env = dict(os.environ, **ONE_THREAD) if device == "cpu" else dict(os.environ)
     for _ in stream(cmd, env, run_dir / "scores.log"):
         pass
