@@ -156,7 +156,7 @@ CURVE_POINTS = 4
 SCORING_MASK_PROB = 0.15
 #: How many valid sequences the demo scores each masked-LM checkpoint on, spread evenly over
 #: the split (``masked_lm_scores --max-sequences``): all 2,946 of the Python docs; 1 in 24 of
-#: the English corpus's 71,278, so that scoring a run takes about 35 s of one thread, not 13 min.
+#: the English corpus's 71,278 (its whole split took 13-14 min a run; a 24th of that, estimated).
 SCORED_SEQUENCES = 3000
 
 

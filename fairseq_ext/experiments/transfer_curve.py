@@ -395,6 +395,16 @@ def format_lever(rows: List[dict], changed: str, baseline: str) -> str:
                       "2 SE)", ascii_table(["arm", "task", "selection", "dev"], table)])
 
 
+def merged_curves_and_points(items: Sequence[str]) -> Tuple[Optional[dict], List[str]]:
+    """``--points`` / ``--pool`` arguments: the ``*.json`` curves read and merged
+    (:func:`merge_curves`; ``None`` when none is given) and the point names among them."""
+    curves = [item for item in items if item.endswith(".json")]
+    names = [item for item in items if not item.endswith(".json")]
+    if not curves:
+        return None, names
+    return merge_curves([json.loads(Path(path).read_text()) for path in curves], curves), names
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="transfer_curve.py", description=__doc__.split("\n\n")[0])
@@ -435,21 +445,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                            args.lever[1].name))
         return 0
     if args.points:
-        curves = [item for item in args.points if item.endswith(".json")]
-        names = [item for item in args.points if not item.endswith(".json")]
-        if not curves or len(names) != 2:
+        result, names = merged_curves_and_points(args.points)
+        if not result or len(names) != 2:
             parser.error("--points CURVE.json [CURVE.json...] POINT_A POINT_B: give the curves "
                          "and two points")
-        result = merge_curves([json.loads(Path(path).read_text()) for path in curves], curves)
         print(format_lever(points_difference(result, *names), *names))
         return 0
     if args.pool:
-        curves = [item for item in args.pool if item.endswith(".json")]
-        names = [item for item in args.pool if not item.endswith(".json")]
-        if not curves or len(names) < 2:
+        result, names = merged_curves_and_points(args.pool)
+        if not result or len(names) < 2:
             parser.error("--pool CURVE.json [CURVE.json...] POINT POINT...: give the curves and "
                          "two or more points")
-        result = merge_curves([json.loads(Path(path).read_text()) for path in curves], curves)
         print(format_pooled(pooled_points(result, names)))
         return 0
     if not args.run or args.runs_dir is None or args.suite is None:
