@@ -203,7 +203,7 @@ def test_curves_of_one_control_merge_and_pool_across_them():
 
 def test_points_of_two_curves_of_one_control_are_paired_on_the_seed(tmp_path, capsys):
     """``--points A.json B.json P Q``: a run of one curve minus a run of another (one setting
-    of pre-training apart, fine-tuned in two sessions), paired on the fine-tuning seed."""
+    of pre-training apart, fine-tuned at different times), paired on the fine-tuning seed."""
     import json
 
     task = lambda seeds: {"per_seed": seeds, "selection_per_seed": seeds}  # noqa: E731
