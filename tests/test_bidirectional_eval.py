@@ -48,7 +48,7 @@ from fairseq_ext.data.bidirectional_eval_dataset import (
     suffix_split,
 )
 from fairseq_ext.data.bidirectional_lm_dataset import BidirectionalLMDataset, arrange_document
-from fairseq_ext.data.documents import BLANK_LINE_SEPARATED, DOCUMENT_FORMATS, LINES
+from fairseq_ext.data.documents import BLANK_LINE_SEPARATED, DOCUMENT_FORMATS, LINES, spread_indices
 from fairseq_ext.modules.bidirectional_attention_mask import may_attend
 from fairseq_ext.reporting.eval_scores import read_eval_scores
 from fairseq_ext.tasks.bidirectional_lm import BidirectionalLMConfig, BidirectionalLMTask
@@ -219,11 +219,13 @@ HAND_DOCUMENTS = [
 P = PAD
 
 
-def eval_dataset(documents, mode, r_values=(), suffix_fraction=0.2, eval_seed=1, positions=1):
+def eval_dataset(documents, mode, r_values=(), suffix_fraction=0.2, eval_seed=1, positions=1,
+                 kept=None):
     sizes = np.array([len(d) for d in documents])
     lines = ListDataset([torch.tensor(d, dtype=torch.long) for d in documents], sizes)
     return BidirectionalEvalDataset(lines, sizes, mode, list(r_values), suffix_fraction,
-                                    eval_seed, MASK, PAD, SPECIALS, positions_per_document=positions)
+                                    eval_seed, MASK, PAD, SPECIALS, positions_per_document=positions,
+                                    kept_documents=kept)
 
 
 def items_by_document(dataset):
@@ -407,6 +409,30 @@ def test_k_infill_positions_per_document_by_hand():
     assert batch["eval_document"].tolist() == [int(dataset.item_document[i]) for i in range(4)]
     assert batch["eval_position"].tolist() == [int(dataset.item_position[i]) for i in range(4)]
     assert batch["eval_split"] == "valid"
+
+
+@pytest.mark.parametrize("mode, r_values", [("infill", [0, 1]), ("suffix_ppl", [0.5]),
+                                             ("full_doc_ppl", [])])
+def test_kept_documents_score_their_whole_split_rows(mode, r_values):
+    """kept_documents (--eval-max-documents): exactly the rows the whole split's dataset has
+    for those documents, item for item; the too-short kept ones counted as skipped."""
+    whole = eval_dataset(HAND_DOCUMENTS, mode, r_values, eval_seed=7, positions=2)
+    kept = [1, 3, 4]  # 1 and 3 are too short for infill (3 holds only specials)
+    subset = eval_dataset(HAND_DOCUMENTS, mode, r_values, eval_seed=7, positions=2, kept=kept)
+
+    def rows(dataset):
+        return {(int(dataset.item_document[i]), int(dataset.item_position[i]),
+                 int(dataset.item_group[i])): dataset[i] for i in range(len(dataset))}
+    whole_rows, subset_rows = rows(whole), rows(subset)
+    assert set(subset_rows) == {key for key in whole_rows if key[0] in kept}
+    for key, item in subset_rows.items():
+        for field in ("source", "positions", "target", "bidir_lens"):
+            assert torch.equal(item[field], whole_rows[key][field]), (key, field)
+    short = [d for d in kept if (sum(t not in SPECIALS for t in HAND_DOCUMENTS[d]) == 0
+                                 if mode == "infill" else len(HAND_DOCUMENTS[d]) < 2)]
+    assert (subset.considered, subset.skipped, subset.scored) == (3, len(short), 3 - len(short))
+    with pytest.raises(ValueError, match="kept_documents must index the 5 documents"):
+        eval_dataset(HAND_DOCUMENTS, mode, r_values, kept=[0, 5])
 
 
 def test_positions_are_nested_in_k_and_cover_the_document():
@@ -787,6 +813,9 @@ def test_eval_scores_out_lists_every_row_by_hand(metric_bin, tmp_path, mode, r_b
     (dict(eval_mode="infill", r_bidir="0", infill_positions=0),
      "--infill-positions 0 must be at least 1"),
     (dict(eval_scores_out="scores.jsonl"), "--eval-scores-out scores.jsonl needs --eval-mode"),
+    (dict(eval_mode="full_doc_ppl", eval_max_documents=-1),
+     "--eval-max-documents -1 must be 0 .every document. or the number of documents"),
+    (dict(eval_max_documents=5), "--eval-max-documents 5 needs --eval-mode"),
     (dict(eval_mode="full_doc_ppl", eval_scores_out="/no/such/dir/s.jsonl"),
      "the directory /no/such/dir does not exist"),
 ])
@@ -809,7 +838,7 @@ TRAIN_FLAGS = ["--arch", "bidir_lm_tiny", "--tokens-per-sample", str(TOKENS_PER_
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: variant: updates (nxt_uni and msk_bi only serve the errors)
 TRAINED_VARIANTS = {"hyb_pre": 6, "nxt_uni": 1, "msk_bi": 1}
-#: SCORES stands for the fixture's --eval-scores-out file.
+#: SCORES stands for the run's --eval-scores-out file (``<name>.scores.jsonl``).
 VALIDATE_RUNS = {
     "suffix_ppl": ["--eval-mode", "suffix_ppl", "--r-bidir", "0,0.5,1", "--batch-size", "5"],
     "infill": ["--eval-mode", "infill", "--r-bidir", "0,1", "--eval-seed", "9",
@@ -819,6 +848,9 @@ VALIDATE_RUNS = {
                            "--max-tokens", "256"],
     "infill_k3": ["--eval-mode", "infill", "--r-bidir", "0,1", "--eval-seed", "9",
                   "--infill-positions", "3", "--batch-size", "4", "--eval-scores-out", "SCORES"],
+    "infill_k3_spread": ["--eval-mode", "infill", "--r-bidir", "0,1", "--eval-seed", "9",
+                         "--infill-positions", "3", "--batch-size", "4", "--eval-scores-out",
+                         "SCORES", "--eval-max-documents", "4"],
 }
 #: name: (checkpoint, flags after --task bidirectional_lm, what the error must say)
 ERROR_RUNS = {
@@ -874,10 +906,11 @@ def end_to_end(tmp_path_factory):
                        "--save-dir", root / variant]
                       for variant, updates in TRAINED_VARIANTS.items()])
     checkpoints = {variant: root / variant / "checkpoint_last.pt" for variant in TRAINED_VARIANTS}
-    scores = root / "infill_k3.scores.jsonl"
+    scores = {name: root / f"{name}.scores.jsonl" for name in VALIDATE_RUNS}
     commands = [validate_command(data, checkpoints["hyb_pre"],
-                                 *[str(scores) if flag == "SCORES" else flag for flag in flags])
-                for flags in VALIDATE_RUNS.values()]
+                                 *[str(scores[name]) if flag == "SCORES" else flag
+                                   for flag in flags])
+                for name, flags in VALIDATE_RUNS.items()]
     commands += [validate_command(data, checkpoints[variant], "--batch-size", "4", *flags)
                  for variant, flags, _ in ERROR_RUNS.values()]
     procs = run_concurrently(commands, check=False)
@@ -898,8 +931,8 @@ def final_record(output):
 
 
 def scored_and_skipped(output):
-    match = re.search(r"valid: --eval-mode \w+.* on (\d+) documents, one per sequence; (\d+) "
-                      r"skipped", output)
+    match = re.search(r"valid: --eval-mode \w+.* on (\d+) documents(?: \([^)]*\))?, one per "
+                      r"sequence; (\d+) skipped", output)
     assert match, output[-3000:]
     return int(match[1]), int(match[2])
 
@@ -976,12 +1009,32 @@ def check_infill_k3(run):
     """--infill-positions 3 with --eval-scores-out: three rows per document, each row in the
     scores file equal to the hand computation."""
     check_infill(run, "infill_k3", positions=3)
-    settings, rows = read_eval_scores(run["scores"])
+    settings, rows = read_eval_scores(run["scores"]["infill_k3"])
     assert settings["infill_positions"] == "3" and settings["eval_mode"] == "infill"
     assert {key[3] for key in rows} == {"r0", "r1"}
     for r in ("0", "1"):
         hand = hand_infill(run["model"], run["documents"], float(r), 9, SPECIALS, 3)
         assert_score_rows(rows, hand["rows"], f"r{r}", infill=True)
+
+
+def check_infill_k3_spread(run):
+    """--eval-max-documents 4: the four documents spread_indices picks of the split's, each
+    with the rows (positions, losses, correct) it has in the whole split's scoring."""
+    output = run["outputs"]["infill_k3_spread"]
+    documents = len(run["documents"])
+    kept = spread_indices(documents, 4).tolist()
+    assert kept == [documents * i // 4 for i in range(4)]
+    assert f"(4 of {documents} spread over the split, --eval-max-documents 4)" in output
+    scored, skipped = scored_and_skipped(output)
+    assert scored + skipped == 4
+    settings, rows = read_eval_scores(run["scores"]["infill_k3_spread"])
+    assert settings["eval_max_documents"] == "4"
+    _, whole = read_eval_scores(run["scores"]["infill_k3"])
+    expected = {key: row for key, row in whole.items() if key[1] in kept}
+    assert rows.keys() == expected.keys() and len(rows) > 0
+    for key, row in rows.items():
+        assert row["correct"] == expected[key]["correct"]
+        assert row["loss"] == pytest.approx(expected[key]["loss"], rel=1e-5, abs=1e-6)
 
 
 def check_errors(run):
@@ -999,7 +1052,7 @@ def test_fairseq_validate_end_to_end(end_to_end):
     """Every check of the end-to-end runs; all failures reported together."""
     failures = []
     for check in (check_full_doc_ppl, check_full_doc_ppl_lines, check_suffix_ppl, check_infill,
-                  check_infill_k3, check_errors):
+                  check_infill_k3, check_infill_k3_spread, check_errors):
         try:
             check(end_to_end)
         except AssertionError as error:

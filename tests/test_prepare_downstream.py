@@ -284,10 +284,24 @@ def test_databins_read_by_fairseq_sentence_prediction(built):
     assert (fortunes["train"], fortunes["selection"]) == (24, 6)  # 8 a category: 5 + 1 each
 
 
-def test_rerun_skips_and_other_settings_are_refused(built, pretraining_bin, capsys):
+def test_corpus_fingerprint_is_the_index_fingerprint(tmp_path):
+    """The stamp check hashes the corpus without indexing it: the same digest, bad bytes too."""
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_bytes("caf\u00e9 line\n".encode() + b"bad \xff byte\n")
+    second.write_text("second file, no newline at the end")
+    assert ds.corpus_fingerprint([first, second]) == ds.CorpusIndex([first, second]).fingerprint
+    assert ds.corpus_fingerprint([first, second]) != ds.corpus_fingerprint([second, first])
+
+
+def test_rerun_skips_and_other_settings_are_refused(built, pretraining_bin, capsys, monkeypatch):
     out, _ = built
     stamp = out / "GlossTopic-bin" / "input0" / "train.bin"
     before = stamp.stat().st_mtime_ns
+
+    def no_index(*args, **kwargs):
+        raise AssertionError("a re-run that builds nothing indexes no corpus windows")
+
+    monkeypatch.setattr(ds, "CorpusIndex", no_index)
     assert ds.main(sample_args(out, pretraining_bin, *SIZES, "GlossTopic")) == 0
     assert "skip (already built with these settings): GlossTopic" in capsys.readouterr().out
     assert stamp.stat().st_mtime_ns == before

@@ -36,7 +36,7 @@ def test_each_point_is_paired_with_the_random_init_of_its_architecture(monkeypat
     # one control per architecture, drawn from its first point's checkpoint
     assert seen["arms"][-2:] == [("random init 1", "small@250", True),
                                  ("random init 2", "big@1000", True)]
-    assert seen["epochs"] == finetuning.DEMO_PROTOCOL.epochs
+    assert seen["epochs"] == finetuning.CHOSEN_EPOCHS
     assert seen["lrs"] == (transfer_curve.CHOSEN_LR,)
     points = {p["name"]: p for p in result["points"]}
     # small@500 - random init 1 per seed: +2, +2, +5 -> mean 3, sd sqrt(3), SE 1

@@ -180,12 +180,15 @@ class BidirectionalEvalDataset(RowSizedDataset):
             specials, ``<mask>`` and its padding symbols).
         positions_per_document: ``--infill-positions`` (``infill``).
         split: the split's name, carried by every batch (``eval_split``).
+        kept_documents: only these document indices are scored (``--eval-max-documents``);
+            ``None``: all. A kept document's rows are those it has in the whole split's scoring
+            (its positions are drawn from its own index).
     """
 
     def __init__(self, documents, sizes: Sequence[int], mode: str, r_values: Sequence[float],
                  suffix_fraction: float, eval_seed: int, mask_idx: int, pad_idx: int,
                  special_ids: Sequence[int], positions_per_document: int = 1,
-                 split: str = "valid"):
+                 split: str = "valid", kept_documents: Optional[Sequence[int]] = None):
         super().__init__()
         if mode not in EVAL_MODES:
             raise ConfigError(f"--eval-mode {mode!r} is not one of {', '.join(EVAL_MODES)}")
@@ -201,10 +204,14 @@ class BidirectionalEvalDataset(RowSizedDataset):
         self.pad_idx = pad_idx
         self.special_ids = sorted(set(int(i) for i in special_ids))
         sizes = np.asarray(sizes, dtype=np.int64)
+        kept = (np.arange(len(sizes), dtype=np.int64) if kept_documents is None
+                else np.unique(np.asarray(kept_documents, dtype=np.int64)))
+        if len(kept) and not 0 <= kept[0] <= kept[-1] < len(sizes):
+            raise ValueError(f"kept_documents must index the {len(sizes)} documents")
         #: ``infill``: each scored document's masked positions, in the order drawn
         self.infill_positions: Dict[int, List[int]] = {}
         if mode == "infill":
-            for document in range(len(sizes)):
+            for document in kept.tolist():
                 positions = infill_positions(np.asarray(documents[document]), document,
                                              eval_seed, self.special_ids, positions_per_document)
                 if positions:
@@ -216,10 +223,12 @@ class BidirectionalEvalDataset(RowSizedDataset):
                 (p for positions in self.infill_positions.values() for p in positions),
                 dtype=np.int64, count=len(row_document))
         else:
-            scorable = np.flatnonzero(sizes >= 2)
+            scorable = kept[sizes[kept] >= 2]
             row_document, row_position = scorable, np.full(len(scorable), -1, dtype=np.int64)
+        #: documents considered (all, or the kept ones)
+        self.considered = len(kept)
         #: documents left out because they are too short for the mode
-        self.skipped = len(sizes) - len(scorable)
+        self.skipped = len(kept) - len(scorable)
         #: documents scored (each once per group)
         self.scored = len(scorable)
         #: rows per group: the documents, or for ``infill`` the masked positions

@@ -149,6 +149,15 @@ def read_documents(lines, sizes: Sequence[int], document_format: str, max_length
                              break_mode="complete_doc", document_sep_len=EMPTY_LINE_SIZE)
 
 
+def spread_indices(length: int, count: int) -> np.ndarray:
+    """``count`` indices of ``range(length)`` spread evenly over it (``floor(i * length /
+    count)``, ``i < count``), or all of them when ``count`` is 0 or at least ``length``: a fixed
+    subset that samples every part of a split whose documents are stored source by source."""
+    if count <= 0 or count >= length:
+        return np.arange(length, dtype=np.int64)
+    return (np.arange(count, dtype=np.int64) * length) // count
+
+
 def whole_document_count(sizes: Sequence[int], document_format: str) -> int:
     """How many documents the lines of ``sizes`` hold before long ones are cut."""
     sizes = np.asarray(sizes)

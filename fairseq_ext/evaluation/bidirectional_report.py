@@ -98,9 +98,11 @@ def modes_for(trained) -> List[str]:
 def run_validate(data: Path, checkpoint: Path, mode: str, r_values: Optional[str],
                  subset: str, batch_size: int, cpu: bool, log_path: Optional[Path],
                  scores_path: Optional[Path] = None, infill_positions: int = 1,
-                 env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
-    """One stock ``fairseq-validate`` run (``env``: variables to add to its environment); its
-    final JSON record's ``valid_*`` values."""
+                 env: Optional[Dict[str, str]] = None,
+                 max_documents: int = 0) -> Dict[str, float]:
+    """One stock ``fairseq-validate`` run (``env``: variables to add to its environment;
+    ``max_documents``: ``--eval-max-documents``, 0 every document); its final JSON record's
+    ``valid_*`` values."""
     cmd = [console_script("fairseq-validate"), str(data), "--user-dir", str(PACKAGE_DIR),
            "--task", "bidirectional_lm", "--path", str(checkpoint), "--eval-mode", mode,
            "--valid-subset", subset, "--batch-size", str(batch_size), "--log-format", "json"]
@@ -108,6 +110,8 @@ def run_validate(data: Path, checkpoint: Path, mode: str, r_values: Optional[str
         cmd += ["--r-bidir", r_values]
     if mode == "infill" and infill_positions != 1:
         cmd += ["--infill-positions", str(infill_positions)]
+    if max_documents:
+        cmd += ["--eval-max-documents", str(max_documents)]
     if scores_path is not None:
         cmd += ["--eval-scores-out", str(scores_path)]
     if cpu:
@@ -140,14 +144,16 @@ def evaluate_checkpoint(data: Path, checkpoint: Path, r_values: str, subset: str
                         batch_size: int = 16, cpu: bool = False,
                         log_dir: Optional[Path] = None, log_name: Optional[str] = None,
                         infill_positions: int = 1, scores_dir: Optional[Path] = None,
-                        env: Optional[Dict[str, str]] = None) -> Dict[str, object]:
+                        env: Optional[Dict[str, str]] = None,
+                        max_documents: int = 0) -> Dict[str, object]:
     """Every mode ``checkpoint`` can serve: ``{"checkpoint", "variant", "full_ppl",
     "full_ppl_se", "suffix_ppl": {R: ppl}, "suffix_ppl_se": {R: se}, "infill_acc": {R: %},
     "infill_acc_se", "infill_ppl", "infill_positions": count, "scores": {mode: path or None}}``
     (absent: not served). With ``log_dir``, each run's log is ``log_dir/<log_name>.<mode>.log``
     (default name: the checkpoint's file stem); the scored rows go to ``scores_dir`` (default
     ``log_dir``; neither: none are kept, and no paired difference can be formed); ``env``: added
-    to the environment of the fairseq-validate runs."""
+    to the environment of the fairseq-validate runs; ``max_documents``: score that many
+    documents spread over the split (``--eval-max-documents``; 0: all)."""
     info = checkpoint_capabilities(checkpoint)
     row: Dict[str, object] = {"checkpoint": str(checkpoint), "variant": info["variant"],
                               "scores": {}}
@@ -160,7 +166,7 @@ def evaluate_checkpoint(data: Path, checkpoint: Path, r_values: str, subset: str
                        if scores_dir is not None and info["takes_scores_out"] else None)
         result = run_validate(data, checkpoint, mode, None if mode == "full_doc_ppl" else r_values,
                               subset, batch_size, cpu, log_path, scores_path, infill_positions,
-                              env)
+                              env, max_documents)
         row["scores"][mode] = (str(scores_path) if scores_path is not None and scores_path.is_file()
                                else None)
         if mode == "full_doc_ppl":
@@ -372,6 +378,9 @@ def main(argv=None) -> int:
     parser.add_argument("--infill-positions", type=int, default=1,
                         help="masked positions per document for infilling (default 1, the "
                              "paper's); more give smaller standard errors on the same documents")
+    parser.add_argument("--max-documents", type=int, default=0,
+                        help="score only this many documents, spread evenly over the split "
+                             "(fairseq-validate --eval-max-documents; default 0: all)")
     parser.add_argument("--valid-subset", default="valid")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--cpu", action="store_true")
@@ -388,6 +397,8 @@ def main(argv=None) -> int:
         parser.error(str(error))
     if args.infill_positions < 1:
         parser.error(f"--infill-positions {args.infill_positions} must be at least 1")
+    if args.max_documents < 0:
+        parser.error(f"--max-documents {args.max_documents}: give 0 (every document) or more")
     for path in [args.data / "dict.txt", *args.checkpoints]:
         if not path.is_file():
             parser.error(f"{path} does not exist")
@@ -407,7 +418,8 @@ def main(argv=None) -> int:
                       else Path(stack.enter_context(tempfile.TemporaryDirectory())))
         rows = [evaluate_checkpoint(args.data, checkpoint, args.r_bidir, args.valid_subset,
                                     args.batch_size, args.cpu, args.log_dir, name,
-                                    args.infill_positions, scores_dir)
+                                    args.infill_positions, scores_dir,
+                                    max_documents=args.max_documents)
                 for checkpoint, name in zip(args.checkpoints, names)]
         table_names = row_names(rows, None)  # the log names above are file names
         print(format_report(rows, args.r_bidir, table_names))

@@ -48,6 +48,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from fairseq_ext.data.data_bin import special_ids
+from fairseq_ext.data.documents import spread_indices
 from fairseq_ext.reporting.uncertainty import Estimate, mean_loss, paired_mean_loss_difference
 from fairseq_ext.training.output_files import OutputError, error_line, write_text
 
@@ -200,15 +201,6 @@ def load_for_scoring(checkpoint: Path, data: Path, mask_prob: float, seed: int):
     model = models[0]
     model.eval()
     return model, task
-
-
-def spread_indices(length: int, count: int) -> np.ndarray:
-    """``count`` indices of ``range(length)`` spread evenly over it (``floor(i * length /
-    count)``, ``i < count``), or all of them when ``count >= length``: a fixed subset that
-    samples every part of a split whose documents are stored source by source."""
-    if count >= length:
-        return np.arange(length, dtype=np.int64)
-    return (np.arange(count, dtype=np.int64) * length) // count
 
 
 def spread_sequences(dataset, count: int):

@@ -148,16 +148,21 @@ def stream(cmd: List[str], env: dict, log_path: Path) -> Iterator[str]:
             raise SystemExit(f"error: {cmd[0]} failed (exit {proc.returncode}); full log: {log_path}")
 
 
-DEFAULT_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
+#: The demo's data-bin: the English embedded corpus (``scripts/prepare_corpus.sh`` with no
+#: input; docs/corpus.md).
+DEFAULT_DATA = REPO_ROOT / "data-bin" / "english-spm8000"
+#: The studies' data-bin until they are re-run on the English corpus: their committed tables
+#: (docs/studies.md) were made on the Python docs (``prepare_corpus.sh --source python-docs``).
+PYTHON_DOCS_DATA = REPO_ROOT / "data-bin" / "python-docs-spm8000"
 #: Checkpoints scored per masked-LM run (the points of its [MASK]-loss curve), the last included.
 CURVE_POINTS = 4
 #: The corruption rate every masked-LM checkpoint is scored at (the baselines', RoBERTa's and
 #: BERT's 15%): the same valid positions for every model of every group.
 SCORING_MASK_PROB = 0.15
 #: How many valid sequences the demo scores each masked-LM checkpoint on, spread evenly over
-#: the split (``masked_lm_scores --max-sequences``): all 2,946 of the Python docs; 1 in 24 of
-#: the English corpus's 71,278 (its whole split took 13-14 min a run; a 24th of that, estimated).
-SCORED_SEQUENCES = 3000
+#: the split (``masked_lm_scores --max-sequences``): 1 in 36 of the English corpus's 71,278
+#: (about 5,200 [MASK] positions; 3,000 sequences took 8 s a checkpoint on one thread).
+SCORED_SEQUENCES = 2000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +182,10 @@ class DemoRun:
 BIDIRECTIONAL_R_VALUES = "0,1"
 #: Masked positions per document in the demo's infilling columns (``--infill-positions``).
 BIDIRECTIONAL_INFILL_POSITIONS = 4
+#: Documents the demo's bidirectional evaluation scores, spread evenly over the valid split
+#: (``fairseq-validate --eval-max-documents``): 1 in 36 of the English corpus's 71,278 lines
+#: (infilling: 4 positions each).
+BIDIRECTIONAL_EVAL_DOCUMENTS = 2000
 
 
 def recipe_env(run: DemoRun, data: Path, **extra: str) -> dict:

@@ -1,11 +1,12 @@
 """What pre-training buys as it goes on: fine-tuned dev accuracy against pre-training updates,
 beside the same architecture at random initialisation (``scripts/transfer_curve.py``,
-docs/transfer.md, issue 55).
+docs/transfer.md).
 
 Every checkpoint given (a run's ``checkpoint_E_U.pt`` files, across runs and corpora) is
-fine-tuned on one task of a downstream suite exactly as ``make demo`` fine-tunes (the demo's
-protocol, :data:`fairseq_ext.experiments.finetuning.DEMO_PROTOCOL`: its recipe, lr, epochs and
-batch, 3 fine-tuning seeds), through the fine-tuning stage
+fine-tuned on one task of a downstream suite as ``make demo`` fine-tunes (the demo's
+protocol, :data:`fairseq_ext.experiments.finetuning.DEMO_PROTOCOL`: its recipe and batch, 3
+fine-tuning seeds), with the head, lr and epochs of :class:`CurveSettings` (by default the ones
+the levers chose), through the fine-tuning stage
 (:func:`fairseq_ext.experiments.finetuning.run_stage`, finished runs read back), and so is the
 random-init control of each architecture among them (a fresh draw per fine-tuning seed). Each
 point is the mean over fine-tuning seeds ± its SE, and its difference to its architecture's
@@ -72,7 +73,7 @@ class CurveSettings:
     init included, fine-tunes the same way."""
 
     pooling: str = finetuning.CHOSEN_POOLING
-    epochs: int = finetuning.DEMO_PROTOCOL.epochs
+    epochs: int = finetuning.CHOSEN_EPOCHS
     lrs: Tuple[str, ...] = (CHOSEN_LR,)
     warmup_share: float = finetuning.DEMO_PROTOCOL.warmup_share
 

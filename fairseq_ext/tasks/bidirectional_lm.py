@@ -57,6 +57,7 @@ from fairseq_ext.data.documents import (
     DocumentFormatError,
     check_document_format,
     read_documents,
+    spread_indices,
     warn_if_format_mismatch,
     whole_document_count,
 )
@@ -128,6 +129,11 @@ class BidirectionalLMConfig(FairseqDataclass):
         "help": "infill: masked positions per document, each scored in a row of its own (one "
                 "masked token per row); more positions give a smaller standard error on the same "
                 "documents. The first K are the same for any larger K"})
+    eval_max_documents: int = field(default=0, metadata={
+        "help": "--eval-mode: score only this many documents of the split, spread evenly over "
+                "it (document floor(i * D / N) of its D, i < N), the same ones for every model "
+                "and R, each with the rows it has in the whole split's scoring; a large split "
+                "then costs a fixed time. 0: every document"})
     eval_scores_out: Optional[str] = field(default=None, metadata={
         "help": "fairseq-validate --eval-mode: also write each scored row (document, masked "
                 "position, R, tokens, loss, correct) as a JSON line to this new file (never "
@@ -178,6 +184,12 @@ def check_evaluation(cfg: BidirectionalLMConfig, sampler: ObjectiveSampler) -> N
         raise ConfigError(f"--infill-positions {cfg.infill_positions} must be at least 1 (masked "
                           "positions scored per document)")
     mode = None if cfg.eval_mode is None else str(cfg.eval_mode)
+    if cfg.eval_max_documents < 0:
+        raise ConfigError(f"--eval-max-documents {cfg.eval_max_documents} must be 0 (every "
+                          "document) or the number of documents to score")
+    if cfg.eval_max_documents and mode not in EVAL_MODES:
+        raise ConfigError(f"--eval-max-documents {cfg.eval_max_documents} needs --eval-mode "
+                          f"{' / '.join(EVAL_MODES)}: it chooses the documents those modes score")
     if cfg.infill_positions != 1 and mode != "infill":
         raise ConfigError(f"--infill-positions {cfg.infill_positions} belongs to --eval-mode infill "
                           f"(it counts masked positions per document); this run has --eval-mode "
@@ -290,7 +302,8 @@ class BidirectionalLMTask(FairseqTask):
         runs with equal settings on the same data score the same rows."""
         return {key: (None if getattr(self.cfg, key) is None else str(getattr(self.cfg, key)))
                 for key in ("eval_mode", "document_format", "tokens_per_sample", "r_bidir",
-                            "suffix_fraction", "eval_seed", "infill_positions")}
+                            "suffix_fraction", "eval_seed", "infill_positions",
+                            "eval_max_documents")}
 
     @property
     def eval_group_labels(self):
@@ -337,13 +350,18 @@ class BidirectionalLMTask(FairseqTask):
                 parse_r_bidir(self.cfg.r_bidir) if self.eval_mode in MODES_WITH_R else [],
                 self.cfg.suffix_fraction, self.cfg.eval_seed, self.mask_idx,
                 self.dictionary.pad(), self.special_token_ids(),
-                positions_per_document=self.cfg.infill_positions, split=split)
+                positions_per_document=self.cfg.infill_positions, split=split,
+                kept_documents=(spread_indices(len(documents), self.cfg.eval_max_documents)
+                                if self.cfg.eval_max_documents else None))
             rows = (f"; {dataset.rows_per_group} masked positions (--infill-positions "
                     f"{self.cfg.infill_positions})" if self.eval_mode == "infill" else "")
-            logger.info("%s: --eval-mode %s%s on %d documents, one per sequence; %d skipped as too"
-                        " short for it%s; read as %s", split, self.eval_mode,
+            spread = (f" ({dataset.considered} of {len(documents)} spread over the split, "
+                      f"--eval-max-documents {self.cfg.eval_max_documents})"
+                      if dataset.considered < len(documents) else "")
+            logger.info("%s: --eval-mode %s%s on %d documents%s, one per sequence; %d skipped as "
+                        "too short for it%s; read as %s", split, self.eval_mode,
                         f" --r-bidir {self.cfg.r_bidir}" if self.eval_mode in MODES_WITH_R else "",
-                        dataset.scored, dataset.skipped, rows, read)
+                        dataset.scored, spread, dataset.skipped, rows, read)
             self.datasets[split] = dataset
             return
         blocks = TokenBlockDataset(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from fairseq_ext.experiments import finetuning, recipe_runs
-from fairseq_ext.experiments.recipe_runs import DEFAULT_DATA, REPO_ROOT, WORKERS
+from fairseq_ext.experiments.recipe_runs import PYTHON_DOCS_DATA, REPO_ROOT, WORKERS
 from fairseq_ext.experiments.studies.kinds import kind_of
 from fairseq_ext.experiments.studies.plan import plan_study, with_lr
 from fairseq_ext.experiments.studies.power import design_rows, design_text
@@ -82,9 +82,9 @@ def main(argv=None) -> None:
         prog="scripts/study.py", description=__doc__.split("\n\n")[0],
         epilog="studies: " + "; ".join(f"{s.name}: {s.title}" for s in STUDIES.values()))
     parser.add_argument("study", choices=sorted(STUDIES))
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                        help="a data-bin (default: the embedded corpus, "
-                             "scripts/prepare_corpus.sh)")
+    parser.add_argument("--data", type=Path, default=PYTHON_DOCS_DATA,
+                        help="a data-bin (default: the Python docs, scripts/prepare_corpus.sh "
+                             "--source python-docs, on which the committed studies were made)")
     parser.add_argument("--runs-dir", type=Path, default=None,
                         help="where the runs go (default runs/studies/<study>); run the same "
                              "command again to resume: finished runs are read back")
@@ -142,7 +142,8 @@ def main(argv=None) -> None:
     data = args.data.resolve()
     if not (data / "dict.txt").is_file():
         raise SystemExit(f"error: --data {data} has no dict.txt: run scripts/prepare_corpus.sh "
-                         "(or make demo) first, or point --data at a fairseq data-bin")
+                         "--source python-docs first (the studies' default corpus), or point "
+                         "--data at a fairseq data-bin")
     if args.updates is not None and args.updates < 1:
         parser.error(f"--updates {args.updates}: give a positive number of updates")
     if args.workers < 1:
