@@ -175,6 +175,9 @@ def test_every_run_trains_on_train_and_validates_on_dev_and_the_selection_split(
     assert env["R_BIDIR"] == "0" and env["CKPT"] == "ckpt.pt"
     assert env["TOTAL_UPDATES"] == str(2 * 63)  # the training split's 1,000 examples
     assert "--no-save" in args
+    # only the last epoch validates: its record is the one read (final_accuracy)
+    epochs = studies.BIDIRECTIONAL_FINETUNE.epochs
+    assert args[args.index("--validate-interval") + 1] == str(epochs) and epochs == 2
     assert run.directory(Path("R")) == Path("R/finetune/msk_bi_r0/seed2/GlossTopic/lr1e-3/ft3")
     alone = FinetuneRun(arm, 2, TASK, "1e-3", 3, select=False)  # one rate: dev only
     assert finetuning.recipe_inputs(studies.BIDIRECTIONAL_FINETUNE, alone, model,

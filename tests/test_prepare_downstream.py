@@ -284,12 +284,17 @@ def test_databins_read_by_fairseq_sentence_prediction(built):
     assert (fortunes["train"], fortunes["selection"]) == (24, 6)  # 8 a category: 5 + 1 each
 
 
-def test_corpus_fingerprint_is_the_index_fingerprint(tmp_path):
-    """The stamp check hashes the corpus without indexing it: the same digest, bad bytes too."""
+def test_corpus_fingerprint_by_hand(tmp_path):
+    """The stamp check's digest: the files' lines in order, decoded as UTF-8 with bad bytes
+    replaced (U+FFFD), re-encoded."""
+    import hashlib
+
     first, second = tmp_path / "a.txt", tmp_path / "b.txt"
     first.write_bytes("caf\u00e9 line\n".encode() + b"bad \xff byte\n")
     second.write_text("second file, no newline at the end")
-    assert ds.corpus_fingerprint([first, second]) == ds.CorpusIndex([first, second]).fingerprint
+    hand = hashlib.sha256("caf\u00e9 line\nbad \ufffd byte\nsecond file, no newline at the "
+                          "end".encode()).hexdigest()
+    assert ds.corpus_fingerprint([first, second]) == hand
     assert ds.corpus_fingerprint([first, second]) != ds.corpus_fingerprint([second, first])
 
 
