@@ -183,8 +183,8 @@ BIDIRECTIONAL_R_VALUES = "0,1"
 #: Masked positions per document in the demo's infilling columns (``--infill-positions``).
 BIDIRECTIONAL_INFILL_POSITIONS = 4
 #: Documents the demo's bidirectional evaluation scores, spread evenly over the valid split
-#: (``fairseq-validate --eval-max-documents``): 1 in 36 of the English corpus's 71,278 lines
-#: (infilling: 4 positions each).
+#: (``fairseq-validate --eval-max-documents``): 1 in 38 of the English corpus's 75,578 valid
+#: documents (its lines, the longer ones cut at 64 tokens; infilling: 4 positions each).
 BIDIRECTIONAL_EVAL_DOCUMENTS = 2000
 
 
