@@ -46,15 +46,17 @@ def test_demo_end_to_end_on_a_tiny_data_bin(tiny_data_bin, tmp_path):
     reference.write_text(json.dumps({"figures": {
         "3ml/roberta-15%/updates": {"value": 4, "se": 0.0, "dof": None, "unit": "updates"},
         "3ml/roberta-15%/mask_loss": {"value": 0.0, "se": 0.01, "dof": None, "unit": "bits"}}}))
+    # --seed reaches every recipe; a SEED of the caller's environment does not
     proc = run_cli([sys.executable, REPO_ROOT / "scripts/demo.py", "--data", tiny_data_bin,
-                    "--updates", "4", "--runs-dir", runs_dir, "--compare", reference],
-                   check=False)
+                    "--updates", "4", "--runs-dir", runs_dir, "--compare", reference,
+                    "--seed", "2"], env={"SEED": "7"}, check=False)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "FAIL: 1 of 2 figures" in proc.stdout
     assert "3ml/roberta-15%/mask_loss (differs)" in proc.stdout
     summary = json.loads((runs_dir / "summary.json").read_text())
     assert str(runs_dir) not in json.dumps(summary)  # paths relative to the runs directory
     assert summary["provenance"]["threads"] == 1 and summary["figures"]
+    assert summary["provenance"]["seed"] == 2
     rows = summary["masked_lm"]
     assert [row["name"] for row in rows] == [run.name for run in demo.DEMO_RUNS]
     assert set(summary["unigram"]) == set(demo.MASKED_LM_GROUPS)
@@ -97,6 +99,7 @@ def test_demo_end_to_end_on_a_tiny_data_bin(tiny_data_bin, tmp_path):
         run_dir = runs_dir / row["name"].replace("%", "pct")
         assert (run_dir / "checkpoints" / "checkpoint_last.pt").exists()
         assert (run_dir / "train.log").read_text().startswith("+ ")
+        assert " --seed 2 " in (run_dir / "train.log").read_text().splitlines()[0]
         # the curve: every interval checkpoint kept and scored, the last one included
         interval = max(1, row["updates"] // recipe_runs.CURVE_POINTS)
         assert [point["updates"] for point in row["curve"]] == sorted(

@@ -90,6 +90,74 @@ def test_the_command_compares_two_files_and_exits_1_on_a_failure(tmp_path):
     assert proc.returncode != 0 and "has no 'figures' section" in proc.stderr
 
 
+def seeded(seed, loss, gap, cpu="cpu A", updates=713):
+    run = summary(loss=figures.figure(Estimate(loss, 0.03), "bits"),
+                  gap=figures.figure(Estimate(gap, 0.01), "bits"),
+                  updates=figures.exact(updates, "updates"))
+    run[figures.PROVENANCE].update(seed=seed, cpu=cpu)
+    return run
+
+
+def test_the_seed_spread_is_each_figure_s_sd_over_seeds_and_skips_counts():
+    runs = [seeded(1, 9.20, -0.15), seeded(2, 9.30, -0.05), seeded(3, 9.40, -0.10)]
+    spread = figures.seed_spread(runs, ["s1", "s2", "s3"])
+    assert spread[figures.FIGURES]["loss"]["sd"] == pytest.approx(0.1)  # by hand: n - 1
+    assert spread[figures.FIGURES]["gap"]["sd"] == pytest.approx(0.05)
+    assert "updates" not in spread[figures.FIGURES]
+    assert [entry["seed"] for entry in spread["sources"]] == [1, 2, 3]
+    with pytest.raises(SystemExit, match="seeds .* repeat"):
+        figures.seed_spread([runs[0], seeded(1, 9.3, -0.1)], ["a", "b"])
+    with pytest.raises(SystemExit, match="two or more"):
+        figures.seed_spread(runs[:1], ["a"])
+
+
+def test_another_training_path_adds_the_seed_spread_and_the_same_path_does_not():
+    """On another CPU the loss 0.2 bits off passes with the spread (0.2 / sqrt(0.03^2 + 0.03^2
+    + 2 x 0.1^2) = 1.32 SE) and fails without it (4.7 SE); on the same CPU and seed the spread
+    is not used; a count must match whatever the path."""
+    spread = {figures.FIGURES: {"loss": {"sd": 0.1}, "gap": {"sd": 0.05}}}
+    reference = seeded(1, 9.20, -0.15)
+    elsewhere = seeded(1, 9.40, -0.15, cpu="cpu B")
+    rows = {row.name: row for row in figures.compare(reference, elsewhere, spread=spread)}
+    assert rows["loss"].standard_errors == pytest.approx(0.2 / math.sqrt(0.0018 + 0.02))
+    assert rows["loss"].status == "ok" and rows["loss"].seed_sd == 0.1
+    assert figures.training_path_changes(reference, elsewhere) == ["cpu"]
+    text = figures.format_comparison(list(rows.values()), reference, elsewhere)
+    assert "different training paths (cpu differ): 2 figures add sqrt(2)" in text
+    assert {row.name: row for row in figures.compare(reference, elsewhere)}["loss"].failed
+    here = seeded(1, 9.40, -0.15)
+    rows = {row.name: row for row in figures.compare(reference, here, spread=spread)}
+    assert rows["loss"].failed and rows["loss"].seed_sd is None
+    moved = seeded(1, 9.20, -0.15, cpu="cpu B", updates=714)
+    assert {row.name: row for row in figures.compare(reference, moved, spread=spread)}[
+        "updates"].failed
+    # a summary written before seeds were recorded trained seed 1
+    del reference[figures.PROVENANCE]["seed"]
+    assert figures.training_path_changes(reference, seeded(1, 9.2, -0.15)) == []
+    assert figures.training_path_changes(reference, seeded(2, 9.2, -0.15)) == ["seed"]
+
+
+def test_the_command_writes_a_seed_spread_and_reads_it_beside_the_reference(tmp_path):
+    command = [sys.executable, "-m", "fairseq_ext.reporting.figures"]
+    paths = []
+    for seed, loss in ((1, 9.20), (2, 9.30), (3, 9.40)):
+        paths.append(tmp_path / f"seed{seed}.json")
+        paths[-1].write_text(json.dumps(seeded(seed, loss, -0.1)))
+    reference = tmp_path / "ref" / "summary.json"
+    reference.parent.mkdir()
+    reference.write_text(json.dumps(seeded(1, 9.20, -0.1)))
+    out = reference.parent / figures.SPREAD_NAME
+    assert "2 figures' SD over 3 seeds" in run_cli(
+        [*command, "--seed-spread", *paths, "--out", out]).stdout
+    assert run_cli([*command, "--seed-spread", *paths, "--out", out], check=False).returncode != 0
+    fresh = tmp_path / "fresh.json"
+    fresh.write_text(json.dumps(seeded(1, 9.40, -0.1, cpu="cpu B")))
+    proc = run_cli([*command, reference, fresh])
+    assert "PASS" in proc.stdout and f"(seed spread: {out})" in proc.stdout
+    out.unlink()
+    assert run_cli([*command, reference, fresh], check=False).returncode == 1
+
+
 def test_paths_under_the_runs_directory_become_relative(tmp_path):
     runs = tmp_path / "runs"
     value = {"a": str(runs / "x" / "scores.jsonl"), "b": [str(tmp_path / "data-bin")],

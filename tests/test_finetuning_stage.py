@@ -203,7 +203,8 @@ def test_each_pre_training_seed_chooses_its_rate_on_the_selection_split_only():
 
 def test_an_exported_encoder_s_arch_and_shape_reach_the_recipe():
     model = studies.STUDIES["3ml"].model("3ml-self-40%")
-    run = FinetuneRun(FinetuneArm("3ml-self-40%", "3ml-self-40%"), 1, TASK, "3e-4", 1)
+    run = FinetuneRun(FinetuneArm("3ml-self-40%", "3ml-self-40%", {"POOLING": "first"}), 1,
+                      TASK, "3e-4", 1)
     export_args = ["--arch", "roberta_prenorm", "--encoder-layers", "6", "--encoder-embed-dim",
                    "192", "--max-positions", "64"]
     env, args = finetuning.recipe_inputs(studies.THREE_ML_FINETUNE, run, model,
@@ -223,6 +224,14 @@ def test_a_mean_pooling_arm_lets_the_recipe_read_its_arch():
                                          Path("enc.pt"), export_args)
     assert env["POOLING"] == "mean" and "ARCH" not in env and "MAX_POSITIONS" not in env
     assert "--encoder-layers" not in args
+    # no POOLING: the recipe's default for a suite task (mean), so again the recipe reads it
+    run = FinetuneRun(FinetuneArm("d", "3ml-self-40%"), 1, TASK, "3e-4", 1)
+    env, args = finetuning.recipe_inputs(studies.THREE_ML_FINETUNE, run, model,
+                                         Path("enc.pt"), export_args)
+    assert "POOLING" not in env and "ARCH" not in env and "--encoder-layers" not in args
+    # the studies' 3ML stage fine-tunes every arm, random init included, with the chosen head
+    assert {arm.env.get("POOLING") for arm in studies.THREE_ML_FINETUNE.arms} == {
+        finetuning.CHOSEN_POOLING}
 
 
 def test_swishrnn_runs_repeat_the_model_flags_of_pre_training():
@@ -314,9 +323,30 @@ def test_the_3ml_recipe_reads_the_classes_of_a_downstream_task(downstream_bin, t
     encoder.write_bytes(b"")
     _, flags = dry_run(REPO_ROOT / "recipes/3ml/finetune_glue.sh", TASK="fortunetopic",
                        DATA=str(downstream_bin), PRETRAINED=str(encoder), ARCH="roberta_prenorm",
-                       MAX_POSITIONS="64", TRAIN_EXAMPLES="100")
+                       MAX_POSITIONS="64", TRAIN_EXAMPLES="100", POOLING="first")
     assert flags["--num-classes"] == "4"
     assert flags["--best-checkpoint-metric"] == "accuracy"
+
+
+def test_the_3ml_recipe_defaults_a_suite_task_to_the_chosen_protocol(downstream_bin, tmp_path):
+    """A suite task takes the head, lr and epochs the levers chose (finetuning.CHOSEN_*) at the
+    demo's batch (DEMO_PROTOCOL.batch); a GLUE task keeps Table 5's defaults and the <s> head."""
+    encoder = tmp_path / "enc.pt"
+    encoder.write_bytes(b"")
+    common = dict(PRETRAINED=str(encoder), MAX_POSITIONS="64", TRAIN_EXAMPLES="100")
+    _, flags = dry_run(REPO_ROOT / "recipes/3ml/finetune_glue.sh", TASK="FortuneTopic",
+                       DATA=str(downstream_bin), ARCH="roberta_pooled_prenorm", **common)
+    batch = finetuning.DEMO_PROTOCOL.batch
+    assert flags["--classification-pooling"] == finetuning.CHOSEN_POOLING
+    assert flags["--lr"] == finetuning.CHOSEN_LR
+    assert flags["--max-epoch"] == str(finetuning.CHOSEN_EPOCHS)
+    assert flags["--batch-size"] == str(batch) and flags["--update-freq"] == "1"
+    assert flags["--total-num-update"] == str(finetuning.CHOSEN_EPOCHS * math.ceil(100 / batch))
+    _, flags = dry_run(REPO_ROOT / "recipes/3ml/finetune_glue.sh", TASK="RTE",
+                       DATA=str(downstream_bin), ARCH="roberta_prenorm", **common)
+    assert "--classification-pooling" not in flags
+    assert (flags["--lr"], flags["--max-epoch"]) == ("5e-05", "3")
+    assert flags["--total-num-update"] == str(3 * math.ceil(100 / 32))
 
 
 def test_the_bidirectional_and_swishrnn_recipes_need_updates_for_a_downstream_task(
@@ -361,8 +391,10 @@ def test_on_the_gpu_a_run_trains_off_the_cpu_and_is_kept_apart_from_cpu_runs(dow
         env, args = finetuning.recipe_inputs(study.finetune, run, model, encoder, export_args,
                                              device)
         assert env["CPU"] == {"cuda": "0", "cpu": "1"}[device]
+        # the fixture has labels only, and an empty encoder: the mean head's arch is given
         env = {**{key: value for key, value in env.items() if key != "LOG_FILE"},
-               "TRAIN_EXAMPLES": "1000"}  # the fixture has labels only
+               "TRAIN_EXAMPLES": "1000", "ARCH": "roberta_pooled_prenorm",
+               "MAX_POSITIONS": "512"}
         _, flags = dry_run(REPO_ROOT / study.finetune.recipe, *args, **env)
         assert ("--cpu" in flags) == on_cpu and "--fp16" not in flags
     settings = finetuning.run_settings(study.finetune, run, "fp", "cuda")

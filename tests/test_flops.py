@@ -583,3 +583,16 @@ def test_validation_records_carry_no_flops(train_runs):
         assert records
         for record in records:
             assert not any("pflops" in key for key in record), record
+
+
+def test_cli_budget_is_rounded_down_on_both_lines(capsys):
+    """19,591.6 updates buy the budget: both lines say 19591, the planner's rule
+    (experiments/budget.py; recipes/3ml/english.sh trains them)."""
+    code, out, _ = calculator(capsys, "--arch", "3ml_self_mini", "--decoder-layers", "1",
+                              "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "128",
+                              "--mask-prob", "0.4", "--tokens-per-sample", "64",
+                              "--vocab-size", "8002", "--batch-size", "64",
+                              "--vs-mask-prob", "0.15", "--budget-of", "roberta_mini_prenorm:24000")
+    assert code == 0
+    assert "updates: 19591" in out.splitlines()
+    assert "gets 19591 updates for the FLOPs of roberta_mini_prenorm" in out

@@ -46,6 +46,7 @@ PAIRS = [
     ("3ml/baseline_24hbert.sh", "3ml/baseline_24hbert.yaml"),
     ("3ml/baseline_roberta.sh", "3ml/baseline_roberta.yaml"),
     ("3ml/demo.sh", "3ml/demo.yaml"),
+    ("3ml/english.sh", "3ml/english.yaml"),
     ("swishrnn/pretrain.sh", "swishrnn/pretrain_base.yaml"),
     ("swishrnn/pretrain.sh", "swishrnn/pretrain_large.yaml"),
     ("swishrnn/demo.sh", "swishrnn/demo.yaml"),
@@ -117,6 +118,9 @@ FLAG_TO_YAML = {
     "--encoder-normalize-before": "model.encoder_normalize_before",
     "--layernorm-embedding": "model.layernorm_embedding",
     "--log-format": "common.log_format", "--log-file": "common.log_file",
+    "--decoder-layers": "model.decoder_layers", "--decoder-embed-dim": "model.decoder_embed_dim",
+    "--decoder-ffn-embed-dim": "model.decoder_ffn_embed_dim",
+    "--decoder-attention-heads": "model.decoder_attention_heads",
 }
 # YAML keys with no flag of their own: the data (a required override), and what differs by
 # form only (the plugin path, hydra's own settings).
@@ -575,3 +579,22 @@ def test_hydra_yaml_takes_plain_model_overrides_from_any_directory(paper, tiny_d
         tables = [v for k, v in state.items() if k.endswith("position_bias.relative_attention_bias.weight")]
         assert len(tables) == 3 and all(torch.equal(t, tables[0]) for t in tables)
     assert not list(outside.iterdir())  # nothing written where it ran
+
+
+def test_the_3ml_english_recipe_spends_the_flops_of_the_roberta_english_recipe(tmp_path):
+    """recipes/3ml/english.sh's updates are those that buy RoBERTa-15%'s 24,000 updates of
+    recipes/roberta/english.sh (both read as their commands print them, on the English
+    corpus's 8,000-piece vocabulary), and its warm-up the same 5% share."""
+    from fairseq_ext.experiments.budget import command_option, equal_flops_updates, planned_command
+    from fairseq_ext.experiments.recipe_runs import DemoRun
+
+    (tmp_path / "dict.txt").write_text("".join(f"piece{i} 1\n" for i in range(7997)))
+    roberta = DemoRun("roberta-15%", "recipes/roberta/english.sh")
+    three_ml = DemoRun("3ml-self-40%", "recipes/3ml/english.sh")
+    roberta_updates, three_ml_updates = equal_flops_updates([roberta, three_ml], tmp_path)
+    command = planned_command(three_ml, tmp_path)
+    assert roberta_updates == 24000
+    assert int(command_option(command, "--max-update")) == three_ml_updates == 19591
+    baseline = planned_command(roberta, tmp_path)
+    share = int(command_option(baseline, "--warmup-updates")) / roberta_updates
+    assert int(command_option(command, "--warmup-updates")) == round(share * three_ml_updates)

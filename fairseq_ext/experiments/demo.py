@@ -423,10 +423,19 @@ def main(argv=None) -> None:
                         help="skip the fine-tuning table (RoBERTa-15%% against 3ML-self-40%% on "
                              f"{finetuning.DEMO_TASK}; its fortunes package is fetched with "
                              "apt-get download when missing)")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="the pre-training seed of every run (SEED of each recipe; the "
+                             "fine-tuning seeds stay 1-3); the reference is seed 1, and the "
+                             f"spread over seeds beside it ({figures.SPREAD_NAME}) comes from "
+                             "runs of other seeds (default: %(default)s)")
     figures.add_compare_arguments(parser)
     args = parser.parse_args(argv)
+    if args.seed < 1:
+        parser.error(f"--seed {args.seed}: give a positive seed")
     if args.compare is not None:  # read now: a wrong path is told before ten minutes of training
         figures.figures_of(figures.load(args.compare), str(args.compare))
+    if args.spread is not None:
+        figures.load(args.spread)
     # the recipes run from the repository root: paths the user gave are theirs, from here
     args.data = args.data.resolve() if args.data is not None else None
     args.runs_dir = args.runs_dir.resolve() if args.runs_dir is not None else None
@@ -442,11 +451,14 @@ def main(argv=None) -> None:
     runs = ([r for r in DEMO_RUNS + OPTIONAL_RUNS if r.name in args.only]
             if args.only is not None else list(DEMO_RUNS))
     bidirectional_runs = [r for r in BIDIRECTIONAL_RUNS if args.only is None or r.name in args.only]
+    # the seed reaches every recipe explicitly: a SEED in the caller's environment does not leak in
+    runs, bidirectional_runs = ([with_seed(run, args.seed) for run in group]
+                                for group in (runs, bidirectional_runs))
     if not runs and not bidirectional_runs:
         raise SystemExit(f"error: --only matched none of "
                          f"{[r.name for r in DEMO_RUNS + OPTIONAL_RUNS + BIDIRECTIONAL_RUNS]}")
     # where the figures come from: the checkout as it is when the runs start
-    provenance = figures.provenance(REPO_ROOT, threads=1)
+    provenance = {**figures.provenance(REPO_ROOT, threads=1), "seed": args.seed}
     runs_dir = args.runs_dir or REPO_ROOT / "runs" / "demo" / time.strftime("%Y%m%d-%H%M%S")
     refuse_earlier_outputs([*(run_dir_of(runs_dir, run) for run in runs + bidirectional_runs),
                             runs_dir / SUMMARY, runs_dir / PLOT])  # before anything is trained
@@ -554,7 +566,13 @@ def main(argv=None) -> None:
     print(clock.summary())
     print(f"demo wall time: {(time.time() - clock.started) / 60:.1f} min")
     if args.compare is not None:
-        sys.exit(figures.compare_files(args.compare, runs_dir / SUMMARY, args.tolerance))
+        sys.exit(figures.compare_files(args.compare, runs_dir / SUMMARY, args.tolerance,
+                                        spread=args.spread))
+
+
+def with_seed(run: DemoRun, seed: int) -> DemoRun:
+    """``run`` trained with pre-training seed ``seed`` (its recipe's ``SEED``)."""
+    return dataclasses.replace(run, env={**run.env, "SEED": str(seed)})
 
 
 #: The models of the demo's fine-tuning table, the baseline first (the random-init arm

@@ -384,9 +384,10 @@ def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoin
            "EVAL_INTERVAL_UPDATES": str(total), **DEVICE_ENV[device], "NUM_WORKERS": "0",
            "LOG_INTERVAL": str(max(1, total // 4)), "LOG_FILE": "", **recipe_runs.ONE_THREAD}
     args = list(protocol.extra_args) + (list(model.args) if protocol.model_args else [])
-    # --arch A [shape flags] --max-positions N, as export_encoder.py prints; a mean-pooling
-    # head needs other flags (roberta_pooled), which the recipe reads off the checkpoint itself
-    if export_args and env.get("POOLING") in (None, "", "first"):
+    # --arch A [shape flags] --max-positions N, as export_encoder.py prints, for the <s> head;
+    # a mean-pooling head (the suite tasks' default) needs other flags (roberta_pooled), which
+    # the recipe reads off the checkpoint itself
+    if export_args and env.get("POOLING") == "first":
         words = list(export_args)
         env["ARCH"] = words[words.index("--arch") + 1]
         env["MAX_POSITIONS"] = words[words.index("--max-positions") + 1]
@@ -678,7 +679,8 @@ def paired_average_difference(per_task_a: Dict[str, Dict[int, Sequence[float]]],
 #: for 10 epochs (after GCIDE pre-training, on a held-out 6-class topic task, the pre-trained
 #: model was 8.3 points below random init after 5 epochs, 2.4 after 10 and 1.6 after 20;
 #: epochs beyond 10 are not measured on the English corpus).
-#: The recipes' own default stays ``<s>`` (``POOLING=first``), the papers' Table-5 head.
+#: ``recipes/3ml/finetune_glue.sh`` defaults the suite's tasks to them (GLUE keeps Table 5's
+#: defaults and the ``<s>`` head); the studies' 3ML stage fine-tunes with the chosen head.
 CHOSEN_POOLING = "mean"
 CHOSEN_LR = "3e-3"
 CHOSEN_EPOCHS = 10

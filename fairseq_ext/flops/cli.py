@@ -131,10 +131,12 @@ def run(args) -> int:
         budget_spec = spec_for_arch(budget_arch)
         budget_flops = training_flops_per_sequence(budget_spec, length, args.vs_mask_prob, vocab,
                                                    args.mask_fraction)
-        updates = budget_updates * budget_flops / per_sequence["A"]
-        print(f"budget: {args.arch} gets {updates:.0f} updates for the FLOPs of {budget_arch} "
+        # rounded down, as the demo and the studies plan (experiments/budget.py): the same
+        # number on both lines
+        updates = math.floor(budget_updates * budget_flops / per_sequence["A"] * (1 + 1e-12))
+        print(f"budget: {args.arch} gets {updates} updates for the FLOPs of {budget_arch} "
               f"(mask {args.vs_mask_prob:.2f}) trained for {budget_updates:.0f} updates")
-        print(f"updates: {math.floor(updates)}")
+        print(f"updates: {updates}")
     if args.measure:
         from fairseq_ext.flops.measure import measure_training_flops
 

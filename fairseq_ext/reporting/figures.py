@@ -20,10 +20,14 @@ reference when they finish.
 
 What the tolerance can promise: a fixed seed on one machine repeats its figures exactly (one torch
 thread, the same data: the runs are deterministic), so there any difference is a change in the
-code or the recipe. On another CPU, float rounding differs from the first update and the
-training takes another path, which the standard errors of a single-seed figure (over sequences)
-do not cover: a study's figures, whose errors are over seeds, are the ones that carry to another
-machine.
+code or the recipe. On another CPU, another torch, another corpus build or another seed
+(:data:`PATH_KEYS` of the provenance), float rounding or the data differ from the first update
+and the training takes another path, which the standard errors of a single-seed figure (over
+sequences) do not cover. There each figure's error adds ``2 x sd^2``, ``sd`` the figure's
+standard deviation over pre-training seeds in a spread file beside the reference
+(:data:`SPREAD_NAME`, written by :func:`seed_spread`: ``python -m fairseq_ext.reporting.figures
+--seed-spread S1 S2 S3 --out DIR/seed_spread.json``). A study's figures, whose errors are over
+seeds, carry to another machine as they are.
 """
 from __future__ import annotations
 
@@ -44,6 +48,12 @@ from fairseq_ext.reporting.uncertainty import Estimate
 FIGURES, PROVENANCE = "figures", "provenance"
 #: A figure fails the comparison beyond this many standard errors of its difference.
 TOLERANCE = 3.0
+#: The file beside a reference summary that holds its figures' spread over pre-training seeds.
+SPREAD_NAME = "seed_spread.json"
+#: What a single run's training path depends on besides the code: where two summaries differ in
+#: one of these, their runs took different paths (a summary without a seed trained seed 1).
+PATH_KEYS = ("cpu", "torch", "threads", "corpus", "seed")
+_PATH_DEFAULTS = {"seed": 1}
 
 
 def figure(estimate: Estimate, unit: str) -> dict:
@@ -137,6 +147,7 @@ class FigureComparison:
     difference: float
     standard_errors: float
     status: str
+    seed_sd: Optional[float] = None  # the spread over seeds added to the error, if any
 
     @property
     def failed(self) -> bool:
@@ -154,8 +165,48 @@ def figures_of(summary: dict, source: str = "summary") -> Dict[str, dict]:
     return figures
 
 
+def training_path_changes(reference: dict, fresh: dict) -> List[str]:
+    """The :data:`PATH_KEYS` in which two summaries' provenances differ (empty: the fresh run
+    retraced the reference's training path, and its figures must repeat)."""
+    ref_info, fresh_info = reference.get(PROVENANCE) or {}, fresh.get(PROVENANCE) or {}
+    return [key for key in PATH_KEYS
+            if ref_info.get(key, _PATH_DEFAULTS.get(key)) != fresh_info.get(
+                key, _PATH_DEFAULTS.get(key))]
+
+
+def seed_spread(summaries: List[dict], sources: List[str]) -> dict:
+    """Each figure's standard deviation over runs that differ only in their pre-training seed
+    (``n - 1`` in the denominator), for the figures every summary has and that are not counts;
+    with the summaries' seeds and commits. Refused for fewer than two summaries or repeated
+    seeds."""
+    if len(summaries) < 2:
+        raise SystemExit("error: --seed-spread needs the summaries of two or more seeds")
+    seeds = [(summary.get(PROVENANCE) or {}).get("seed", _PATH_DEFAULTS["seed"])
+             for summary in summaries]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"error: --seed-spread: the summaries' seeds {seeds} repeat; give one "
+                         "summary per pre-training seed (scripts/demo.py --seed N)")
+    all_figures = [figures_of(summary, source) for summary, source in zip(summaries, sources)]
+    spread = {}
+    for name, first in all_figures[0].items():
+        values = [figures.get(name, {}).get("value") for figures in all_figures]
+        if first.get("se") == 0.0 or any(value is None for value in values):
+            continue
+        mean = sum(values) / len(values)
+        sd = math.sqrt(sum((value - mean) ** 2 for value in values) / (len(values) - 1))
+        spread[name] = {"sd": sd, "runs": len(values), "values": values,
+                        "unit": first.get("unit", "")}
+    return {FIGURES: spread,
+            "sources": [{"summary": source, "seed": seed,
+                         "commit": (summary.get(PROVENANCE) or {}).get("commit")}
+                        for summary, source, seed in zip(summaries, sources, seeds)]}
+
+
 def compare_figure(name: str, reference: dict, fresh: Optional[dict],
-                   tolerance: float = TOLERANCE) -> FigureComparison:
+                   tolerance: float = TOLERANCE,
+                   seed_sd: Optional[float] = None) -> FigureComparison:
+    """One figure; ``seed_sd`` (the runs took different training paths) adds ``2 seed_sd^2``
+    to the variance of the difference."""
     unit = reference.get("unit", "")
     if fresh is None or fresh.get("value") is None:
         return FigureComparison(name, unit, reference, fresh, math.nan, math.nan, "missing")
@@ -163,29 +214,34 @@ def compare_figure(name: str, reference: dict, fresh: Optional[dict],
         return FigureComparison(name, unit, reference, fresh, math.nan, math.nan, "new")
     difference = fresh["value"] - reference["value"]
     errors = [reference.get("se"), fresh.get("se")]
-    if any(error is None for error in errors):  # an unknown error: only equality passes
-        spread = 0.0
+    if any(error is None for error in errors) or reference.get("se") == 0.0:
+        spread = 0.0  # an unknown error, or a count: only equality passes
+        seed_sd = None
     else:
-        spread = math.hypot(*errors)
+        spread = math.hypot(*errors, *([math.sqrt(2) * seed_sd] if seed_sd else []))
     if spread == 0.0:
         close = math.isclose(fresh["value"], reference["value"], rel_tol=1e-9, abs_tol=1e-12)
         z = 0.0 if close else math.copysign(math.inf, difference)
     else:
         z = difference / spread
     status = "ok" if abs(z) <= tolerance else "differs"
-    return FigureComparison(name, unit, reference, fresh, difference, z, status)
+    return FigureComparison(name, unit, reference, fresh, difference, z, status, seed_sd)
 
 
 def compare(reference: dict, fresh: dict, tolerance: float = TOLERANCE,
-            reference_name: str = "reference", fresh_name: str = "fresh run"
-            ) -> List[FigureComparison]:
-    """Every reference figure against the fresh summary's, then the fresh run's new ones."""
+            reference_name: str = "reference", fresh_name: str = "fresh run",
+            spread: Optional[dict] = None) -> List[FigureComparison]:
+    """Every reference figure against the fresh summary's, then the fresh run's new ones; where
+    the two took different training paths (:func:`training_path_changes`), each figure's error
+    adds its spread over seeds from ``spread`` (:func:`seed_spread`)."""
     if tolerance <= 0:
         raise SystemExit(f"error: --tolerance {tolerance}: give a positive number of standard "
                          "errors")
     reference_figures = figures_of(reference, reference_name)
     fresh_figures = figures_of(fresh, fresh_name)
-    rows = [compare_figure(name, figure, fresh_figures.get(name), tolerance)
+    seed_sds = ({name: entry["sd"] for name, entry in (spread.get(FIGURES) or {}).items()}
+                if spread and training_path_changes(reference, fresh) else {})
+    rows = [compare_figure(name, figure, fresh_figures.get(name), tolerance, seed_sds.get(name))
             for name, figure in reference_figures.items()]
     rows += [FigureComparison(name, figure.get("unit", ""), None, figure, math.nan, math.nan, "new")
              for name, figure in fresh_figures.items() if name not in reference_figures]
@@ -205,12 +261,23 @@ def format_comparison(rows: List[FigureComparison], reference: dict, fresh: dict
                       tolerance: float = TOLERANCE) -> str:
     """The comparison's table, the two provenances, and one line that says pass or fail."""
     table = ascii_table(
-        ["figure", "unit", "reference", "fresh", "fresh - reference", "in SEs", "status"],
+        ["figure", "unit", "reference", "fresh", "fresh - reference", "seed SD", "in SEs",
+         "status"],
         [[row.name, row.unit, _shown(row.reference), _shown(row.fresh),
           "-" if not math.isfinite(row.difference) else f"{row.difference:+.3f}",
+          "-" if row.seed_sd is None else f"{row.seed_sd:.3f}",
           "-" if math.isnan(row.standard_errors) else f"{row.standard_errors:+.1f}",
           row.status] for row in rows])
     lines = [table]
+    changes = training_path_changes(reference, fresh)
+    if changes:
+        with_sd = [row for row in rows if row.seed_sd is not None]
+        lines.append(
+            f"note: the runs took different training paths ({', '.join(changes)} differ): "
+            + (f"{len(with_sd)} figures add sqrt(2) x their SD over pre-training seeds to "
+               "their error (the spread file); counts must still match"
+               if with_sd else "no spread over seeds was given, so the errors over sequences "
+               f"alone can fail here (a {SPREAD_NAME} beside the reference)"))
     for label, summary in (("reference", reference), ("fresh", fresh)):
         info = summary.get(PROVENANCE) or {}
         lines.append(f"{label}: commit {info.get('commit') or '?'}"
@@ -252,11 +319,17 @@ def load(path: Path) -> dict:
 
 
 def compare_files(reference: Path, fresh: Path, tolerance: float = TOLERANCE,
-                  printer=print) -> int:
-    """Compare two summary files; the exit status (0 pass, 1 fail)."""
+                  printer=print, spread: Optional[Path] = None) -> int:
+    """Compare two summary files; the exit status (0 pass, 1 fail). ``spread``: a
+    :func:`seed_spread` file (default: :data:`SPREAD_NAME` beside the reference, if there)."""
     reference_summary, fresh_summary = load(reference), load(fresh)
-    rows = compare(reference_summary, fresh_summary, tolerance, str(reference), str(fresh))
-    printer(f"== comparing {fresh} with the reference {reference}")
+    if spread is None and (Path(reference).parent / SPREAD_NAME).is_file():
+        spread = Path(reference).parent / SPREAD_NAME
+    spread_data = load(spread) if spread is not None else None
+    rows = compare(reference_summary, fresh_summary, tolerance, str(reference), str(fresh),
+                   spread_data)
+    printer(f"== comparing {fresh} with the reference {reference}"
+            + (f" (seed spread: {spread})" if spread is not None else ""))
     printer(format_comparison(rows, reference_summary, fresh_summary, tolerance))
     return 1 if any(row.failed for row in rows) else 0
 
@@ -270,18 +343,40 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", type=float, default=TOLERANCE,
                         help="standard errors of a difference beyond which a figure fails the "
                              "comparison (default: %(default)s)")
+    parser.add_argument("--spread", type=Path, default=None, metavar="SPREAD.json",
+                        help="the figures' spread over pre-training seeds, added to their errors "
+                             "where the run took another training path than the reference's "
+                             f"(default: {SPREAD_NAME} beside REF.json, if there)")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m fairseq_ext.reporting.figures",
         description="Compare a run summary's figures with a reference summary's.")
-    parser.add_argument("reference", type=Path)
-    parser.add_argument("fresh", type=Path)
+    parser.add_argument("reference", type=Path, nargs="?")
+    parser.add_argument("fresh", type=Path, nargs="?")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE,
                         help="standard errors beyond which a figure fails (default: %(default)s)")
+    parser.add_argument("--spread", type=Path, default=None,
+                        help=f"a seed-spread file (default: {SPREAD_NAME} beside REFERENCE)")
+    parser.add_argument("--seed-spread", type=Path, nargs="+", default=None, metavar="SUMMARY",
+                        help="instead of comparing: write the figures' SD over these summaries "
+                             "of one run per pre-training seed to --out")
+    parser.add_argument("--out", type=Path, default=None, help="where --seed-spread writes")
     args = parser.parse_args(argv)
-    sys.exit(compare_files(args.reference, args.fresh, args.tolerance))
+    if args.seed_spread is not None:
+        if args.out is None or args.reference is not None:
+            parser.error("--seed-spread SUMMARY... takes --out FILE and no REFERENCE/FRESH")
+        if args.out.exists():
+            parser.error(f"--out {args.out} exists: give a new path (nothing is overwritten)")
+        result = seed_spread([load(path) for path in args.seed_spread],
+                             [str(path) for path in args.seed_spread])
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"{len(result[FIGURES])} figures' SD over {len(args.seed_spread)} seeds: {args.out}")
+        return
+    if args.reference is None or args.fresh is None:
+        parser.error("give REFERENCE and FRESH summaries (or --seed-spread SUMMARY... --out F)")
+    sys.exit(compare_files(args.reference, args.fresh, args.tolerance, spread=args.spread))
 
 
 if __name__ == "__main__":

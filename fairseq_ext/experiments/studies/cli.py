@@ -176,7 +176,8 @@ def main(argv=None) -> None:
             print()
             print(markdown_finetune(report))
     if args.compare is not None:
-        sys.exit(figures.compare_files(args.compare, runs_dir / STUDY_JSON, args.tolerance))
+        sys.exit(figures.compare_files(args.compare, runs_dir / STUDY_JSON, args.tolerance,
+                                        spread=args.spread))
 
 
 def run(study: Study, data: Path, runs_dir: Path, updates: Optional[int] = None,

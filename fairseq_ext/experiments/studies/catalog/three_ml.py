@@ -5,6 +5,7 @@ May import: see :mod:`fairseq_ext.experiments`.
 import dataclasses
 from typing import Dict, Optional
 
+from fairseq_ext.experiments import finetuning
 from fairseq_ext.experiments.finetuning import FinetuneArm, FinetuneProtocol
 from fairseq_ext.experiments.studies.spec import (
     EQUAL_TOKENS,
@@ -85,9 +86,11 @@ THREE_ML_RANDOM_INIT = "random init"
 THREE_ML_FINETUNE = FinetuneProtocol(
     recipe="recipes/3ml/finetune_glue.sh", checkpoint_env="PRETRAINED",
     arch_from_checkpoint=True, export_recipes=("recipes/3ml/demo.sh",),
-    arms=tuple(FinetuneArm(name, name) for name in THREE_ML_MODELS)
+    arms=tuple(FinetuneArm(name, name, {"POOLING": finetuning.CHOSEN_POOLING})
+               for name in THREE_ML_MODELS)
     # the four models share the encoder's architecture: one random-init control for all
-    + (FinetuneArm(THREE_ML_RANDOM_INIT, "roberta-15%", random_init=True),),
+    + (FinetuneArm(THREE_ML_RANDOM_INIT, "roberta-15%", {"POOLING": finetuning.CHOSEN_POOLING},
+                   random_init=True),),
     seeds=STUDY_FINETUNE_SEEDS,
     schedule="3ML App. B (Table 5): AdamW, weight decay 0.1, warmup 6%, linear decay; the "
              "exported encoder (decoder dropped)")
