@@ -353,3 +353,18 @@ def test_demo_shows_each_hub_models_fill_mask_words_on_a_sentencepiece_data_bin(
             assert [word for word, _ in sentence["guesses"][name]] == [w for w, _ in expected]
             assert [p for _, p in sentence["guesses"][name]] == pytest.approx(
                 [p for _, p in expected])
+
+
+def test_the_fine_tuning_mde_is_planned_from_the_reference_s_seed_spread(tmp_path):
+    """Per-seed differences -1, 0, +1 (SD 1) over 3 seeds: SE 1 / sqrt(3), MDE (t_0.975,2 +
+    t_0.80,2) x SE = (4.303 + 1.061) / 1.732 = 3.10 points; no reference, no line."""
+    reference = tmp_path / "summary.json"
+    reference.write_text(json.dumps({"finetune": {"rows": [
+        {"name": "roberta-15%", "per_seed": [24.0, 26.0, 28.0], "vs_random": 0.0},
+        {"name": "random init", "per_seed": [25.0, 26.0, 27.0], "random_init": True},
+        {"name": "majority class (train)", "accuracy": 16.7}]}}))
+    mde = demo.planned_finetune_mde(reference, 3)
+    assert list(mde) == ["roberta-15%"]
+    assert mde["roberta-15%"] == pytest.approx((4.3027 + 1.0607) / math.sqrt(3), abs=1e-3)
+    assert demo.planned_finetune_mde(tmp_path / "none.json", 3) == {}
+    assert "roberta-15% 3.1 points" in demo.format_planned_mde(mde, 3)

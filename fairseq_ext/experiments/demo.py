@@ -485,7 +485,8 @@ def main(argv=None) -> None:
         if finetune_note is None:
             with clock.stage(f"fine-tuning on {finetuning.DEMO_TASK}"):
                 try:
-                    finetune_rows, finetune_text = fine_tune(runs, data, runs_dir)
+                    finetune_rows, finetune_text, finetune_mde = fine_tune(runs, data,
+                                                                           runs_dir)
                 except SystemExit as error:  # the table is the demo's last; the rest stands
                     finetune_note = f"fine-tuning failed: {error}"
     fill_mask, fill_mask_text, fill_mask_note = None, None, None
@@ -499,7 +500,8 @@ def main(argv=None) -> None:
     summary: Dict[str, object] = {"masked_lm": [], "unigram": {}, "bidirectional": [],
                                   "warnings": []}
     if finetune_text is not None:
-        summary["finetune"] = {"task": finetuning.DEMO_TASK, "rows": finetune_rows}
+        summary["finetune"] = {"task": finetuning.DEMO_TASK, "rows": finetune_rows,
+                               "planned_mde": finetune_mde}
     if fill_mask is not None:
         summary["fill_mask"] = fill_mask
     lines: List[str] = []
@@ -590,12 +592,48 @@ def finetune_skip_reason(data: Path) -> Optional[str]:
     return None
 
 
-def fine_tune(runs: List[DemoRun], data: Path, runs_dir: Path) -> Tuple[List[dict], str]:
+#: The committed reference whose fine-tuning seeds plan the table's minimum detectable effect.
+REFERENCE_SUMMARY = REPO_ROOT / "docs" / "demo" / "summary.json"
+
+
+def planned_finetune_mde(reference: Path, seeds: int) -> Dict[str, float]:
+    """``{pre-trained arm: MDE}``: the smallest true difference to the random-init arm that
+    ``seeds`` fine-tuning seeds resolve with 80% power at the 95% t interval, planned from the
+    reference summary's per-seed differences
+    (:func:`fairseq_ext.experiments.studies.power.planned_mde`); empty without a reference."""
+    from fairseq_ext.experiments.studies.power import planned_mde
+
+    if not reference.is_file():
+        return {}
+    rows = {row["name"]: row for row in (json.loads(reference.read_text()).get("finetune")
+                                         or {}).get("rows", [])}
+    control = next((row for row in rows.values() if row.get("random_init")), None)
+    if control is None:
+        return {}
+    return {name: planned_mde([a - b for a, b in zip(row["per_seed"], control["per_seed"])],
+                              seeds)
+            for name, row in rows.items()
+            if row.get("per_seed") and not row.get("random_init") and "vs_random" in row}
+
+
+def format_planned_mde(mde: Dict[str, float], seeds: int) -> str:
+    return (f"minimum detectable effect against random init with {seeds} fine-tuning seeds "
+            f"(80% power at the 95% t interval, planned from {REFERENCE_SUMMARY.relative_to(REPO_ROOT)}'s "
+            "seed spread): " + ", ".join(f"{name} {value:.1f} points" for name, value in mde.items()))
+
+
+def fine_tune(runs: List[DemoRun], data: Path, runs_dir: Path
+              ) -> Tuple[List[dict], str, Dict[str, float]]:
     """The demo's fine-tuning table (:data:`fairseq_ext.experiments.finetuning.DEMO_TASK`):
     the suite's task built beside the data-bin once (its package fetched if missing), then
-    each of :data:`FINETUNE_MODELS`' last checkpoint fine-tuned with 3 seeds, two at a time."""
+    each of :data:`FINETUNE_MODELS`' last checkpoint fine-tuned with 3 seeds, two at a time;
+    the minimum detectable effect is printed before the runs and under the table."""
     suite = finetuning.suite_dir_for(data)
     say(f"== fine-tuning: {finetuning.DEMO_TASK} of the downstream suite ({suite})")
+    seeds = len(finetuning.DEMO_PROTOCOL.seeds)
+    mde = planned_finetune_mde(REFERENCE_SUMMARY, seeds)
+    if mde:
+        say(format_planned_mde(mde, seeds))
     finetuning.build_suite(data, suite, [finetuning.DEMO_TASK], runs_dir / "downstream.log")
     models = {run.name: run for run in runs}
     checkpoints = {(name, 1): run_dir_of(runs_dir, models[name]) / "checkpoints"
@@ -609,7 +647,8 @@ def fine_tune(runs: List[DemoRun], data: Path, runs_dir: Path) -> Tuple[List[dic
     if len(set(flags.values())) > 1:
         raise SystemExit(f"error: the demo's fine-tuned models have different architectures "
                          f"({flags}); give DEMO_PROTOCOL a random-init arm for each")
-    return finetuning.demo_table(raw)
+    rows, text = finetuning.demo_table(raw)
+    return rows, text + ("\n" + format_planned_mde(mde, seeds) if mde else ""), mde
 
 
 #: The longest pre-training measured at the demo's scale, which its minutes cannot reach
