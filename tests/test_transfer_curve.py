@@ -276,3 +276,27 @@ def test_the_demos_longest_committed_run_is_the_pooled_curves_and_docs_quote_it(
     assert (f"{expected['selection_difference']:+.2f} ± {expected['selection_difference_se']:.2f}"
             in text.splitlines()[1])
     assert transfer_curve.format_pooled(rows) in (root / "docs/transfer.md").read_text()
+
+
+def test_the_demo_prints_each_pre_trained_arm_s_committed_run_from_its_curves():
+    """Beside RoBERTa-15% and 3ML-self-40% the demo prints their committed paying runs: the
+    pooled rows of their curves (quoted in docs/transfer.md), the demo's task and every task."""
+    import json
+
+    from fairseq_ext.experiments import demo, finetuning
+
+    root = Path(__file__).resolve().parent.parent
+    assert [run.model for run in demo.COMMITTED_RUNS] == list(demo.FINETUNE_MODELS[:2])
+    for run in demo.COMMITTED_RUNS:
+        curves = [json.loads((root / path).read_text()) for path in run.curves]
+        rows = transfer_curve.pooled_points(transfer_curve.merge_curves(curves, list(run.curves)),
+                                            run.points)
+        row, text = demo.longest_committed_run("GlossTopic", run)
+        expected = next(r for r in rows if r["task"] == "GlossTopic")
+        assert row["selection_difference"] == expected["selection_difference"]
+        assert row["runs"] == len(run.points) and text.startswith(run.model)
+        assert f"{expected['selection_difference']:+.2f} ± " in text.splitlines()[1]
+        assert all(f"{r['task']} {r['selection_difference']:+.2f}" in text.splitlines()[3]
+                   for r in rows)
+        assert transfer_curve.format_pooled(rows) in (root / "docs/transfer.md").read_text()
+        assert finetuning.DEMO_TASK in {r["task"] for r in rows}

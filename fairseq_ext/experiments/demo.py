@@ -543,9 +543,11 @@ def main(argv=None) -> None:
             lines += format_bidirectional_baseline(baseline)
             summary["warnings"].extend(bidirectional_warnings(baseline))
     if finetune_text is not None:
-        longest, longest_text = longest_committed_run(finetuning.DEMO_TASK)
-        summary["finetune"]["longest_committed_run"] = longest
-        lines += ["", finetune_text, longest_text]
+        committed = [longest_committed_run(finetuning.DEMO_TASK, run) for run in COMMITTED_RUNS]
+        summary["finetune"]["longest_committed_run"] = committed[0][0]
+        summary["finetune"]["committed_runs"] = {run.model: row for run, (row, _) in
+                                                 zip(COMMITTED_RUNS, committed)}
+        lines += ["", finetune_text, *(text for _, text in committed)]
     elif finetune_note is not None:
         summary["warnings"].append(finetune_note)
     if fill_mask_text is not None:
@@ -651,28 +653,53 @@ def fine_tune(runs: List[DemoRun], data: Path, runs_dir: Path
     return rows, text + ("\n" + format_planned_mde(mde, seeds) if mde else ""), mde
 
 
-#: The longest pre-training measured at the demo's scale, which its minutes cannot reach
-#: (docs/transfer.md, "Pre-training warm-up"): the committed curves of
-#: ``recipes/roberta/english.sh``'s runs (the demo's 2 x 128 RoBERTa for 24,000 updates, warm-up
-#: 1,200, about 38 min of one thread each) and their points, pooled over the pre-training seeds.
+@dataclasses.dataclass(frozen=True)
+class CommittedRun:
+    """A committed pre-training at the demo's scale that its minutes cannot reach, printed under
+    its fine-tuning table beside the arm it stands for: the recipe, what it trains, and the
+    committed curves and points (pre-training seeds) pooled for it."""
+
+    model: str
+    recipe: str
+    what: str
+    curves: Tuple[str, ...]
+    points: Tuple[str, ...]
+
+
+#: The longest pre-training measured at the demo's scale (docs/transfer.md, "Pre-training
+#: warm-up"): the committed curves of ``recipes/roberta/english.sh``'s runs (the demo's 2 x 128
+#: RoBERTa for 24,000 updates, warm-up 1,200, about 38 min of one thread each) and their points,
+#: pooled over the pre-training seeds.
 LONGEST_RUN_RECIPE = "recipes/roberta/english.sh"
 LONGEST_RUN_CURVES = ("docs/transfer/english/curve-mean-ep10-lr3e-3-wu1200-seeds12.json",
                       "docs/transfer/english/curve-mean-ep10-lr3e-3-wu1200-seeds34.json")
 LONGEST_RUN_POINTS = ("wu1200-s1-24k@24000", "wu1200-s2-24k@24000", "wu1200-s3-24k@24000",
                       "wu1200-s4-24k@24000")
+#: Beside each pre-trained arm: RoBERTa-15%'s longest run, and 3ML-self-40% at its FLOPs
+#: (``recipes/3ml/english.sh``; docs/transfer.md, "3ML-self-40% at the paying budget").
+COMMITTED_RUNS = (
+    CommittedRun("roberta-15%", LONGEST_RUN_RECIPE,
+                 "24,000 updates of the demo's 2 x 128 RoBERTa, warm-up 1,200, about 38 min of "
+                 "one thread each", LONGEST_RUN_CURVES, LONGEST_RUN_POINTS),
+    CommittedRun("3ml-self-40%", "recipes/3ml/english.sh",
+                 "19,591 updates of 3ML-self-40% at 2 x 128 with a 1 x 32 decoder, the training "
+                 "FLOPs of those 24,000 RoBERTa updates, warm-up 980, about 38 min of one thread "
+                 "each",
+                 ("docs/transfer/english/curve-3ml-self40-mean-ep10-lr3e-3-wu980-19591-"
+                  "seeds12.json",), ("3ml-s1-19591@19591", "3ml-s2-19591@19591")),
+)
 
 
-def longest_committed_run(task: str) -> Tuple[dict, str]:
-    """The committed result of :data:`LONGEST_RUN_RECIPE` on ``task``
-    (:data:`LONGEST_RUN_CURVES`, pooled by
+def longest_committed_run(task: str, run: CommittedRun = COMMITTED_RUNS[0]) -> Tuple[dict, str]:
+    """The committed result of ``run`` on ``task`` (its curves, pooled by
     :func:`fairseq_ext.experiments.transfer_curve.pooled_points`): the row and the lines the
     demo prints under its own fine-tuning table, beside its random-init row."""
     from fairseq_ext.experiments import transfer_curve
 
-    curves = [json.loads((REPO_ROOT / path).read_text()) for path in LONGEST_RUN_CURVES]
-    merged = transfer_curve.merge_curves(curves, LONGEST_RUN_CURVES)
-    row = next(row for row in transfer_curve.pooled_points(merged, LONGEST_RUN_POINTS)
-               if row["task"] == task)
+    curves = [json.loads((REPO_ROOT / path).read_text()) for path in run.curves]
+    merged = transfer_curve.merge_curves(curves, list(run.curves))
+    pooled = transfer_curve.pooled_points(merged, run.points)
+    row = next(row for row in pooled if row["task"] == task)
     settings = transfer_curve.CurveSettings(**{**merged["settings"],
                                                "lrs": tuple(merged["settings"]["lrs"])})
 
@@ -683,15 +710,17 @@ def longest_committed_run(task: str) -> Tuple[dict, str]:
                 f"{row[f'{prefix}difference']:+.2f} ± {row[f'{prefix}difference_se']:.2f}{mark}")
 
     text = "\n".join([
-        f"the longest pre-training measured at this scale, on the English corpus (committed, "
-        f"not this run: {LONGEST_RUN_RECIPE}, "
-        f"24,000 updates of the demo's 2 x 128 RoBERTa, warm-up 1,200, about 38 min of one "
-        f"thread each; "
+        f"{run.model} at a pre-training that pays at this scale, on the English corpus "
+        f"(committed, not this run: {run.recipe}, {run.what}; "
         f"{row['runs']} pre-training x {len(merged['seeds'])} fine-tuning seeds, "
-        f"{settings.describe()}; {', '.join(LONGEST_RUN_CURVES)}):",
+        f"{settings.describe()}; {', '.join(run.curves)}):",
         f"  {task} selection split {verdict('selection_')}",
-        f"  {task} dev {verdict('')}"])
-    return {**row, "recipe": LONGEST_RUN_RECIPE, "curves": list(LONGEST_RUN_CURVES)}, text
+        f"  {task} dev {verdict('')}",
+        "  every suite task, selection split: " + ", ".join(
+            f"{other['task']} {other['selection_difference']:+.2f} ± "
+            f"{other['selection_difference_se']:.2f}{' *' if other['selection_beyond_2se'] else ''}"
+            for other in pooled) + " (* beyond 2 SE)"])
+    return {**row, "recipe": run.recipe, "curves": list(run.curves)}, text
 
 
 #: Held-out sentences for the fill-mask words, one register each (literature, letters,
