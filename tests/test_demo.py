@@ -368,3 +368,21 @@ def test_the_fine_tuning_mde_is_planned_from_the_reference_s_seed_spread(tmp_pat
     assert mde["roberta-15%"] == pytest.approx((4.3027 + 1.0607) / math.sqrt(3), abs=1e-3)
     assert demo.planned_finetune_mde(tmp_path / "none.json", 3) == {}
     assert "roberta-15% 3.1 points" in demo.format_planned_mde(mde, 3)
+
+
+def test_the_fine_tuning_table_pools_over_pre_training_seeds_with_the_crossed_error():
+    """Two pre-training seeds x 3 fine-tuning seeds of differences [[1, 2, 3], [3, 4, 5]]: the
+    mean 3, the crossed SE sqrt(var(2, 4) / 2 + var(2, 3, 4) / 3) = sqrt(1 + 1/3) by hand."""
+    def seed_summary(seed, arm):
+        return {"provenance": {"seed": seed}, "finetune": {"rows": [
+            {"name": "roberta-15%", "per_seed": arm, "vs_random": 0.0},
+            {"name": "random init", "per_seed": [20.0, 20.0, 20.0], "random_init": True}]}}
+
+    pooled = demo.pooled_finetune([seed_summary(1, [21.0, 22.0, 23.0]),
+                                   seed_summary(2, [23.0, 24.0, 25.0])])
+    assert [row["name"] for row in pooled] == ["roberta-15%"]
+    assert pooled[0]["vs_random"] == pytest.approx(3.0)
+    assert pooled[0]["vs_random_se"] == pytest.approx(math.sqrt(1 + 1 / 3))
+    assert pooled[0]["per_run"] == [2.0, 4.0] and pooled[0]["beyond_2se"]
+    with pytest.raises(SystemExit, match="each once"):
+        demo.pooled_finetune([seed_summary(1, [21.0] * 3), seed_summary(1, [22.0] * 3)])

@@ -428,8 +428,15 @@ def main(argv=None) -> None:
                              "fine-tuning seeds stay 1-3); the reference is seed 1, and the "
                              f"spread over seeds beside it ({figures.SPREAD_NAME}) comes from "
                              "runs of other seeds (default: %(default)s)")
+    parser.add_argument("--pool", type=Path, nargs="+", default=None, metavar="SUMMARY",
+                        help="instead of running: pool the fine-tuning table of these summaries "
+                             "(one per pre-training seed, --seed) and print it")
     figures.add_compare_arguments(parser)
     args = parser.parse_args(argv)
+    if args.pool is not None:
+        print(format_pooled_finetune(pooled_finetune([figures.load(path) for path in args.pool]),
+                                     args.pool))
+        return
     if args.seed < 1:
         parser.error(f"--seed {args.seed}: give a positive seed")
     if args.compare is not None:  # read now: a wrong path is told before ten minutes of training
@@ -572,6 +579,47 @@ def main(argv=None) -> None:
     if args.compare is not None:
         sys.exit(figures.compare_files(args.compare, runs_dir / SUMMARY, args.tolerance,
                                         spread=args.spread))
+
+
+def pooled_finetune(summaries: List[dict]) -> List[dict]:
+    """Each pre-trained arm of the demo's fine-tuning table over several pre-training seeds
+    (one summary each, the same fine-tuning seeds): the mean of its difference to the
+    random-init arm (paired on the fine-tuning seed), ± the crossed error of
+    :func:`fairseq_ext.experiments.transfer_curve.crossed_seeds` (both seeds random), and each
+    pre-training seed's own mean difference."""
+    from fairseq_ext.experiments.transfer_curve import crossed_seeds
+
+    seeds = [(summary.get(figures.PROVENANCE) or {}).get("seed", 1) for summary in summaries]
+    if len(summaries) < 2 or len(set(seeds)) != len(seeds):
+        raise SystemExit(f"error: --pool needs summaries of two or more pre-training seeds, "
+                         f"each once (their seeds: {seeds})")
+    tables = [{row["name"]: row for row in (summary.get("finetune") or {}).get("rows", [])}
+              for summary in summaries]
+    control = next((name for name, row in tables[0].items() if row.get("random_init")), None)
+    if control is None or not all(control in table for table in tables):
+        raise SystemExit("error: --pool: every summary needs the demo's fine-tuning table")
+    pooled = []
+    for name, row in tables[0].items():
+        if row.get("random_init") or "vs_random" not in row:
+            continue
+        differences = [[a - b for a, b in zip(table[name]["per_seed"], table[control]["per_seed"])]
+                       for table in tables]
+        mean, error = crossed_seeds(differences)
+        pooled.append({"name": name, "vs_random": mean, "vs_random_se": error,
+                       "beyond_2se": bool(abs(mean) > 2 * error), "seeds": seeds,
+                       "per_run": [sum(row) / len(row) for row in differences]})
+    return pooled
+
+
+def format_pooled_finetune(pooled: List[dict], sources: List[Path]) -> str:
+    lines = [f"the demo's fine-tuning over {len(pooled[0]['seeds'])} pre-training seeds "
+             f"({', '.join(map(str, sources))}): each arm minus random init, paired on the "
+             "fine-tuning seed, ± SE with both seeds random (* beyond 2 SE)"]
+    for row in pooled:
+        lines.append(f"  {row['name']}: {row['vs_random']:+.2f} ± {row['vs_random_se']:.2f}"
+                     f"{' *' if row['beyond_2se'] else ''} (seeds {row['seeds']}: "
+                     + ", ".join(f"{value:+.2f}" for value in row["per_run"]) + ")")
+    return "\n".join(lines)
 
 
 def with_seed(run: DemoRun, seed: int) -> DemoRun:
