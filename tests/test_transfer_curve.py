@@ -269,7 +269,7 @@ def test_the_demos_longest_committed_run_is_the_pooled_curves_and_docs_quote_it(
     curves = [json.loads((root / path).read_text()) for path in demo.LONGEST_RUN_CURVES]
     merged = transfer_curve.merge_curves(curves, demo.LONGEST_RUN_CURVES)
     rows = transfer_curve.pooled_points(merged, demo.LONGEST_RUN_POINTS)
-    row, text = demo.longest_committed_run("FortuneTopic")
+    row, text = demo.committed_run("FortuneTopic")
     expected = next(r for r in rows if r["task"] == "FortuneTopic")
     assert row["selection_difference"] == expected["selection_difference"]
     assert row["runs"] == len(demo.LONGEST_RUN_POINTS) == 4
@@ -291,7 +291,7 @@ def test_the_demo_prints_each_pre_trained_arm_s_committed_run_from_its_curves():
         curves = [json.loads((root / path).read_text()) for path in run.curves]
         rows = transfer_curve.pooled_points(transfer_curve.merge_curves(curves, list(run.curves)),
                                             run.points)
-        row, text = demo.longest_committed_run("GlossTopic", run)
+        row, text = demo.committed_run("GlossTopic", run)
         expected = next(r for r in rows if r["task"] == "GlossTopic")
         assert row["selection_difference"] == expected["selection_difference"]
         assert row["runs"] == len(run.points) and text.startswith(run.model)

@@ -550,8 +550,7 @@ def main(argv=None) -> None:
             lines += format_bidirectional_baseline(baseline)
             summary["warnings"].extend(bidirectional_warnings(baseline))
     if finetune_text is not None:
-        committed = [longest_committed_run(finetuning.DEMO_TASK, run) for run in COMMITTED_RUNS]
-        summary["finetune"]["longest_committed_run"] = committed[0][0]
+        committed = [committed_run(finetuning.DEMO_TASK, run) for run in COMMITTED_RUNS]
         summary["finetune"]["committed_runs"] = {run.model: row for run, (row, _) in
                                                  zip(COMMITTED_RUNS, committed)}
         lines += ["", finetune_text, *(text for _, text in committed)]
@@ -581,6 +580,18 @@ def main(argv=None) -> None:
                                         spread=args.spread))
 
 
+def finetune_differences(summary: dict) -> Dict[str, List[float]]:
+    """``{pre-trained arm: [its accuracy minus the random-init arm's, per fine-tuning seed]}``
+    of a demo summary's fine-tuning table (empty without one or without a random-init arm)."""
+    rows = {row["name"]: row for row in (summary.get("finetune") or {}).get("rows", [])}
+    control = next((row for row in rows.values() if row.get("random_init")), None)
+    if control is None:
+        return {}
+    return {name: [a - b for a, b in zip(row["per_seed"], control["per_seed"])]
+            for name, row in rows.items()
+            if row.get("per_seed") and not row.get("random_init") and "vs_random" in row}
+
+
 def pooled_finetune(summaries: List[dict]) -> List[dict]:
     """Each pre-trained arm of the demo's fine-tuning table over several pre-training seeds
     (one summary each, the same fine-tuning seeds): the mean of its difference to the
@@ -593,17 +604,13 @@ def pooled_finetune(summaries: List[dict]) -> List[dict]:
     if len(summaries) < 2 or len(set(seeds)) != len(seeds):
         raise SystemExit(f"error: --pool needs summaries of two or more pre-training seeds, "
                          f"each once (their seeds: {seeds})")
-    tables = [{row["name"]: row for row in (summary.get("finetune") or {}).get("rows", [])}
-              for summary in summaries]
-    control = next((name for name, row in tables[0].items() if row.get("random_init")), None)
-    if control is None or not all(control in table for table in tables):
-        raise SystemExit("error: --pool: every summary needs the demo's fine-tuning table")
+    by_summary = [finetune_differences(summary) for summary in summaries]
+    if not by_summary[0] or any(set(arms) != set(by_summary[0]) for arms in by_summary):
+        raise SystemExit("error: --pool: every summary needs the demo's fine-tuning table, "
+                         "with the same arms")
     pooled = []
-    for name, row in tables[0].items():
-        if row.get("random_init") or "vs_random" not in row:
-            continue
-        differences = [[a - b for a, b in zip(table[name]["per_seed"], table[control]["per_seed"])]
-                       for table in tables]
+    for name in by_summary[0]:
+        differences = [arms[name] for arms in by_summary]
         mean, error = crossed_seeds(differences)
         pooled.append({"name": name, "vs_random": mean, "vs_random_se": error,
                        "beyond_2se": bool(abs(mean) > 2 * error), "seeds": seeds,
@@ -655,15 +662,8 @@ def planned_finetune_mde(reference: Path, seeds: int) -> Dict[str, float]:
 
     if not reference.is_file():
         return {}
-    rows = {row["name"]: row for row in (json.loads(reference.read_text()).get("finetune")
-                                         or {}).get("rows", [])}
-    control = next((row for row in rows.values() if row.get("random_init")), None)
-    if control is None:
-        return {}
-    return {name: planned_mde([a - b for a, b in zip(row["per_seed"], control["per_seed"])],
-                              seeds)
-            for name, row in rows.items()
-            if row.get("per_seed") and not row.get("random_init") and "vs_random" in row}
+    return {name: planned_mde(differences, seeds) for name, differences in
+            finetune_differences(json.loads(reference.read_text())).items()}
 
 
 def format_planned_mde(mde: Dict[str, float], seeds: int) -> str:
@@ -738,7 +738,7 @@ COMMITTED_RUNS = (
 )
 
 
-def longest_committed_run(task: str, run: CommittedRun = COMMITTED_RUNS[0]) -> Tuple[dict, str]:
+def committed_run(task: str, run: CommittedRun = COMMITTED_RUNS[0]) -> Tuple[dict, str]:
     """The committed result of ``run`` on ``task`` (its curves, pooled by
     :func:`fairseq_ext.experiments.transfer_curve.pooled_points`): the row and the lines the
     demo prints under its own fine-tuning table, beside its random-init row."""

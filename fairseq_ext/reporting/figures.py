@@ -37,6 +37,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -192,9 +193,7 @@ def seed_spread(summaries: List[dict], sources: List[str]) -> dict:
         values = [figures.get(name, {}).get("value") for figures in all_figures]
         if first.get("se") == 0.0 or any(value is None for value in values):
             continue
-        mean = sum(values) / len(values)
-        sd = math.sqrt(sum((value - mean) ** 2 for value in values) / (len(values) - 1))
-        spread[name] = {"sd": sd, "runs": len(values), "values": values,
+        spread[name] = {"sd": statistics.stdev(values), "runs": len(values), "values": values,
                         "unit": first.get("unit", "")}
     return {FIGURES: spread,
             "sources": [{"summary": source, "seed": seed,
@@ -294,8 +293,8 @@ def format_comparison(rows: List[FigureComparison], reference: dict, fresh: dict
                      + ", ".join(f"{key} {ref_corpus.get(key)} -> {fresh_corpus.get(key)}"
                                  for key in sorted(set(ref_corpus) | set(fresh_corpus))
                                  if ref_corpus.get(key) != fresh_corpus.get(key))
-                     + "): the package mirror served other versions, so every figure of the "
-                     "data moves with it")
+                     + "): the machine's apt lists gave other package versions, so every "
+                     "figure of the data moves with it")
     failed = [row for row in rows if row.failed]
     checked = sum(row.status != "new" for row in rows)
     if failed:

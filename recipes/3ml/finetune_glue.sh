@@ -35,21 +35,19 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
 TASK="${TASK:?set TASK to one of MNLI QQP QNLI SST-2 CoLA MRPC STS-B RTE, or ${DOWNSTREAM_TASKS}}"
 TASK="$(finetune_task_name "${TASK}")" || exit 2
+# Table 5's defaults for GLUE (in every task's grid, the <s> head); the downstream suite's tasks
+# default to the protocol its levers chose for small encoders (docs/transfer.md): the mean of
+# the tokens as the head's input, lr 3e-3, batch 16, 10 epochs.
+default_lr=5e-05 default_batch=32 default_epochs=3 default_pooling=first
 case "${TASK}" in
   MNLI) task_classes=3 task_metric=accuracy ;;
   STS-B) task_classes=1 task_metric=pearson_and_spearman ;;
   CoLA) task_classes=2 task_metric=mcc ;;
   MRPC|QQP) task_classes=2 task_metric=acc_and_f1 ;;
-  DebSection|GlossTopic|FortuneTopic|GlossPair) task_classes='' task_metric=accuracy ;;  # classes: DATA's
-  *) task_classes=2 task_metric=accuracy ;;
-esac
-# The downstream suite's tasks default to the protocol its levers chose for small encoders
-# (docs/transfer.md): the mean of the tokens as the head's input, lr 3e-3, batch 16, 10 epochs.
-# GLUE keeps Table 5's defaults.
-case "${TASK}" in
-  DebSection|GlossTopic|FortuneTopic|GlossPair)
+  DebSection|GlossTopic|FortuneTopic|GlossPair)  # classes: DATA's
+    task_classes='' task_metric=accuracy
     default_lr=3e-3 default_batch=16 default_epochs=10 default_pooling=mean ;;
-  *) default_lr=5e-05 default_batch=32 default_epochs=3 default_pooling=first ;;
+  *) task_classes=2 task_metric=accuracy ;;
 esac
 
 DATA="${DATA:?set DATA to the data-bin of the task (input0/, [input1/,] label/), e.g. glue/RTE-bin of scripts/prepare_glue.sh}"
