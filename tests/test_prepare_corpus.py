@@ -613,42 +613,30 @@ def make_fake_deb(root: Path) -> Path:
 
 
 @pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb (Debian/Ubuntu)")
-def test_fetch_runs_apt_get_update_once_when_lists_are_missing(tmp_path, monkeypatch):
+def test_fetch_reads_the_pinned_lists_and_reuses_the_unpacked_tree(tmp_path, monkeypatch):
+    from apt_fakes import install_fake_apt, logged_calls
+
     deb = make_fake_deb(tmp_path)
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    calls = tmp_path / "apt-calls"
-    # A fake apt-get: `download` fails like apt does without package lists until `update` ran.
-    (fake_bin / "apt-get").write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> {calls}\n'
-        f'if [ "$1" = update ]; then touch {tmp_path}/updated; exit 0; fi\n'
-        f'if [ ! -e {tmp_path}/updated ]; then echo "E: Unable to locate package $2" >&2; exit 100; fi\n'
-        f"cp {deb} .\n"
-    )
-    (fake_bin / "apt-get").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    calls = install_fake_apt(tmp_path, monkeypatch, versions={"python3.11-doc": "3.11.2-0test"},
+                             debs={"python3.11-doc": deb})
     cache = tmp_path / "cache"
     messages = []
-    if os.geteuid() != 0:
-        with pytest.raises(Exception, match="sudo apt-get update"):
-            python_docs.ensure_python_docs(cache, messages.append)
-        return
     sources, fetched = python_docs.ensure_python_docs(cache, messages.append)
     assert fetched
-    assert calls.read_text().split("\n")[:3] == [
-        "download python3.11-doc",
-        "update",
-        "download python3.11-doc",
+    # the lists first (into the cache), then the version they offer, then that version
+    assert logged_calls(calls) == [
+        ["apt-get", "update"],
+        ["apt-cache", "show", "--no-all-versions", "python3.11-doc"],
+        ["apt-get", "download", "python3.11-doc=3.11.2-0test"],
     ]
     assert sorted(p.relative_to(sources).as_posix() for p in sources.rglob("*.rst.txt")) == [
         "index.rst.txt",
         "library/demo.rst.txt",
     ]
-    # The unpacked cache is reused: no apt-get call the second time.
+    # The unpacked cache is reused: only the version is looked up the second time.
     calls.unlink()
     assert python_docs.ensure_python_docs(cache, messages.append) == (sources, False)
-    assert not calls.exists()
+    assert logged_calls(calls) == [["apt-cache", "show", "--no-all-versions", "python3.11-doc"]]
     assert any(message.startswith("skip: fetch (done)") for message in messages)
 
 

@@ -358,3 +358,22 @@ def test_empty_package_lists_say_run_apt_get_update(monkeypatch, pretraining_bin
     assert capsys.readouterr().err == (
         "prepare_downstream.sh: error: debian packages: apt-cache dumpavail lists no packages; "
         "run apt-get update (package lists are empty)\n")
+
+
+def test_fetch_reads_debsection_from_the_pinned_lists_not_the_machines(tmp_path, monkeypatch):
+    """With --fetch and no --packages-file, DebSection's records and long descriptions are the
+    lists fetched into --cache-dir/apt (here the samples, served by a fake apt-get), the same
+    examples as the samples read directly."""
+    from apt_fakes import install_fake_apt, logged_calls
+
+    calls = install_fake_apt(tmp_path, monkeypatch, versions={}, debs={},
+                             packages_text=(SAMPLES / "Packages").read_text(),
+                             translations_text=(SAMPLES / "Translation-en").read_text())
+    args = ds.build_parser().parse_args(["data-bin", "out", "DebSection", "--fetch",
+                                         "--cache-dir", str(tmp_path / "cache")])
+    examples, notes = ds.source_examples("DebSection", args)
+    assert examples == debian_sample()
+    assert logged_calls(calls) == [["apt-get", "update"]]
+    # without --fetch the machine's lists are read, as before (here: the given files)
+    args = ds.build_parser().parse_args(["data-bin", "out", "DebSection", *sample_args()[-6:-2]])
+    assert ds.source_examples("DebSection", args)[0] == debian_sample()

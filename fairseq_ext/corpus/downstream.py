@@ -19,8 +19,10 @@ studies left chance on it, docs/downstream.md).
 
 * ``DebSection`` (single text): a Debian package's synopsis and the first paragraph of its long
   description, labelled with its archive section (``admin games graphics net science sound``).
-  The records come from ``apt-cache dumpavail`` (or ``--packages-file``); the long descriptions
-  from the record itself or, as Debian ships them, from the ``Translation-en`` lists
+  With ``--fetch`` the records and their long descriptions come from Debian bookworm main's
+  Packages and ``Translation-en`` lists fetched into ``--cache-dir`` (:mod:`.apt_lists`: the
+  same on every machine, and the ones the English corpus holds out); otherwise from
+  ``apt-cache dumpavail`` (or ``--packages-file``) and the machine's ``Translation-en`` lists
   (``/var/lib/apt/lists/*_i18n_Translation-en*``, or ``--translations-file``), joined on
   ``Description-md5``.
 * ``GlossTopic`` (single text): a WordNet 3.0 noun definition labelled with its lexicographer
@@ -74,6 +76,7 @@ from .downstream_sources import (
     gloss_pairs,
     gloss_topic_examples,
     normalize,
+    pinned_packages_text,
     read_packages,
     read_translations,
     read_wordnet,
@@ -359,6 +362,13 @@ def bow_logreg_baseline(train: list[Example], dev: list[Example]) -> dict:
 def source_examples(task: str, args: argparse.Namespace) -> tuple[list, dict]:
     """The task's candidates (examples, or GlossPair's synsets) and notes on reading them."""
     if task == "DebSection":
+        if getattr(args, "fetch", False) and args.packages_file is None \
+                and args.translations_file is None:
+            from .apt_lists import ensure_lists
+
+            lists = ensure_lists(Path(args.cache_dir), lambda line: print(line, flush=True))
+            return debian_examples(pinned_packages_text(lists),
+                                   read_translations(lists.translation_files()))
         text = read_packages(args.packages_file)
         return debian_examples(text, read_translations(translation_files(args.translations_file)))
     if task == "FortuneTopic":
@@ -598,7 +608,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="WordNet's data.noun, ... (default: %(default)s)")
     parser.add_argument("--fetch", action="store_true",
                         help="download the fortunes or WordNet package into --cache-dir when its "
-                             "folder is missing (apt-get download and dpkg -x: no root install)")
+                             "folder is missing (apt-get download and dpkg -x: no root install), "
+                             "and read DebSection from Debian bookworm main's lists fetched "
+                             "there (not the machine's; unless --packages-file or "
+                             "--translations-file is given)")
     parser.add_argument("--cache-dir", type=Path, default=Path("data/cache"),
                         help="where --fetch keeps the packages (default: %(default)s, as "
                              "scripts/prepare_corpus.sh)")

@@ -146,6 +146,12 @@ def read_packages(packages_file: Path | None) -> str:
     return text
 
 
+def pinned_packages_text(lists) -> str:
+    """The package records of the pinned lists' Packages files (:class:`.apt_lists.AptLists`),
+    as ``apt-cache dumpavail`` would print them from those lists alone."""
+    return "\n\n".join(read_compressed(path) for path in lists.packages_files())
+
+
 def read_compressed(path: Path) -> str:
     """A plain, .gz, .xz or (through apt-helper) .lz4 apt list file."""
     if path.suffix == ".gz":

