@@ -293,8 +293,8 @@ def format_comparison(rows: List[FigureComparison], reference: dict, fresh: dict
                      + ", ".join(f"{key} {ref_corpus.get(key)} -> {fresh_corpus.get(key)}"
                                  for key in sorted(set(ref_corpus) | set(fresh_corpus))
                                  if ref_corpus.get(key) != fresh_corpus.get(key))
-                     + "): the machine's apt lists gave other package versions, so every "
-                     "figure of the data moves with it")
+                     + "): built by other corpus code or from another release of the "
+                     "pinned package lists, so every figure of the data moves with it")
     failed = [row for row in rows if row.failed]
     checked = sum(row.status != "new" for row in rows)
     if failed:
