@@ -56,19 +56,19 @@ def test_another_corpus_build_is_named_beside_the_comparison(tmp_path):
     from fairseq_ext.corpus.step_state import corpus_identity
 
     (tmp_path / "manifest.json").write_text(json.dumps(
-        {"settings": {"input_fingerprint": "f2"},
-         "summary": {"tokens": {"train": 100, "valid": 7}}}))
-    assert corpus_identity(tmp_path) == {"input_fingerprint": "f2", "train_tokens": 100,
+        {"settings": {"input_fingerprint": "mtimes"},
+         "summary": {"data_sha256": "f2", "tokens": {"train": 100, "valid": 7}}}))
+    assert corpus_identity(tmp_path) == {"data_sha256": "f2", "train_tokens": 100,
                                          "valid_tokens": 7}
     assert corpus_identity(tmp_path / "missing") == {}
     reference = json.loads(json.dumps(REFERENCE))
-    reference[figures.PROVENANCE]["corpus"] = {"input_fingerprint": "f1", "train_tokens": 100,
+    reference[figures.PROVENANCE]["corpus"] = {"data_sha256": "f1", "train_tokens": 100,
                                                "valid_tokens": 8}
     fresh = json.loads(json.dumps(REFERENCE))
     fresh[figures.PROVENANCE]["corpus"] = corpus_identity(tmp_path)
     rows = figures.compare(reference, fresh)
     text = figures.format_comparison(rows, reference, fresh)
-    assert ("note: another corpus build (input_fingerprint f1 -> f2, valid_tokens 8 -> 7)"
+    assert ("note: another corpus build (data_sha256 f1 -> f2, valid_tokens 8 -> 7)"
             in text)
     assert "another corpus" not in figures.format_comparison(rows, reference, reference)
 

@@ -682,3 +682,44 @@ def test_directory_line_unit(tmp_path, line_unit, expected):
     (tmp_path / "doc.txt").write_text("First sentence here.\nSecond one follows.\n\nA new paragraph.\n")
     (document,) = iter_documents(list_input(tmp_path), "text", ReplacementCounter(), line_unit)
     assert list(document.lines) == expected
+
+
+def test_sentencepiece_sample_is_seeded_in_file_order_and_skips_untrainable_lines(tmp_path):
+    from fairseq_ext.corpus.encoders import SPM_MAX_SENTENCE_BYTES, sample_training_lines
+
+    lines = [f"line {number}" for number in range(100)]
+    text = tmp_path / "train.txt"
+    overlong = "x" * (SPM_MAX_SENTENCE_BYTES + 1)
+    text.write_text("\n".join(lines[:50] + ["", "   ", overlong] + lines[50:]) + "\n")
+    sample = sample_training_lines(text, 30)
+    assert sample == sample_training_lines(text, 30)  # seeded
+    assert len(sample) == 30 and len(set(sample)) == 30
+    assert sample == sorted(sample, key=lines.index)  # in file order, nothing untrainable
+    assert sample != sample_training_lines(text, 30, seed=2)
+    assert sample_training_lines(text, 1000) == lines  # all of them when they are fewer
+
+
+def test_the_data_bin_depends_on_the_text_alone(directory_build, tmp_path, capsys):
+    """The same text copied elsewhere (new paths, new mtimes) and built with other --workers
+    gives the same sentencepiece model, byte for byte, and the same data: the model's training
+    sample is seeded, and it is trained on a fixed thread count."""
+    from fairseq_ext.corpus.step_state import corpus_identity
+
+    corpus = directory_build[0]
+    builds = []
+    for name, workers in (("first", "2"), ("second/deeper", "1")):
+        copy = tmp_path / name / "docs"
+        shutil.copytree(corpus, copy, copy_function=shutil.copyfile)
+        destdir = tmp_path / name / "bin"
+        status, _out, _err = run_main(
+            capsys, "--input", copy, "--destdir", destdir, *SMALL[:-2], "--workers", workers,
+            "--spm-input-sentence-size", "20")
+        assert status == 0
+        builds.append(destdir)
+    first, second = builds
+    manifest = json.loads((first / "manifest.json").read_text())
+    assert manifest["summary"]["lines"]["train"] > 20  # the sample is a sample
+    assert (first / "spm.model").read_bytes() == (second / "spm.model").read_bytes()
+    assert corpus_identity(first) == corpus_identity(second)
+    assert corpus_identity(first)["data_sha256"]
+    assert corpus_identity(first)["train_tokens"] > 0

@@ -46,6 +46,7 @@ from .documents import (
     list_input,
 )
 from .encoders import (
+    SPM_TRAINING_THREADS,
     TokenizerSpec,
     count_dictionary_entries,
     encode_file,
@@ -66,6 +67,7 @@ from .step_state import (
     StepRunner,
     atomic_outputs,
     claim_destdir,
+    data_bin_sha256,
     file_sha256,
     write_json_atomically,
 )
@@ -399,6 +401,7 @@ class CorpusPipeline:
             "unknown_tokens": {split: encode_stats[split]["unknown_tokens"] for split in SPLITS},
             "fairseq": preprocess_stats,
             "dictionary_entries": dictionary_stats["entries"],
+            "data_sha256": data_bin_sha256(self.destdir),
             "seconds": steps.seconds,
             "skipped_steps": steps.skipped,
         }
@@ -499,7 +502,7 @@ class CorpusPipeline:
                     model_type=args.spm_model_type,
                     character_coverage=args.spm_character_coverage,
                     input_sentence_size=args.spm_input_sentence_size,
-                    threads=args.workers,
+                    threads=SPM_TRAINING_THREADS,
                 )
         return {}
 

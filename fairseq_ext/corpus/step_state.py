@@ -246,15 +246,26 @@ def remove_tool_files(destdir: Path) -> None:
             directory.rmdir()
 
 
+def data_bin_sha256(destdir: Path) -> str:
+    """sha256 over the data a model trains on: each split's ``.bin`` and ``.idx`` and
+    ``dict.txt`` (in :data:`BINARY_FILES` order; ``preprocess.log`` is left out)."""
+    digest = hashlib.sha256()
+    for name in BINARY_FILES:
+        if name != "preprocess.log":
+            digest.update(f"{name}\t{file_sha256(Path(destdir) / name)}\n".encode())
+    return digest.hexdigest()
+
+
 def corpus_identity(destdir: Path) -> dict[str, Any]:
-    """What a data-bin was built from, as its manifest records it: the fingerprint of the
-    input files (the fetched packages' text: a mirror that serves another package version
-    gives another fingerprint) and the tokens of each split; empty without a manifest."""
+    """What a data-bin holds, as its manifest records it: the sha256 of its binaries and
+    dictionary (:func:`data_bin_sha256`; equal on two machines when the build is the same) and
+    the tokens of each split; empty without a manifest."""
     try:
         manifest = json.loads((Path(destdir) / MANIFEST_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    identity = {"input_fingerprint": (manifest.get("settings") or {}).get("input_fingerprint")}
-    identity.update({f"{split}_tokens": count for split, count
-                     in ((manifest.get("summary") or {}).get("tokens") or {}).items()})
+    summary = manifest.get("summary") or {}
+    identity = {"data_sha256": summary.get("data_sha256")}
+    identity.update({f"{split}_tokens": count
+                     for split, count in (summary.get("tokens") or {}).items()})
     return identity
