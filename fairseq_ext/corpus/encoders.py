@@ -202,18 +202,17 @@ def sample_training_lines(text: Path, size: int, seed: int = 1) -> list[str]:
     machine, which sentencepiece's own ``input_sentence_size`` sampler does not (two trainings
     of one file with one seed gave two models)."""
 
-    def trainable(line: bytes) -> bool:
+    def trainable(line: bytes) -> Optional[bytes]:
         body = line.rstrip(b"\r\n")
-        return bool(body.strip()) and len(body) <= SPM_MAX_SENTENCE_BYTES
+        return body if body.strip() and len(body) <= SPM_MAX_SENTENCE_BYTES else None
 
     with open(text, "rb") as handle:
-        eligible = sum(1 for line in handle if trainable(line))
+        eligible = sum(1 for line in handle if trainable(line) is not None)
     keep = None if eligible <= size else set(random.Random(seed).sample(range(eligible), size))
-    lines = []
     with open(text, "rb") as handle:
-        for index, line in enumerate(line for line in handle if trainable(line)):
-            if keep is None or index in keep:
-                lines.append(line.rstrip(b"\r\n").decode("utf-8", errors="replace"))
+        bodies = (body for body in map(trainable, handle) if body is not None)
+        lines = [body.decode("utf-8", errors="replace") for index, body in enumerate(bodies)
+                 if keep is None or index in keep]
     return lines
 
 
@@ -224,7 +223,7 @@ def train_sentencepiece(
     model_type: str,
     character_coverage: float,
     input_sentence_size: int,
-    threads: int = 1,
+    threads: int = SPM_TRAINING_THREADS,
 ) -> None:
     """Train a sentencepiece model on ``train_text`` (one sentence per line; blank lines are
     ignored) and write it to ``model_file``.
@@ -232,8 +231,8 @@ def train_sentencepiece(
     At most ``input_sentence_size`` lines are trained on, a seeded sample
     (:func:`sample_training_lines`), which bounds the memory. The model depends on the text
     alone: the sample is seeded, the lines are fed as an iterator (a model trained from a file
-    records the file's path), and ``threads`` must be the same everywhere (sentencepiece's
-    training differs with its thread count: the corpus builder passes
+    records the file's path), and ``threads`` is the same everywhere (sentencepiece's
+    training differs with its thread count: the corpus builder keeps the default,
     :data:`SPM_TRAINING_THREADS`, never ``--workers``). ``vocab_size`` is a soft limit
     (``hard_vocab_limit=False``) so that a small corpus gives a smaller vocabulary instead of
     an error.

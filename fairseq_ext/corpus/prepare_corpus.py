@@ -46,7 +46,6 @@ from .documents import (
     list_input,
 )
 from .encoders import (
-    SPM_TRAINING_THREADS,
     TokenizerSpec,
     count_dictionary_entries,
     encode_file,
@@ -502,7 +501,6 @@ class CorpusPipeline:
                     model_type=args.spm_model_type,
                     character_coverage=args.spm_character_coverage,
                     input_sentence_size=args.spm_input_sentence_size,
-                    threads=SPM_TRAINING_THREADS,
                 )
         return {}
 
