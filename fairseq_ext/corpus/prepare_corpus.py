@@ -14,8 +14,8 @@ Steps (each skipped on a re-run when its stamp matches, see :mod:`.step_state`):
 3. ``encode``: ``prep/{split}.tok``, streaming on ``--workers`` processes;
 4. ``dict``: the fairseq dictionary ``prep/dict.txt`` (the sentencepiece vocabulary with each
    piece's train-split count, ``--srcdict``, or the train-split token counts);
-5. ``preprocess``: ``fairseq-preprocess --only-source`` -> ``{split}.bin/.idx`` and
-   ``dict.txt`` in the destdir.
+5. ``preprocess``: ``{split}.bin/.idx`` and ``dict.txt`` in the destdir, what
+   ``fairseq-preprocess --only-source --srcdict`` writes, byte for byte (:mod:`.binarize`).
 
 Run with ``--help`` for the options; ``docs/corpus.md`` describes inputs and outputs.
 """
@@ -25,16 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from ..training.fairseq_bin import python_executable
 from . import python_docs, rst_cleaner
+from .binarize import BinarizedSplit, binarize_file
 from .documents import (
     INPUT_FORMATS,
     LINE_UNITS,
@@ -76,12 +74,6 @@ EMBEDDED_SOURCES = (ENGLISH_SOURCE, python_docs.SOURCE_NAME)
 DEFAULT_VOCAB_SIZE = 8000
 DEFAULT_SPLIT_FRACTION = 0.05
 DEFAULT_INPUT_SENTENCE_SIZE = 300_000
-# fairseq-preprocess's report of one split, e.g. "[None] prep/train.tok: 10 sents, 52 tokens,
-# 0.0% replaced (by <unk>)".
-_PREPROCESS_REPORT = re.compile(
-    r"\] (?P<file>.+): (?P<sentences>\d+) sents, (?P<tokens>\d+) tokens, "
-    r"(?P<replaced>[\d.e+-]+)% replaced"
-)
 
 
 def log(message: str) -> None:
@@ -206,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=available_cpus(),
-        help="processes for encoding and fairseq-preprocess (default: %(default)s)",
+        help="processes for encoding and binarizing (default: %(default)s)",
     )
     return parser
 
@@ -546,70 +538,59 @@ class CorpusPipeline:
     def _preprocess(
         self, tokenized: list[Path], dictionary: Path, encode_stats: dict[str, Any]
     ) -> dict[str, Any]:
-        """Run fairseq-preprocess into a temporary directory, check its report against the
-        encode step, and move its outputs into the destdir."""
+        """Binarize each split as ``fairseq-preprocess --only-source --srcdict`` does
+        (:mod:`.binarize`, byte for byte) into a temporary directory, check the counts against
+        the encode step, and move the outputs into the destdir."""
+        from fairseq.data import Dictionary
+
         for stale in self.destdir.glob(f"{PREPROCESS_TEMPORARY_PREFIX}*"):
             shutil.rmtree(stale)
         temporary_dir = self.destdir / f"{PREPROCESS_TEMPORARY_PREFIX}{os.getpid()}"
-        command = [
-            python_executable(),
-            "-m",
-            "fairseq_cli.preprocess",
-            "--only-source",
-            "--srcdict",
-            str(dictionary),
-        ]
-        for split, path in zip(SPLITS, tokenized):
-            command += [f"--{split}pref", str(path)]
-        command += ["--destdir", str(temporary_dir), "--workers", str(self.args.workers)]
+        temporary_dir.mkdir()
         try:
-            result = subprocess.run(command, capture_output=True, text=True)
-            output = result.stdout + result.stderr
-            if result.returncode != 0:
-                sys.stderr.write(output[-4000:])
-                raise CorpusError(
-                    f"fairseq-preprocess failed (exit {result.returncode}); its output is above"
-                )
-            reports = {match["file"]: match for match in _PREPROCESS_REPORT.finditer(output)}
+            loaded = Dictionary.load(str(dictionary))
+            loaded.save(str(temporary_dir / "dict.txt"))  # what fairseq-preprocess saves
+            report = [f"dictionary {dictionary}: {len(loaded)} types"]
             stats = {}
             for split, path in zip(SPLITS, tokenized):
-                report = reports.get(str(path))
-                if report is None:
-                    raise CorpusError(f"fairseq-preprocess printed no report for {path}")
-                stats[split] = self._check_preprocess_report(split, report, encode_stats[split])
+                counts = binarize_file(path, dictionary, temporary_dir / split, self.args.workers)
+                report.append(
+                    f"{path}: {counts.items} lines, {counts.tokens_with_eos} tokens with </s>, "
+                    f"{counts.replaced} ({counts.replaced_percent:.3g}%) replaced by <unk>"
+                )
+                stats[split] = self._check_binarized(split, counts, encode_stats[split])
+            (temporary_dir / "preprocess.log").write_text("\n".join(report) + "\n")
             for name in BINARY_FILES:
                 os.replace(temporary_dir / name, self.destdir / name)
         finally:
             shutil.rmtree(temporary_dir, ignore_errors=True)
         return stats
 
-    def _check_preprocess_report(
-        self, split: str, report: re.Match, encoded: dict[str, int]
+    def _check_binarized(
+        self, split: str, counts: BinarizedSplit, encoded: dict[str, int]
     ) -> dict[str, Any]:
         """Every line and token the encode step wrote must have reached the data-bin, and
         with a dictionary built from the sentencepiece model no token may become ``<unk>``."""
-        sentences, tokens, replaced = (
-            int(report["sentences"]),
-            int(report["tokens"]),
-            float(report["replaced"]),
-        )
-        if sentences != encoded["lines"] or tokens != encoded["tokens"] + encoded["lines"]:
+        if (counts.items != encoded["lines"]
+                or counts.tokens_with_eos != encoded["tokens"] + encoded["lines"]):
             raise CorpusError(
-                f"fairseq-preprocess read {sentences} lines / {tokens} tokens (with eos) of the "
-                f"{split} split, but the encode step wrote {encoded['lines']} lines / "
-                f"{encoded['tokens']} tokens"
+                f"binarizing read {counts.items} lines / {counts.tokens_with_eos} tokens (with "
+                f"eos) of the {split} split, but the encode step wrote {encoded['lines']} "
+                f"lines / {encoded['tokens']} tokens"
             )
-        if replaced > 0:
+        replaced = round(counts.replaced_percent, 3)
+        if counts.replaced:
             if self.args.bpe == "spm" and not self.args.srcdict:
                 raise CorpusError(
-                    f"{replaced}% of the {split} tokens are missing from the dictionary built "
-                    "from the sentencepiece model"
+                    f"{counts.replaced} of the {split} tokens are missing from the dictionary "
+                    "built from the sentencepiece model"
                 )
             log(
-                f"warning: fairseq-preprocess replaced {replaced}% of the {split} tokens by <unk> "
-                "(not in the dictionary)"
+                f"warning: {counts.replaced} of the {split} tokens ({replaced}%) are not in "
+                "the dictionary and became <unk>"
             )
-        return {"items": sentences, "tokens_with_eos": tokens, "replaced_percent": replaced}
+        return {"items": counts.items, "tokens_with_eos": counts.tokens_with_eos,
+                "replaced_percent": replaced}
 
 
 def print_summary(summary: dict[str, Any]) -> None:
