@@ -53,9 +53,12 @@ lint: install
 	$(PY) -m ruff check .
 
 # The full suite, as CI runs it (lint first), but for the tests marked heavy (inductor compiles
-# of the recipes, minutes each: `make test-fresh` runs them).
+# of the recipes, minutes each) and those marked real_processes (exact resume, kills, the
+# determinism repeats, an installed copy: every run a real process whether the fork server is
+# on or off, so they run in `make test-fresh` exactly as they would here): `make test-fresh`
+# runs both.
 test: lint $(EXTRAS_STAMP)
-	$(PYTEST) -m "not heavy" tests $(PYTEST_ARGS)
+	$(PYTEST) -m "not heavy and not real_processes" tests $(PYTEST_ARGS)
 
 # Everything but the tests marked slow (real fairseq-train runs, recipe runs, compiles): a few
 # minutes, for the edit-test loop.

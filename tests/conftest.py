@@ -73,12 +73,21 @@ def run_order(item) -> tuple:
     return (1 if item.get_closest_marker("slow") else 2, 0)
 
 
+#: Fixtures whose every run is a real process, fork server or not: a test that uses one is
+#: marked ``real_processes``.
+REAL_PROCESS_FIXTURES = frozenset({"fresh_cli"})
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        # real_processes: its runs are the same with the fork server on or off, so make
+        # test-fresh (server off) runs it as make test would, and make test leaves it to it
+        if REAL_PROCESS_FIXTURES & set(item.fixturenames) or item.get_closest_marker("unserved"):
+            item.add_marker(pytest.mark.real_processes)
         # heavy: make test-fresh only; unserved: its runs never reach the server's log, which
         # fast_tests_do_not_train reads
         if SLOW_FIXTURES & set(item.fixturenames) or item.get_closest_marker("heavy") \
-                or item.get_closest_marker("unserved"):
+                or item.get_closest_marker("real_processes"):
             item.add_marker(pytest.mark.slow)
     items.sort(key=run_order)
 

@@ -6,8 +6,8 @@ chunks smaller than the file and spread over two worker processes."""
 from pathlib import Path
 
 import pytest
-from conftest import fairseq_cli, run_cli
 
+from conftest import fairseq_cli, run_cli
 from fairseq_ext.corpus import binarize
 from fairseq_ext.corpus.binarize import binarize_file
 

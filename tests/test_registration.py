@@ -86,7 +86,7 @@ def test_fairseq_train_help_lists_our_components_from_repo_root():
     _assert_help_lists_our_components("fairseq_ext", cwd=REPO_ROOT)
 
 
-@pytest.mark.slow
+@pytest.mark.real_processes  # another copy of the plugin: never served
 def test_fairseq_train_help_from_an_installed_copy(tmp_path):
     """`pip install .` (not editable) into a separate target, used from another directory."""
     target = tmp_path / "site"

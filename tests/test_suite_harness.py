@@ -40,3 +40,20 @@ def test_an_unserved_test_is_slow_too(request):
     """``unserved`` implies ``slow``: its runs escape the fork server's log, from which
     ``make test-fast`` learns that a test trains."""
     assert request.node.get_closest_marker("slow") is not None
+
+
+@pytest.mark.unserved
+def test_an_unserved_test_runs_real_processes_only(request):
+    assert request.node.get_closest_marker("real_processes") is not None
+
+
+def test_a_test_of_fresh_processes_is_left_to_make_test_fresh(fresh_cli, request):
+    """A test that runs fresh processes (``fresh_cli``) runs them in ``make test-fresh``
+    (``-m slow``) as it would in ``make test``, which leaves it out."""
+    assert request.node.get_closest_marker("real_processes") is not None
+    assert request.node.get_closest_marker("slow") is not None
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    test_recipe = re.search(r"^test: .*\n\t(.*)$", makefile, re.M).group(1)
+    fresh_recipe = re.search(r"^test-fresh: .*\n\t(.*)$", makefile, re.M).group(1)
+    assert '-m "not heavy and not real_processes"' in test_recipe
+    assert "-m slow" in fresh_recipe
