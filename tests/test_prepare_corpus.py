@@ -374,6 +374,20 @@ def test_spm_model_and_srcdict_are_reused(directory_build, tmp_path, capsys):
     )
 
 
+def test_a_srcdict_fairseq_cannot_load_is_one_line(directory_build, tmp_path, capsys):
+    """A symbol listed twice (without fairseq's overwrite flag) reads as 'symbol count' lines
+    but fairseq's Dictionary refuses it: one line naming the file, no traceback."""
+    corpus, built, _expected = directory_build
+    lines = (built / "dict.txt").read_text().splitlines()
+    srcdict = tmp_path / "dict.txt"
+    srcdict.write_text("\n".join(lines + lines[:1]) + "\n")
+    status, _out, err = run_main(capsys, "--input", corpus, "--destdir", tmp_path / "bin", *SMALL,
+                                 "--spm-model", built / "spm.model", "--srcdict", srcdict)
+    assert status == 2
+    assert f"--srcdict {srcdict}: fairseq cannot load it" in err and "Duplicate" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_gpt2_bpe_writes_ids_and_builds_dictionary(tmp_path, capsys):
     from fairseq.data.encoders.gpt2_bpe_utils import bytes_to_unicode, get_encoder

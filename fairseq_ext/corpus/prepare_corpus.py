@@ -548,7 +548,11 @@ class CorpusPipeline:
         temporary_dir = self.destdir / f"{PREPROCESS_TEMPORARY_PREFIX}{os.getpid()}"
         temporary_dir.mkdir()
         try:
-            loaded = Dictionary.load(str(dictionary))
+            try:
+                loaded = Dictionary.load(str(dictionary))
+            except (RuntimeError, ValueError) as error:  # e.g. a symbol listed twice
+                source = f"--srcdict {self.args.srcdict}" if self.args.srcdict else dictionary
+                raise CorpusError(f"{source}: fairseq cannot load it: {error}") from None
             loaded.save(str(temporary_dir / "dict.txt"))  # what fairseq-preprocess saves
             report = [f"dictionary {dictionary}: {len(loaded)} types"]
             stats = {}
