@@ -84,8 +84,8 @@ def pytest_collection_modifyitems(config, items):
         # test-fresh (server off) runs it as make test would, and make test leaves it to it
         if REAL_PROCESS_FIXTURES & set(item.fixturenames) or item.get_closest_marker("unserved"):
             item.add_marker(pytest.mark.real_processes)
-        # heavy: make test-fresh only; unserved: its runs never reach the server's log, which
-        # fast_tests_do_not_train reads
+        # heavy and real_processes: make test-fresh only; real_processes (unserved included):
+        # its runs never reach the server's log, which fast_tests_do_not_train reads
         if SLOW_FIXTURES & set(item.fixturenames) or item.get_closest_marker("heavy") \
                 or item.get_closest_marker("real_processes"):
             item.add_marker(pytest.mark.slow)
