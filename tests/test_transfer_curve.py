@@ -257,6 +257,23 @@ def test_docs_quote_the_committed_english_curves():
         "curve-mean-ep10.json", "curve-first-ep10.json") in text
 
 
+def test_docs_quote_the_shape_lever_from_its_committed_curves():
+    """The shape lever's paired tables in docs/transfer.md (each shape minus the 2 x 128 at the
+    same FLOPs) are those of its two committed curves, merged as ``--points`` merges them."""
+    import json
+
+    root = Path(__file__).resolve().parent.parent
+    names = ["curve-mean-ep10-lr3e-3-shape-12kflops.json",
+             "curve-mean-ep10-lr3e-3-shape-12kflops-base.json"]
+    curves = [json.loads((root / "docs/transfer/english" / name).read_text()) for name in names]
+    merged = transfer_curve.merge_curves(curves, names)
+    text = (root / "docs/transfer.md").read_text()
+    for shape in ("deep4x128-s1@6929", "wide2x256-s1@3571"):
+        rows = transfer_curve.points_difference(merged, shape, "base2x128-s1@12000")
+        assert [row["task"] for row in rows] == ["FortuneTopic", "GlossTopic", "DebSection"]
+        assert transfer_curve.format_lever(rows, shape, "base2x128-s1@12000") in text
+
+
 def test_the_demos_longest_committed_run_is_the_pooled_curves_and_docs_quote_it():
     """The line ``make demo`` prints under its fine-tuning table is the pooled row of the
     committed curves (all four pre-training seeds of recipes/roberta/english.sh), and
