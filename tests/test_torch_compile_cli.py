@@ -18,7 +18,7 @@ Variable lengths (``--sample-break-mode eos`` and ``complete``, as the recipes u
 a multiple of it, and each padded length compiles once, at most 8 of them.
 
 The inductor runs (1-3 min each on 2 cores, 10 of a fresh clone's suite between them) are
-``heavy``: ``make test-fresh`` runs them, ``make test`` does not (issue 57, docs/testing.md);
+``heavy``: ``make test-fresh`` runs them, ``make test`` does not (docs/testing.md);
 the aot_eager pairings, which check the same compile-once-per-shape on every pairing, stay in
 ``make test``.
 """
