@@ -392,17 +392,45 @@ def test_finetune_recipe_with_a_mean_pooling_head(exported, classification_bin, 
     torch.testing.assert_close(logits, torch.stack(by_hand))
 
 
+def test_finetune_recipe_with_layer_lr_decay(exported, classification_bin, tmp_path):
+    """LAYER_LR_DECAY=0.5 with the <s> head: the recipe moves the export to roberta_pooled*
+    with --layer-lr-decay 0.5; fairseq-train's model tags the encoder and fused_adamw steps
+    L + 2 groups at lr x 0.5^(L+1) ... 0.5, 1 (embeddings, each layer, the rest)."""
+    import re
+
+    save_dir = tmp_path / "finetune"
+    proc = run_cli([FINETUNE, "--log-format", "json", "--no-progress-bar", "--log-interval", "2"],
+                   env={"TASK": "SST-2", "DATA": str(classification_bin), "POOLING": "first",
+                        "LAYER_LR_DECAY": "0.5",
+                        "PRETRAINED": str(exported["self_pre_ln_wide"]), "SAVE_DIR": str(save_dir),
+                        "BATCH_SIZE": "16", "MAX_SENTENCES": "8", "EPOCHS": "1", "LR": "3e-04",
+                        "CPU": "1", "NUM_WORKERS": "0", "NUM_GPUS": "1",
+                        "OMP_NUM_THREADS": "1"})
+    flags = shlex.split(proc.stdout.splitlines()[0][2:])
+    values = flag_values(flags)
+    assert values["--arch"].startswith("roberta_pooled")
+    assert (values["--classification-pooling"], values["--layer-lr-decay"]) == ("first", "0.5")
+    layers = int(values["--encoder-layers"])
+    output = proc.stdout + proc.stderr
+    expected = ", ".join(f"{0.5 ** k:.3g}" for k in range(layers + 1, 0, -1)) + ", 1"
+    assert re.search(rf"fused_adamw: {layers + 2} parameter groups at lr x {expected}\b",
+                     output), output[-3000:]
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(save_dir / "checkpoint_best.pt"))
+    assert state["cfg"]["model"].layer_lr_decay == 0.5
+
+
 def test_yaml_fine_tunes_with_a_mean_pooling_head(exported, classification_bin, tmp_path):
     """The YAML twin with model._name=roberta_pooled_prenorm +model.classification_pooling=mean
-    (the pre-LN export's encoder) trains through fairseq-hydra-train and saves a mean head."""
+    +model.layer_lr_decay=0.5 (the pre-LN export's encoder) trains through fairseq-hydra-train
+    with the decayed rates and saves a mean head."""
     from fairseq_ext.modules.classification_heads import MeanPoolClassificationHead
 
     save_dir = tmp_path / "hydra"
-    run_cli([fairseq_cli("fairseq-hydra-train"), "--config-dir", REPO_ROOT / "recipes/config/3ml",
+    proc = run_cli([fairseq_cli("fairseq-hydra-train"), "--config-dir", REPO_ROOT / "recipes/config/3ml",
              "--config-name", "finetune_glue", f"task.data={classification_bin}",
              f"checkpoint.restore_file={exported['cross']}", f"checkpoint.save_dir={save_dir}",
              "model._name=roberta_pooled_prenorm", "+model.classification_pooling=mean",
-             "+model.encoder_layers=2", "+model.encoder_embed_dim=64",
+             "+model.layer_lr_decay=0.5", "+model.encoder_layers=2", "+model.encoder_embed_dim=64",
              "+model.encoder_ffn_embed_dim=256", "+model.encoder_attention_heads=2",
              f"model.max_positions={TOKENS}", f"task.max_positions={TOKENS}",
              "optimization.max_epoch=1", "lr_scheduler.total_num_update=13",
@@ -413,6 +441,8 @@ def test_yaml_fine_tunes_with_a_mean_pooling_head(exported, classification_bin, 
         [str(save_dir / "checkpoint_best.pt")], arg_overrides={"data": str(classification_bin)})
     head = model.classification_heads["sentence_classification_head"]
     assert isinstance(head, MeanPoolClassificationHead)
+    assert model.args.layer_lr_decay == 0.5  # and fused_adamw stepped its 4 groups:
+    assert "fused_adamw: 4 parameter groups at lr x 0.125, 0.25, 0.5, 1" in proc.stdout + proc.stderr
 
 
 def dry_run(script, **env):

@@ -1,11 +1,14 @@
-"""The transfer curve (issue 55): every checkpoint against the random init of its own
+"""The transfer curve: every checkpoint against the random init of its own
 architecture, paired on the fine-tuning seed; checked on a stage whose results are given."""
+import json
 import math
 from pathlib import Path
 
 import pytest
 
 from fairseq_ext.experiments import finetuning, transfer_curve
+
+CURVES = Path(__file__).resolve().parent.parent / "docs/transfer/english"
 
 
 def test_each_point_is_paired_with_the_random_init_of_its_architecture(monkeypatch, tmp_path):
@@ -92,6 +95,20 @@ def test_levers_reach_every_arm_and_are_judged_on_the_selection_split(monkeypatc
     text = transfer_curve.format_curve(result)
     assert text.count("pooling mean, lr 3e-4, 10 epochs, warm-up 10%") == 2
     assert "+6.67 ± 1.20 *" in text and "+2.00 ± 0.58 *" in text and "bow_logreg" in text
+
+
+def test_a_layer_lr_decay_reaches_every_arm_and_only_curves_that_set_it_record_it():
+    settings = transfer_curve.CurveSettings(pooling="mean", layer_lr_decay=0.8)
+    assert settings.recipe_env() == {"POOLING": "mean", "LAYER_LR_DECAY": "0.8"}
+    assert settings.as_dict()["layer_lr_decay"] == 0.8
+    assert "layer-wise lr decay 0.8" in settings.describe()
+    plain = transfer_curve.CurveSettings(pooling="first")
+    assert plain.recipe_env() == {} and "layer_lr_decay" not in plain.as_dict()
+    # a committed curve's settings (made before the decay existed) read back as they were
+    committed = json.loads((CURVES / "curve-mean-ep10-lr3e-3-shape-12kflops-base.json")
+                           .read_text())["settings"]
+    read_back = transfer_curve.CurveSettings(**{**committed, "lrs": tuple(committed["lrs"])})
+    assert json.loads(json.dumps(read_back.as_dict())) == committed
 
 
 def test_a_lever_is_the_paired_difference_of_two_curves():

@@ -69,18 +69,37 @@ class CurveSettings:
     (the recipe's ``POOLING``; by default the mean of the tokens, the lever that lifted every
     pre-trained point of the English corpus by 8-13 points, docs/transfer.md), ``epochs``, a
     learning-rate grid (more than one rate: chosen per point on the selection split; by
-    default :data:`CHOSEN_LR`), the warm-up share (the demo's by default); every arm, random
-    init included, fine-tunes the same way."""
+    default :data:`CHOSEN_LR`), the warm-up share (the demo's by default), and the layer-wise
+    lr decay (the recipe's ``LAYER_LR_DECAY``; none by default); every arm, random init
+    included, fine-tunes the same way."""
 
     pooling: str = finetuning.CHOSEN_POOLING
     epochs: int = finetuning.CHOSEN_EPOCHS
     lrs: Tuple[str, ...] = (CHOSEN_LR,)
     warmup_share: float = finetuning.DEMO_PROTOCOL.warmup_share
+    layer_lr_decay: Optional[float] = None
 
     def describe(self) -> str:
         rates = "/".join(self.lrs) + (" (chosen on selection)" if len(self.lrs) > 1 else "")
+        decay = (f", layer-wise lr decay {self.layer_lr_decay:g}"
+                 if self.layer_lr_decay is not None else "")
         return (f"pooling {self.pooling}, lr {rates}, {self.epochs} epochs, warm-up "
-                f"{self.warmup_share:.0%}")
+                f"{self.warmup_share:.0%}{decay}")
+
+    def recipe_env(self) -> Dict[str, str]:
+        """What the fine-tuning recipe is told beyond its defaults."""
+        env = {} if self.pooling == "first" else {"POOLING": self.pooling}
+        if self.layer_lr_decay is not None:
+            env["LAYER_LR_DECAY"] = f"{self.layer_lr_decay:g}"
+        return env
+
+    def as_dict(self) -> dict:
+        """The settings a curve records (without a decay that was not set, so that curves
+        made before the decay existed still merge with those made after)."""
+        fields = dataclasses.asdict(self)
+        if fields["layer_lr_decay"] is None:
+            del fields["layer_lr_decay"]
+        return fields
 
 
 def curve(checkpoints: Sequence[Tuple[str, Path]], suite: Path, runs_dir: Path,
@@ -106,7 +125,7 @@ def curve(checkpoints: Sequence[Tuple[str, Path]], suite: Path, runs_dir: Path,
         paths[(name, 1)] = path
         points.append({"label": label, "updates": updates, "name": name, "arch": arch,
                        "checkpoint": str(path)})
-    env = {} if settings.pooling == "first" else {"POOLING": settings.pooling}
+    env = settings.recipe_env()
     protocol = dataclasses.replace(
         finetuning.DEMO_PROTOCOL, seeds=tuple(seeds), export_recipes=(THREE_ML_RECIPE,),
         arms=tuple(finetuning.FinetuneArm(name, name, dict(env)) for name in models),
@@ -172,7 +191,7 @@ def curve(checkpoints: Sequence[Tuple[str, Path]], suite: Path, runs_dir: Path,
                                 if key in ("majority", "bow_logreg")} for name in tasks}
     return {"task": tasks[0], "tasks": tasks, "seeds": list(seeds), "lr": "/".join(settings.lrs),
             "epochs": protocol.epochs, "batch": protocol.batch,
-            "settings": dataclasses.asdict(settings), "points": points,
+            "settings": settings.as_dict(), "points": points,
             "random_init": randoms, "baselines": baselines_by_task[tasks[0]],
             "baselines_by_task": baselines_by_task, "wall_seconds": raw["wall_seconds"]}
 
@@ -435,6 +454,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--lr", nargs="+", default=list(CurveSettings.lrs),
                         help="one rate, or a grid chosen per point on the selection split")
     parser.add_argument("--warmup-share", type=float, default=CurveSettings.warmup_share)
+    parser.add_argument("--layer-lr-decay", type=float, default=None, metavar="D",
+                        help="fine-tune every arm with layer-wise lr decay D in (0, 1] "
+                             "(the recipe's LAYER_LR_DECAY; default: none)")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(finetuning.FINETUNE_SEEDS))
     parser.add_argument("--runs-dir", type=Path,
                         help="where the fine-tuning runs go (finished ones are read back)")
@@ -472,7 +494,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             checkpoints.append((run[0], Path(path).resolve()))
     if args.epochs < 1 or not 0 <= args.warmup_share < 1 or finetuning.not_positive(args.lr):
         parser.error("--epochs must be positive, --warmup-share in [0, 1), --lr positive rates")
-    settings = CurveSettings(args.pooling, args.epochs, tuple(args.lr), args.warmup_share)
+    if args.layer_lr_decay is not None and not 0 < args.layer_lr_decay <= 1:
+        parser.error(f"--layer-lr-decay must be in (0, 1]; got {args.layer_lr_decay}")
+    settings = CurveSettings(args.pooling, args.epochs, tuple(args.lr), args.warmup_share,
+                             args.layer_lr_decay)
     result = curve(checkpoints, args.suite.resolve(), args.runs_dir.resolve(), args.task[0],
                    args.seeds, printer=recipe_runs.say, settings=settings, tasks=args.task)
     print(format_curve(result))

@@ -72,6 +72,7 @@ normalisation, or ``roberta`` / ``roberta_prenorm`` with explicit dimensions, th
 import argparse
 import logging
 from pathlib import Path
+from typing import Optional
 
 from fairseq_ext.export.checkpoints import (
     HUB_DICT,
@@ -372,11 +373,12 @@ def write_hub_directory(exported: dict, out: Path, dictionary: Path, sentencepie
         shutil.copyfile(sentencepiece_model, tmp / HUB_SENTENCEPIECE)
 
 
-def finetune_args(state: dict, path: Path, pooling: str = "first") -> list:
+def finetune_args(state: dict, path: Path, pooling: str = "first",
+                  layer_lr_decay: Optional[float] = None) -> list:
     """``fairseq-train`` flags (``--arch`` ... ``--max-positions N``) that rebuild the encoder of
-    an exported (RoBERTa) checkpoint; with ``pooling="mean"``, on ``roberta_pooled`` (or its
-    pre-LN twin) with ``--classification-pooling mean`` (:mod:`fairseq_ext.models.
-    roberta_pooled`)."""
+    an exported (RoBERTa) checkpoint; with ``pooling="mean"`` or a ``layer_lr_decay``, on
+    ``roberta_pooled`` (or its pre-LN twin) with ``--classification-pooling`` (and
+    ``--layer-lr-decay``) (:mod:`fairseq_ext.models.roberta_pooled`)."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 
     cfg = state["cfg"]
@@ -390,7 +392,8 @@ def finetune_args(state: dict, path: Path, pooling: str = "first") -> list:
     ARCH_CONFIG_REGISTRY[arch](args)
     want = {k: getattr(args, k) for k in STRUCTURE_FIELDS + ("activation_fn",)}
     flags = None
-    for candidate in FINETUNE_ARCHS if pooling == "first" else ():
+    plugin_model = pooling != "first" or layer_lr_decay is not None
+    for candidate in FINETUNE_ARCHS if not plugin_model else ():
         if candidate not in ARCH_CONFIG_REGISTRY:
             continue
         default = argparse.Namespace()
@@ -406,14 +409,16 @@ def finetune_args(state: dict, path: Path, pooling: str = "first") -> list:
             raise ExportError(f"{path}: post-LN without an embedding LayerNorm "
                               "(layernorm_embedding=False) has no command-line arch")
         base = "roberta_prenorm" if pre_ln and not embedding_ln else "roberta"
-        if pooling != "first":
+        if plugin_model:
             base = base.replace("roberta", "roberta_pooled")
         flags = ["--arch", base] + (["--encoder-normalize-before"] if pre_ln and embedding_ln
                                     else [])
         for key, flag in DIM_FLAGS.items():
             flags += [flag, str(want[key])]
-        if pooling != "first":
+        if plugin_model:
             flags += ["--classification-pooling", pooling]
+        if layer_lr_decay is not None:
+            flags += ["--layer-lr-decay", f"{layer_lr_decay:g}"]
     if want["activation_fn"] != "gelu":
         flags += ["--activation-fn", want["activation_fn"]]
     return flags + ["--max-positions", str(args.max_positions)]
@@ -449,7 +454,12 @@ def parse_args(argv):
                         help="with --print-finetune-args: the classification head's pooling "
                              "(mean: --arch roberta_pooled ... --classification-pooling mean; "
                              "default %(default)s)")
+    parser.add_argument("--layer-lr-decay", type=float, metavar="D",
+                        help="with --print-finetune-args: fine-tune with layer-wise lr decay D "
+                             "(on roberta_pooled: --layer-lr-decay D)")
     args = parser.parse_args(argv)
+    if args.layer_lr_decay is not None and not args.print_finetune_args:
+        parser.error("--layer-lr-decay is for --print-finetune-args")
     if args.print_finetune_args == (args.output is not None):
         parser.error("give INPUT OUTPUT, or --print-finetune-args EXPORTED")
     if args.pooling != "first" and not args.print_finetune_args:
@@ -498,7 +508,7 @@ def main(argv=None) -> int:
     def run() -> int:
         if args.print_finetune_args:
             print(" ".join(finetune_args(load_checkpoint(args.input), args.input,
-                                         args.pooling)))
+                                         args.pooling, args.layer_lr_decay)))
             return 0
         if not args.input.is_file():
             raise ExportError(f"{args.input}: no such file")

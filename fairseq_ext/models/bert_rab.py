@@ -31,7 +31,11 @@ from omegaconf import OmegaConf
 
 from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
-from fairseq_ext.models.roberta_pooled import PooledClassificationMixin, add_pooling_args
+from fairseq_ext.models.roberta_pooled import (
+    PooledClassificationMixin,
+    add_pooling_args,
+    set_finetuning_defaults,
+)
 from fairseq_ext.models.roberta_sizes import roberta_size_defaults
 from fairseq_ext.models.sizes import ENCODER_SIZES, EncoderSize, register_sized_architecture
 from fairseq_ext.models.validation import check_attention_heads
@@ -151,6 +155,7 @@ def bert_rab_architecture(args, size: EncoderSize = ENCODER_SIZES["base"]):
     args.rab_num_buckets = safe_getattr(args, "rab_num_buckets", 32)
     args.rab_max_distance = safe_getattr(args, "rab_max_distance", 128)
     args.rab_shared_across_layers = safe_getattr(args, "rab_shared_across_layers", False)
+    set_finetuning_defaults(args)
     roberta_size_defaults(args, size)
 
 

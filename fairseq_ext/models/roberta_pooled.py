@@ -13,6 +13,10 @@ before`` makes it pre-LN with one) or ``roberta_pooled_prenorm`` (pre-LN, no emb
 LayerNorm, as fairseq's ``roberta_prenorm``). ``scripts/export_encoder.py --print-finetune-args
 --pooling mean`` prints those flags for an export, and the fine-tuning recipes' ``POOLING=mean``
 uses them.
+
+Each of them also takes ``--layer-lr-decay D`` (ELECTRA's layer-wise learning-rate decay for
+fine-tuning, :mod:`fairseq_ext.modules.layer_lr_decay`), which ``--optimizer fused_adamw``
+honours.
 """
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta.model import (
@@ -23,12 +27,20 @@ from fairseq.models.roberta.model import (
 from fairseq.utils import safe_getattr
 
 from fairseq_ext.modules.classification_heads import MeanPoolClassificationHead
+from fairseq_ext.modules.layer_lr_decay import (
+    LayerLrDecayMixin,
+    add_layer_lr_decay_args,
+    layer_lr_decay,
+)
 
 CLASSIFICATION_POOLINGS = ("first", "mean")
 DEFAULT_POOLING = "first"
 
 
 def add_pooling_args(parser) -> None:
+    """``--classification-pooling`` and ``--layer-lr-decay``: the fine-tuning choices of the
+    models that use :class:`PooledClassificationMixin`."""
+    add_layer_lr_decay_args(parser)
     parser.add_argument("--classification-pooling", choices=CLASSIFICATION_POOLINGS,
                         help="what a sentence classification head reads: first (the <s> token, "
                              "RoBERTa's head) or mean (the mean of the non-padding tokens' "
@@ -39,9 +51,16 @@ def classification_pooling(args) -> str:
     return safe_getattr(args, "classification_pooling", None) or DEFAULT_POOLING
 
 
-class PooledClassificationMixin:
+def set_finetuning_defaults(args) -> None:
+    """The pooling and layer-wise decay where the flags left them unset; a decay outside
+    (0, 1] is a one-line error here, when the architecture is set."""
+    args.classification_pooling = classification_pooling(args)
+    args.layer_lr_decay = layer_lr_decay(args)
+
+
+class PooledClassificationMixin(LayerLrDecayMixin):
     """For a :class:`RobertaModel` subclass: heads that pool as ``--classification-pooling``
-    says (module docstring)."""
+    says, and ``--layer-lr-decay``'s parameter tags (module docstring)."""
 
     def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
         super().register_classification_head(name, num_classes, inner_dim, **kwargs)
@@ -83,12 +102,12 @@ class PooledRobertaModel(PooledClassificationMixin, RobertaModel):
 @register_model_architecture("roberta_pooled", "roberta_pooled")
 def roberta_pooled_architecture(args):
     """fairseq's RoBERTa defaults (base: 12 x 768, post-LN, embedding LayerNorm)."""
-    args.classification_pooling = classification_pooling(args)
+    set_finetuning_defaults(args)
     base_architecture(args)
 
 
 @register_model_architecture("roberta_pooled", "roberta_pooled_prenorm")
 def roberta_pooled_prenorm_architecture(args):
     """fairseq's ``roberta_prenorm``: pre-LN, no embedding LayerNorm."""
-    args.classification_pooling = classification_pooling(args)
+    set_finetuning_defaults(args)
     roberta_prenorm_architecture(args)

@@ -11,10 +11,16 @@ and update rule, and runs:
   CPU).
 
 The choice is logged when the optimizer is built.
+
+Parameters tagged as fairseq's data2vec models tag them, ``p.optim_overrides = {"optimizer":
+{"lr_scale": s, "weight_decay_scale": w}}`` (``--layer-lr-decay``,
+:mod:`fairseq_ext.modules.layer_lr_decay`), get one parameter group per pair of scales; the
+schedule's rate is multiplied by the group's ``lr_scale`` whenever fairseq sets it, and
+``get_lr`` reports the unscaled rate.
 """
 import logging
 from dataclasses import dataclass, field
-from typing import Any, List
+from typing import Any, Dict, List, Tuple
 
 import torch
 from fairseq.dataclass import FairseqDataclass
@@ -48,13 +54,40 @@ def _parse_betas(betas):
     return values
 
 
+LR_SCALE = "lr_scale"
+WEIGHT_DECAY_SCALE = "weight_decay_scale"
+
+
+def parameter_scales(parameter) -> Tuple[float, float]:
+    """``(lr_scale, weight_decay_scale)`` of a parameter's ``optim_overrides`` (1 where
+    absent)."""
+    overrides = (getattr(parameter, "optim_overrides", None) or {}).get("optimizer", {})
+    return float(overrides.get(LR_SCALE, 1.0)), float(overrides.get(WEIGHT_DECAY_SCALE, 1.0))
+
+
+def scaled_parameter_groups(params: list, weight_decay: float) -> list:
+    """``params`` as they are when none is tagged (or they are already groups); otherwise one
+    group per ``(lr_scale, weight_decay_scale)``, in order of first appearance, each with its
+    ``lr_scale`` and scaled ``weight_decay``."""
+    if not params or isinstance(params[0], dict):
+        return params
+    groups: Dict[Tuple[float, float], list] = {}
+    for parameter in params:
+        groups.setdefault(parameter_scales(parameter), []).append(parameter)
+    if list(groups) == [(1.0, 1.0)]:
+        return params
+    return [{"params": members, LR_SCALE: lr_scale,
+             "weight_decay": weight_decay * decay_scale}
+            for (lr_scale, decay_scale), members in groups.items()]
+
+
 @register_optimizer("fused_adamw", dataclass=FusedAdamWConfig)
 class FairseqFusedAdamW(FairseqOptimizer):
     """AdamW through apex ``FusedAdam`` or ``torch.optim.AdamW(fused=True)``."""
 
     def __init__(self, cfg: FusedAdamWConfig, params):
         super().__init__(cfg)
-        params = list(params)
+        params = scaled_parameter_groups(list(params), cfg.weight_decay)
         on_cuda = any(
             (p["params"][0] if isinstance(p, dict) else p).is_cuda for p in params
         )
@@ -66,6 +99,20 @@ class FairseqFusedAdamW(FairseqOptimizer):
             self.implementation = "torch.optim.AdamW(fused=True)"
             self._optimizer = torch.optim.AdamW(params, fused=True, **self.optimizer_config)
         logger.info(f"fused_adamw: using {self.implementation}")
+        scales = [group[LR_SCALE] for group in self.param_groups if LR_SCALE in group]
+        if scales:
+            logger.info("fused_adamw: %d parameter groups at lr x %s (optim_overrides)",
+                        len(scales), ", ".join(f"{s:.3g}" for s in scales))
+
+    def get_lr(self):
+        """The schedule's rate (a scaled group's rate divided by its ``lr_scale``)."""
+        group = self.param_groups[0]
+        return group["lr"] / group.get(LR_SCALE, 1.0)
+
+    def set_lr(self, lr):
+        """The schedule's rate ``lr``, times each group's ``lr_scale``."""
+        for group in self.param_groups:
+            group["lr"] = lr * group.get(LR_SCALE, 1.0)
 
     @property
     def optimizer_config(self):

@@ -22,6 +22,9 @@
 # --print-finetune-args): a pre-LN export needs a pre-LN arch, e.g. roberta_large_prenorm.
 # POOLING=mean puts the classification head on the mean of the tokens' features instead of
 # <s> (fairseq-ext's roberta_pooled model, --classification-pooling mean).
+# LAYER_LR_DECAY=D fine-tunes with ELECTRA's layer-wise lr decay (--layer-lr-decay D on
+# roberta_pooled: a parameter at depth d of L layers learns at lr x D^(L+1-d)); it needs
+# OPTIMIZER=fused_adamw (the default), which honours the per-layer rates.
 # A downstream task of scripts/prepare_downstream.sh (DebSection, GlossTopic, FortuneTopic, GlossPair) is
 # scored by accuracy, with the classes of DATA/label/dict.txt, and defaults to the protocol chosen
 # on the suite's selection split for small encoders (docs/transfer.md): POOLING=mean, LR=3e-3,
@@ -69,6 +72,7 @@ OPTIMIZER="${OPTIMIZER:-fused_adamw}"
 ARCH="${ARCH:-}"                          # empty: the arch that rebuilds PRETRAINED's encoder
 MAX_POSITIONS="${MAX_POSITIONS:-}"        # empty: PRETRAINED's (its position table)
 POOLING="${POOLING:-${default_pooling}}"  # the head reads: first (<s>, RoBERTa's) or mean (of the tokens)
+LAYER_LR_DECAY="${LAYER_LR_DECAY:-}"      # empty: none (every layer at LR); D in (0, 1]: lr x D^(L+1-d)
 SHORTEN_METHOD="${SHORTEN_METHOD:-truncate}"  # longer examples are cut to MAX_POSITIONS
 NUM_CLASSES="${NUM_CLASSES:-${task_classes:-$(label_classes "${DATA}")}}"
 BEST_METRIC="${BEST_METRIC:-${task_metric}}"
@@ -88,6 +92,11 @@ case "${POOLING}" in
   first|mean) ;;
   *) die "POOLING=${POOLING}: one of first (the <s> token) or mean (the mean of the tokens)" ;;
 esac
+decay_args=()
+if [[ -n "${LAYER_LR_DECAY}" ]]; then
+  [[ "${OPTIMIZER}" == fused_adamw ]] || die "LAYER_LR_DECAY=${LAYER_LR_DECAY} needs OPTIMIZER=fused_adamw (OPTIMIZER=${OPTIMIZER} would train every layer at LR)"
+  decay_args=(--layer-lr-decay "${LAYER_LR_DECAY}")
+fi
 
 # Number of sequences in a fairseq indexed dataset, from its .idx header (mmap or cached format).
 count_examples() {
@@ -114,7 +123,7 @@ fi
 # Model flags: the encoder of PRETRAINED (--arch ... --max-positions N), unless given.
 arch_args=()
 if [[ -z "${ARCH}" || -z "${MAX_POSITIONS}" ]]; then
-  derived="$("$(fairseq_cmd python)" "${REPO_ROOT}/scripts/export_encoder.py" --print-finetune-args --pooling "${POOLING}" "${PRETRAINED}")"
+  derived="$("$(fairseq_cmd python)" "${REPO_ROOT}/scripts/export_encoder.py" --print-finetune-args --pooling "${POOLING}" "${decay_args[@]}" "${PRETRAINED}")"
   read -r -a derived_args <<< "${derived}"
   n=${#derived_args[@]}
   if [[ -z "${MAX_POSITIONS}" ]]; then MAX_POSITIONS="${derived_args[n-1]}"; fi
@@ -127,6 +136,7 @@ if [[ -n "${ARCH}" ]]; then
     [[ "${ARCH}" == roberta_pooled* ]] || die "POOLING=mean with ARCH=${ARCH}: give ARCH=roberta_pooled or roberta_pooled_prenorm (with the encoder's flags), or leave ARCH unset"
     arch_args+=(--classification-pooling mean)
   fi
+  arch_args+=("${decay_args[@]}")  # ARCH must be one of the plugin's (roberta_pooled*, bert_*)
 fi
 
 # The 3ML paper's schedule (Table 5): linear decay over EPOCHS after a warmup share; the best
