@@ -274,21 +274,46 @@ def test_docs_quote_the_committed_english_curves():
         "curve-mean-ep10.json", "curve-first-ep10.json") in text
 
 
-def test_docs_quote_the_shape_lever_from_its_committed_curves():
-    """The shape lever's paired tables in docs/transfer.md (each shape minus the 2 x 128 at the
-    same FLOPs) are those of its two committed curves, merged as ``--points`` merges them."""
-    import json
+SHAPE_CURVES = ("curve-mean-ep10-lr3e-3-shape-12kflops.json",
+                "curve-mean-ep10-lr3e-3-shape-12kflops-base.json")
+#: The pre-training levers of docs/transfer.md compared as ``--points``: (curves, changed point,
+#: the point it is paired with).
+POINT_LEVERS = [
+    (SHAPE_CURVES, "deep4x128-s1@6929", "base2x128-s1@12000"),
+    (SHAPE_CURVES, "wide2x256-s1@3571", "base2x128-s1@12000"),
+    (("curve-mean-ep10-lr3e-3-pretrain-lr-12k.json",), "lr1e-3-s1@12000", "base2x128-s1@12000"),
+    (("curve-mean-ep10-lr3e-3-pretrain-lr-12k.json",), "lr4e-3-s1@12000", "base2x128-s1@12000"),
+]
+#: The fine-tuning levers compared as ``--lever CHANGED BASELINE`` (the same checkpoint and
+#: random init, fine-tuned two ways).
+PROTOCOL_LEVERS = [
+    ("curve-mean-ep10-lr3e-3-llrd0.8-12k.json", "curve-mean-ep10-lr3e-3-shape-12kflops-base.json"),
+    ("curve-mean-ep10-lr3e-3-ftwarmup0.2-12k.json",
+     "curve-mean-ep10-lr3e-3-shape-12kflops-base.json"),
+]
 
-    root = Path(__file__).resolve().parent.parent
-    names = ["curve-mean-ep10-lr3e-3-shape-12kflops.json",
-             "curve-mean-ep10-lr3e-3-shape-12kflops-base.json"]
-    curves = [json.loads((root / "docs/transfer/english" / name).read_text()) for name in names]
-    merged = transfer_curve.merge_curves(curves, names)
-    text = (root / "docs/transfer.md").read_text()
-    for shape in ("deep4x128-s1@6929", "wide2x256-s1@3571"):
-        rows = transfer_curve.points_difference(merged, shape, "base2x128-s1@12000")
-        assert [row["task"] for row in rows] == ["FortuneTopic", "GlossTopic", "DebSection"]
-        assert transfer_curve.format_lever(rows, shape, "base2x128-s1@12000") in text
+
+@pytest.mark.parametrize("names,changed,baseline", POINT_LEVERS)
+def test_docs_quote_each_pre_training_lever_from_its_committed_curves(names, changed, baseline):
+    """A pre-training lever's paired table in docs/transfer.md (a run minus the recipe's run at
+    the same budget) is that of its committed curves, merged as ``--points`` merges them."""
+    curves = [json.loads((CURVES / name).read_text()) for name in names]
+    merged = transfer_curve.merge_curves(curves, list(names))
+    rows = transfer_curve.points_difference(merged, changed, baseline)
+    assert [row["task"] for row in rows] == ["FortuneTopic", "GlossTopic", "DebSection"]
+    text = (CURVES.parent.parent / "transfer.md").read_text()
+    assert transfer_curve.format_lever(rows, changed, baseline) in text
+
+
+@pytest.mark.parametrize("changed,baseline", PROTOCOL_LEVERS)
+def test_docs_quote_each_fine_tuning_lever_from_its_committed_curves(changed, baseline):
+    """A fine-tuning lever's paired table (the same checkpoint and random init fine-tuned with
+    the lever and without) is ``--lever`` on its two committed curves."""
+    rows = transfer_curve.lever_difference(json.loads((CURVES / changed).read_text()),
+                                           json.loads((CURVES / baseline).read_text()))
+    assert {row["arm"] for row in rows} == {"base2x128-s1@12000", "random init 1"}
+    text = (CURVES.parent.parent / "transfer.md").read_text()
+    assert transfer_curve.format_lever(rows, changed, baseline) in text
 
 
 def test_the_demos_longest_committed_run_is_the_pooled_curves_and_docs_quote_it():
