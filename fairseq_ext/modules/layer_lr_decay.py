@@ -14,7 +14,8 @@ The model tags each encoder parameter as fairseq's data2vec models do,
 registered later) learn at the full rate. ``--optimizer fused_adamw`` honours the tags (one
 parameter group per scale, :mod:`fairseq_ext.optim.fused_adamw`), as does fairseq's
 ``composite`` optimizer with ``dynamic_groups``; fairseq's ``adam`` ignores them. Under
-``--fp16`` the flattened fp32 copy has no tags: add ``--fp16-no-flatten-grads``.
+``--fp16`` the flattened fp32 copy has no tags: add ``--fp16-no-flatten-grads``; under
+``--ddp-backend fully_sharded`` the flattened parameters have none either (not supported).
 """
 import logging
 import re
