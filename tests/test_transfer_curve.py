@@ -290,6 +290,7 @@ PROTOCOL_LEVERS = [
     ("curve-mean-ep10-lr3e-3-llrd0.8-12k.json", "curve-mean-ep10-lr3e-3-shape-12kflops-base.json"),
     ("curve-mean-ep10-lr3e-3-ftwarmup0.2-12k.json",
      "curve-mean-ep10-lr3e-3-shape-12kflops-base.json"),
+    ("curve-mean-ep20-lr3e-3-12k.json", "curve-mean-ep10-lr3e-3-shape-12kflops-base.json"),
 ]
 
 
