@@ -285,6 +285,8 @@ POINT_LEVERS = [
     (("curve-mean-ep10-lr3e-3-pretrain-lr-12k.json",), "lr4e-3-s1@12000", "base2x128-s1@12000"),
     (("curve-mean-ep10-lr3e-3-pretrain-batch128.json",), "batch128-s1@6000",
      "base2x128-s1@12000"),
+    (("curve-mean-ep10-lr3e-3-pretrain-batch32.json",), "batch32-s1@24000",
+     "base2x128-s1@12000"),
 ]
 #: The fine-tuning levers compared as ``--lever CHANGED BASELINE`` (the same checkpoint and
 #: random init, fine-tuned two ways).
