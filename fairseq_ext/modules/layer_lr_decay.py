@@ -12,8 +12,9 @@ The depth-scaled rates are BEiT's and data2vec's (``D^(L + 1 - d)``).
 The model tags each encoder parameter as fairseq's data2vec models do,
 ``p.optim_overrides = {"optimizer": {"lr_scale": s}}``; parameters without a tag (heads
 registered later) learn at the full rate. ``--optimizer fused_adamw`` honours the tags (one
-parameter group per scale, :mod:`fairseq_ext.optim.fused_adamw`), as does fairseq's
-``composite`` optimizer with ``dynamic_groups``; fairseq's ``adam`` ignores them. Under
+parameter group per scale, :mod:`fairseq_ext.optim.fused_adamw`); fairseq's ``composite``
+optimizer reads the same tags with ``dynamic_groups`` (not tested here); its ``adam`` ignores
+them. Under
 ``--fp16`` the flattened fp32 copy has no tags: add ``--fp16-no-flatten-grads``; under
 ``--ddp-backend fully_sharded`` the flattened parameters have none either (not supported).
 """
