@@ -1,13 +1,15 @@
 """The demo driver: its arithmetic, and a real end-to-end run at a few updates."""
 import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, run_cli
+from conftest import REPO_ROOT, run_cli, search_path
 from fairseq_ext.experiments import demo, recipe_runs, recipe_training
 
 
@@ -334,9 +336,13 @@ def test_demo_shows_each_hub_models_fill_mask_words_on_a_sentencepiece_data_bin(
     from fairseq_ext.evaluation import fill_mask
 
     runs_dir = tmp_path / "runs"
-    proc = run_cli([sys.executable, REPO_ROOT / "scripts/demo.py", "--data", spm_data_bin,
-                    "--updates", "2", "--only", *demo.FILL_MASK_MODELS, "--no-finetune",
-                    "--runs-dir", runs_dir])
+    # a real process, not the test's fork server: its logging is the one a user's run has
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts/demo.py"), "--data",
+                           str(spm_data_bin), "--updates", "2", "--only", *demo.FILL_MASK_MODELS,
+                           "--no-finetune", "--runs-dir", str(runs_dir)],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PATH=search_path()))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summary = json.loads((runs_dir / "summary.json").read_text())
     words = summary["fill_mask"]
     assert [s["masked"] for s in words["sentences"]] == [m for m, _ in demo.FILL_MASK_SENTENCES]
@@ -344,6 +350,8 @@ def test_demo_shows_each_hub_models_fill_mask_words_on_a_sentencepiece_data_bin(
         spm_data_bin, demo.FILL_MASK_TOPK)]
     assert "fill-mask: each masked LM's top 5 guesses" in proc.stdout
     assert "the unigram (training counts), for every sentence:" in proc.stdout
+    # the hubs load quietly: fairseq's from_pretrained logs the whole config at INFO
+    assert "INFO:fairseq.models.roberta.model" not in proc.stdout + proc.stderr
     full = fill_mask.load_hub(runs_dir / "fill_mask" / "3ml-self-40pct")
     assert type(full.model).__name__ == "ThreeMLSelfModel"  # the decoder kept
     for name in demo.FILL_MASK_MODELS:

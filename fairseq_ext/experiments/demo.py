@@ -802,7 +802,11 @@ def fill_mask_words(runs: List[DemoRun], data: Path, runs_dir: Path) -> Dict[str
         flags = ["--keep-decoder"] if models[name].recipe == "recipes/3ml/demo.sh" else []
         if export_encoder.main([str(checkpoint), str(hub_dir), *flags]) != 0:
             raise SystemExit(f"error: {name}: the hub export of {checkpoint} failed")
-        hub = fill_mask.load_hub(hub_dir)
+        logging.disable(logging.INFO)  # from_pretrained logs the whole config at INFO
+        try:
+            hub = fill_mask.load_hub(hub_dir)
+        finally:
+            logging.disable(logging.NOTSET)
         guesses[name] = [fill_mask.top_guesses(hub, masked, FILL_MASK_TOPK)
                          for masked, _ in FILL_MASK_SENTENCES]
     return {"topk": FILL_MASK_TOPK,
