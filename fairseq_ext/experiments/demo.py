@@ -299,6 +299,18 @@ def plot_curves(groups: Dict[str, List[dict]], curves_by_name: Dict[str, list],
     return out
 
 
+@contextlib.contextmanager
+def without_info_logs():
+    """Keep fairseq's INFO lines out of the demo's tables for the block, then restore the
+    logging level that was disabled before it."""
+    disabled_before = logging.root.manager.disable
+    logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(disabled_before)
+
+
 def bidirectional_baseline(rows: List[dict], data: Path) -> Dict[str, object]:
     """The infilling baseline that always guesses the training split's commonest piece, on the
     positions each infilling run filled, paired with it (per R): ``{"piece", "rows": {name:
@@ -307,11 +319,8 @@ def bidirectional_baseline(rows: List[dict], data: Path) -> Dict[str, object]:
     from fairseq_ext.evaluation.bidirectional_report import constant_guess_baseline
     from fairseq_ext.evaluation.masked_lm_scores import commonest_piece
 
-    logging.disable(logging.INFO)  # fairseq's data loading logs at INFO; the tables stay clean
-    try:
+    with without_info_logs():  # fairseq's data loading logs at INFO
         piece, symbol = commonest_piece(data)
-    finally:
-        logging.disable(logging.NOTSET)
     out: Dict[str, object] = {"piece": symbol, "piece_id": piece, "rows": {}}
     for row in rows:
         if "infill_acc" not in row:
@@ -802,11 +811,8 @@ def fill_mask_words(runs: List[DemoRun], data: Path, runs_dir: Path) -> Dict[str
         flags = ["--keep-decoder"] if models[name].recipe == "recipes/3ml/demo.sh" else []
         if export_encoder.main([str(checkpoint), str(hub_dir), *flags]) != 0:
             raise SystemExit(f"error: {name}: the hub export of {checkpoint} failed")
-        logging.disable(logging.INFO)  # from_pretrained logs the whole config at INFO
-        try:
+        with without_info_logs():  # from_pretrained logs the whole config at INFO
             hub = fill_mask.load_hub(hub_dir)
-        finally:
-            logging.disable(logging.NOTSET)
         guesses[name] = [fill_mask.top_guesses(hub, masked, FILL_MASK_TOPK)
                          for masked, _ in FILL_MASK_SENTENCES]
     return {"topk": FILL_MASK_TOPK,
