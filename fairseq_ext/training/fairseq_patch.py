@@ -31,7 +31,7 @@ from fairseq_ext.cli.errors import UserInputError
 #: The attribute the build writes into ``fairseq/__init__.py``.
 MARKER = "__fairseq_ext_patch__"
 #: The series version this plugin needs (``# version: N`` in ``patches/series``).
-REQUIRED_PATCH_VERSION = 1
+REQUIRED_PATCH_VERSION = 2
 #: What to do about a missing or old build.
 REMEDY = "run `make install` in the fairseq-ext checkout (docs/install.md)"
 #: ``patches/series``'s version line.
