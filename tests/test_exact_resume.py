@@ -57,13 +57,7 @@ COMMON = ["--user-dir", USER_DIR, "--tokens-per-sample", "32", "--optimizer", "a
           "--total-num-update", str(UPDATES), "--dropout", "0.1", "--seed", "7", "--cpu",
           "--num-workers", "0", "--log-format", "json", "--log-interval", "1",
           "--no-progress-bar", "--max-valid-steps", "2", "--save-interval-updates", "1",
-          "--no-epoch-checkpoints",
-          # No background batch thread: fairseq's BufferedIterator leaves a daemon thread
-          # filling its queue when --max-update stops mid-epoch, and a real process then aborts
-          # now and then at exit ("terminate called without an active exception", status -6;
-          # docs/testing.md, "Served runs and fresh ones"). The batches and their order are the
-          # same without it.
-          "--data-buffer-size", "0"]
+          "--no-epoch-checkpoints"]
 
 
 def inner_records(output):

@@ -73,7 +73,7 @@ def tiny_checkpoint(tiny_data_bin, tmp_path_factory):
     save_dir = tmp_path_factory.mktemp("tiny_masked_lm")
     train_with_shell_recipe(tiny_data_bin, save_dir,
                             extra_env={"MASK_PROB": "0.3"},
-                            extra_args=["--disable-validation", "--data-buffer-size", "0"])
+                            extra_args=["--disable-validation"])
     return save_dir / "checkpoint_last.pt"
 
 

@@ -53,7 +53,7 @@ def compile_argv(data_bin, arch, criterion, save_dir, *extra, seq_len=32, backen
             "--tokens-per-sample", str(seq_len), f"--{side}-layers", "2",
             f"--{side}-embed-dim", "16", f"--{side}-ffn-embed-dim", "32",
             f"--{side}-attention-heads", "1", "--dropout", "0", "--attention-dropout", "0",
-            "--num-workers", "0", "--data-buffer-size", "0", "--log-format", "json",
+            "--num-workers", "0", "--log-format", "json",
             "--log-interval", "2", "--max-update", "12", "--validate-interval-updates", "6",
             "--max-valid-steps", "2", "--save-dir", save_dir, "--no-save", "--seed", "1",
             "--skip-invalid-size-inputs-valid-test", "--torch-compile"]

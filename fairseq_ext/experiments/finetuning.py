@@ -396,7 +396,7 @@ def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoin
                  and (i == 0 or words[i - 1] not in ("--arch", "--max-positions"))]
     # only the last validation is read (final_accuracy): the epochs before it skip theirs
     # (fairseq re-seeds every update, so the training path is the same either way)
-    args += ["--no-save", "--log-format", "json", "--no-progress-bar", "--data-buffer-size", "0",
+    args += ["--no-save", "--log-format", "json", "--no-progress-bar",
              "--validate-interval", str(protocol.epochs)]
     return env, args
 

@@ -99,13 +99,9 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int],
         env["TOTAL_UPDATES"] = str(updates)
     if log_interval is not None:
         env["LOG_INTERVAL"] = str(log_interval)
-    # --data-buffer-size 0: no background thread prefetching batches. Without a validation at
-    # the end, fairseq-train exits right after its last update, and a prefetch thread caught
-    # inside torch at interpreter shutdown aborts the process ("terminate called without an
-    # active exception", exit 134) now and then.
     cmd = ["bash", str(REPO_ROOT / run.recipe), "--log-format", "json", "--no-progress-bar",
-           "--no-epoch-checkpoints", "--skip-invalid-size-inputs-valid-test",
-           "--data-buffer-size", "0", *run.args, *extra_args]
+           "--no-epoch-checkpoints", "--skip-invalid-size-inputs-valid-test", *run.args,
+           *extra_args]
     progress = Progress(run.name, interactive=not concurrent)
     records: List[dict] = []
     final_updates = 0  # from every record, the epoch summaries' `train_num_updates` included

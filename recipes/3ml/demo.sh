@@ -24,7 +24,6 @@ NORMALIZATION="${NORMALIZATION:-pre-ln}"  # as the RoBERTa demo baseline (Table 
 export SAVE_INTERVAL_UPDATES="${SAVE_INTERVAL_UPDATES:-0}"
 export LOG_INTERVAL="${LOG_INTERVAL:-25}"
 export NUM_WORKERS="${NUM_WORKERS:-0}"
-export DATA_BUFFER_SIZE="${DATA_BUFFER_SIZE:-0}"  # no prefetch thread: it can abort a short CPU run at exit
 export CPU="${CPU:-1}"
 # 1: an embedding LayerNorm with pre-LN (`--layernorm-embedding`), as the RoBERTa demo baseline
 # (docs/transfer.md: without it a short pre-LN run collapses and transfers worse than random init)

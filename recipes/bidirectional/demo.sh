@@ -21,6 +21,5 @@ export ATTENTION_DROPOUT="${ATTENTION_DROPOUT:-0.0}"
 export SAVE_INTERVAL_UPDATES="${SAVE_INTERVAL_UPDATES:-0}"
 export LOG_INTERVAL="${LOG_INTERVAL:-25}"
 export NUM_WORKERS="${NUM_WORKERS:-0}"
-export DATA_BUFFER_SIZE="${DATA_BUFFER_SIZE:-0}"  # no prefetch thread: it can abort a short CPU run at exit
 export CPU="${CPU:-1}"
 exec "$(dirname "${BASH_SOURCE[0]}")/pretrain.sh" "$@"

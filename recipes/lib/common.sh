@@ -80,11 +80,19 @@ print_memory_plan() {
 }
 
 # run_printed CMD...: print the command (shell-quoted, one line) and run it; with DRY_RUN=1
-# only print it (to check what a recipe would run, e.g. in tests/test_recipes.py).
+# only print it (to check what a recipe would run, e.g. in tests/test_recipes.py). SIGTERM and
+# SIGUSR1 (a scheduler's notice, which SLURM sends to every process of the job step) are trapped
+# while the command runs, so that they do not end this shell before fairseq-train has saved;
+# the command's status is returned (75: stopped on the signal after its checkpoint; the same
+# recipe resumes; docs/scaling.md, "Preemption").
 run_printed() {
   printf '+'; printf ' %q' "$@"; printf '\n'
   if [[ "${DRY_RUN:-0}" == 1 ]]; then return 0; fi
-  "$@"
+  local status=0
+  trap ':' TERM USR1
+  "$@" || status=$?
+  trap - TERM USR1
+  return "${status}"
 }
 
 # add_log_flags ARRAY: append to the array named ARRAY the logging flags every training recipe
@@ -125,14 +133,27 @@ add_pretraining_flags() {
     --keep-interval-updates 1 --no-epoch-checkpoints
   )
   add_log_flags _pretraining_cmd
-  # DATA_BUFFER_SIZE (empty: fairseq's default of 10 batches prefetched by a background thread);
-  # the CPU demo recipes set 0 (README, "Demo settings")
+  # DATA_BUFFER_SIZE (empty: fairseq's default of 10 batches prefetched by a background thread)
   if [[ -n "${DATA_BUFFER_SIZE:-}" ]]; then
     _pretraining_cmd+=(--data-buffer-size "${DATA_BUFFER_SIZE}")
   fi
+  add_save_on_signal_flag _pretraining_cmd
   if [[ "${CPU}" == 1 ]]; then _pretraining_cmd+=(--cpu); fi
   add_precision_flag _pretraining_cmd
   add_zero_sharding_flags _pretraining_cmd
+}
+
+# add_save_on_signal_flag ARRAY: SAVE_ON_SIGNAL=1 (the default) lets fairseq-train save and exit
+# with status 75 on SIGTERM or SIGUSR1, so that the same command resumes (docs/scaling.md,
+# "Preemption"); SAVE_ON_SIGNAL=0 appends --no-save-on-signal (the signals end the run at once).
+add_save_on_signal_flag() {
+  local -n _signal_cmd="$1"
+  case "${SAVE_ON_SIGNAL:-1}" in
+    1) ;;
+    0) _signal_cmd+=(--no-save-on-signal) ;;
+    *) die "SAVE_ON_SIGNAL=${SAVE_ON_SIGNAL} must be 1 (save and exit 75 on SIGTERM/SIGUSR1)" \
+           "or 0 (--no-save-on-signal)" ;;
+  esac
 }
 
 # add_precision_flag ARRAY: append PRECISION (empty: fp32; --fp16, --memory-efficient-fp16) to
@@ -340,6 +361,7 @@ run_sentence_prediction() {
   )
   add_sentence_prediction_metric_flags cmd "${TASK}" "${BEST_METRIC}"
   add_log_flags cmd
+  add_save_on_signal_flag cmd
   if [[ "${CPU}" == 1 ]]; then cmd+=(--cpu); fi
   add_precision_flag cmd
   run_printed "${cmd[@]}" "$@"

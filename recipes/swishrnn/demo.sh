@@ -23,7 +23,6 @@ ENCODER_NORMALIZE_BEFORE="${ENCODER_NORMALIZE_BEFORE:-1}"  # 1: pre-LN (--encode
 export SAVE_INTERVAL_UPDATES="${SAVE_INTERVAL_UPDATES:-0}"
 export LOG_INTERVAL="${LOG_INTERVAL:-25}"
 export NUM_WORKERS="${NUM_WORKERS:-0}"
-export DATA_BUFFER_SIZE="${DATA_BUFFER_SIZE:-0}"  # no prefetch thread: it can abort a short CPU run at exit
 export CPU="${CPU:-1}"
 normalize=()
 if [[ "${ENCODER_NORMALIZE_BEFORE}" == 1 ]]; then normalize=(--encoder-normalize-before); fi
