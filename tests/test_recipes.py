@@ -115,6 +115,7 @@ FLAG_TO_YAML = {
     "--swishrnn-step-sizes": "model.swishrnn_step_sizes",
     "--normalization": "model.normalization",
     "--data-buffer-size": "dataset.data_buffer_size",
+    "--no-save-on-signal": "checkpoint.no_save_on_signal",
     "--encoder-normalize-before": "model.encoder_normalize_before",
     "--layernorm-embedding": "model.layernorm_embedding",
     "--log-format": "common.log_format", "--log-file": "common.log_file",
@@ -598,3 +599,32 @@ def test_the_3ml_english_recipe_spends_the_flops_of_the_roberta_english_recipe(t
     baseline = planned_command(roberta, tmp_path)
     share = int(command_option(baseline, "--warmup-updates")) / roberta_updates
     assert int(command_option(command, "--warmup-updates")) == round(share * three_ml_updates)
+
+
+#: A pre-training recipe of each family and the fine-tuning one (recipes/lib/common.sh's
+#: add_pretraining_flags and run_sentence_prediction).
+SIGNAL_RECIPES = ["roberta/demo.sh", "roberta/pretrain.sh", "3ml/pretrain_efficient.sh",
+                  "swishrnn/demo.sh", "bidirectional/pretrain.sh", "swishrnn/finetune_glue.sh"]
+
+
+@pytest.mark.parametrize("recipe", SIGNAL_RECIPES)
+def test_recipes_save_on_a_signal_unless_save_on_signal_0(recipe, tmp_path):
+    """fairseq-train saves and exits 75 on SIGTERM/SIGUSR1 by default (docs/scaling.md,
+    "Preemption"); SAVE_ON_SIGNAL=0 passes --no-save-on-signal."""
+    pretrained = tmp_path / "model.pt"
+    pretrained.touch()  # the recipe checks that it exists
+    env = {"TASK": "RTE", "PRETRAINED": str(pretrained)} if "finetune" in recipe else {}
+    _, flags = dry_run(REPO_ROOT / "recipes" / recipe, **env)
+    assert "--no-save-on-signal" not in flags
+    _, flags = dry_run(REPO_ROOT / "recipes" / recipe, SAVE_ON_SIGNAL="0", **env)
+    assert flags["--no-save-on-signal"] is True
+
+
+def test_save_on_signal_takes_0_or_1_and_says_so():
+    proc = subprocess.run(["bash", REPO_ROOT / "recipes" / "roberta" / "demo.sh"],
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "DRY_RUN": "1", "DATA": "DATA",
+                               "SAVE_ON_SIGNAL": "yes"})
+    assert proc.returncode == 2 and not proc.stdout
+    assert proc.stderr.strip() == ("error: SAVE_ON_SIGNAL=yes must be 1 (save and exit 75 on "
+                                   "SIGTERM/SIGUSR1) or 0 (--no-save-on-signal)")
