@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import torch
 from checkpoint_state import assert_identical, training_state
+from test_exact_resume import FAMILIES  # one tiny model of each family, its task and criterion
 
 from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records
 
@@ -39,22 +40,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.unserved]
 #: The exit status of a run stopped by a signal after its checkpoint (fairseq/preemption.py).
 PREEMPTED = 75
 
-#: One tiny model of each family with its recipe's task and criterion (as tests/test_exact_resume.py).
-FAMILIES = {
-    "roberta": ["--task", "masked_lm", "--criterion", "masked_lm_flops",
-                "--arch", "roberta_tiny", "--batch-size", "4"],
-    "3ml_self": ["--task", "masked_lm", "--criterion", "masked_lm_flops", "--mask-prob", "0.4",
-                 "--arch", "3ml_self_tiny", "--batch-size", "4"],
-    "3ml_cross": ["--task", "masked_lm", "--criterion", "masked_lm_flops", "--mask-prob", "0.4",
-                  "--arch", "3ml_cross_tiny", "--batch-size", "4"],
-    "bert_rab": ["--task", "masked_lm", "--criterion", "masked_lm_flops",
-                 "--arch", "bert_rab_tiny", "--batch-size", "4"],
-    "swishrnn_bert": ["--task", "masked_lm", "--criterion", "masked_lm_flops",
-                      "--arch", "swishrnn_bert_tiny", "--batch-size", "4"],
-    "bidirectional_lm": ["--task", "bidirectional_lm", "--criterion", "bidirectional_lm",
-                         "--variant", "hyb_pre", "--arch", "bidir_lm_tiny",
-                         "--max-tokens", "128"],
-}
 #: The families the preemption is checked on.
 PREEMPTED_FAMILIES = ("roberta", "3ml_self", "bidirectional_lm")
 
