@@ -49,6 +49,7 @@ LONGEST_FIRST = (
     "test_torch_compile_cli.py::test_hydra_demo_config_compiles_once_per_bucket",
     "test_torch_compile_cli.py::test_variable_lengths_compile_once_per_bucket",
     "test_checkpoint_faults.py::test_kills_during_checkpoint_writes_leave_complete_checkpoints",
+    "test_preemption.py::test_forty_runs_at_the_default_buffer_size_exit_zero",
     "test_torch_compile.py::test_compiled_3ml_has_eagers_losses_and_compiles_each_bucket_once",
     "test_studies.py::test_a_tiny_study_end_to_end_then_resumed_after_a_kill",
     "test_bench_bidirectional.py::test_flex_part_prints_each_ratio_beside_the_skipped_blocks",
