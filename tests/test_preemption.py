@@ -1,6 +1,6 @@
 """fairseq-train on a cluster: a clean exit every time, and a preemption that loses nothing.
 
-Patch items 8 and 9 (``patches/``; docs/scaling.md, "Preemption"), through the installed
+Patch items 8, 9a and 9b (``patches/``; docs/scaling.md, "Preemption"), through the installed
 ``fairseq-train`` / ``fairseq-hydra-train`` and a recipe, every run a fresh process:
 
 * **The exit.** fairseq's ``BufferedIterator`` makes batches on a daemon thread; cut off inside
@@ -14,7 +14,8 @@ Patch items 8 and 9 (``patches/``; docs/scaling.md, "Preemption"), through the i
   then resumes from that update to the end, and the weights, Adam state, scheduler, data
   position and logged metrics equal those of a run never signalled, bit for bit
   (:mod:`checkpoint_state`): RoBERTa, 3ML-self and ``bidirectional_lm``, in one process and in
-  two gloo processes (the signal to rank 1 only: both ranks stop after the same update).
+  two gloo processes (the signal to rank 1 only: both ranks stop after the same update; their
+  resume needs item 9b).
 * A second signal during that save leaves only complete checkpoint files; ``--no-save-on-signal``
   (and ``SAVE_ON_SIGNAL=0`` in a recipe) leaves the signal its default action.
 """
