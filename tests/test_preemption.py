@@ -201,10 +201,9 @@ def test_forty_runs_at_the_default_buffer_size_exit_zero(tiny_data_bin, tmp_path
     families = list(FAMILIES)
     for i in range(40):
         family = families[i % len(families)]
-        args = [a if a != str(UPDATES) else "3" for a in COMMON]  # --max-update 3
-        run = Run([fairseq_cli("fairseq-train", real=True), tiny_data_bin, *FAMILIES[family],
-                   *args, "--save-interval-updates", "1", "--save-dir", tmp_path / f"run{i}"],
-                  tmp_path / f"run{i}.log")
+        run = Run(train_argv(tiny_data_bin, family, tmp_path / f"run{i}", "--max-update", "3",
+                             "--total-num-update", "3", "--save-interval-updates", "1"),
+                  tmp_path / f"run{i}.log")  # (the last of a repeated flag wins)
         status = run.wait()
         assert status == 0, f"run {i} ({family}): status {status}\n{run.text()[-3000:]}"
         assert "done training" in run.text()
