@@ -95,7 +95,9 @@ setup(
     description="fairseq plugin: 3ML (Mask More and Mask Later), SwishRNN-BERT and "
                 "FLOP-counting criteria",
     python_requires=">=3.11",
-    packages=find_packages(include=["fairseq_ext", "fairseq_ext.*"]),
+    # The plugin (fairseq_ext, what --user-dir loads) and the lab that measures it (fairseq_ext_lab).
+    packages=find_packages(include=["fairseq_ext", "fairseq_ext.*",
+                                    "fairseq_ext_lab", "fairseq_ext_lab.*"]),
     # Dependencies are pinned in requirements*.txt and installed by `make install`; fairseq must
     # be installed with --no-deps (see requirements-fairseq.txt), so nothing is declared here.
     install_requires=[],

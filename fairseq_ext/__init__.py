@@ -1,21 +1,16 @@
-"""fairseq-ext: a fairseq ``--user-dir`` plugin.
+"""fairseq-ext: a fairseq ``--user-dir`` plugin for 3ML, generalized bidirectionality, SwishRNN
+and FLOP-counting criteria.
 
-Importing this package (``--user-dir fairseq_ext``, or ``import fairseq_ext``) registers every
-task, model, architecture, criterion and optimizer it defines, and lets fairseq checkpoints load
-on torch >= 2.6 with safe unpickling kept on (:mod:`fairseq_ext.training.checkpoint_loading`). Under
-fairseq's tools (fairseq-train, fairseq-validate, fairseq-hydra-train) the errors our checks
-raise print as one line (:mod:`fairseq_ext.cli.errors`).
-
-It first checks that fairseq is the patched build ``make install`` makes (the marker
-``fairseq.__fairseq_ext_patch__``; :mod:`fairseq_ext.training.fairseq_patch`) and stops with one
-line naming ``make install`` where it is not.
+Importing it registers every task (``tasks/``), model and architecture (``models/``), criterion
+(``criterions/``) and optimizer (``optim/``) it defines, and lets fairseq checkpoints load on
+torch >= 2.6 with safe unpickling kept on. It stops with one line naming ``make install`` when
+fairseq is not the patched build (``patches/series``). The lab that measures the plugin is the
+separate package ``fairseq_ext_lab``; nothing here imports it.
 """
 import warnings
 
-# fairscale 0.4.13 (the optional `sharding` extra, requirements-sharding.txt) decorates with
-# torch.cuda.amp.custom_fwd/custom_bwd, which torch deprecates with a FutureWarning at import;
-# fairseq imports fairscale when present. Where fairseq_ext is imported first (our scripts, `import
-# fairseq_ext`), that known noise is not printed; nothing else is filtered.
+# fairscale (the optional `sharding` extra) warns at import that torch deprecates
+# torch.cuda.amp.custom_fwd; that known noise is not printed, nothing else is filtered.
 warnings.filterwarnings("ignore", message=r"`torch\.cuda\.amp\.custom_(fwd|bwd)\(args\.\.\.\)` is "
                         r"deprecated", category=FutureWarning, module=r"fairscale\.")
 
@@ -23,13 +18,11 @@ from fairseq_ext.cli.errors import install_one_line_errors  # noqa: E402
 from fairseq_ext.cli.programs import fairseq_program  # noqa: E402
 from fairseq_ext.training.fairseq_patch import require_patched_fairseq  # noqa: E402
 
-install_one_line_errors(fairseq_program())  # before anything can fail: one line under fairseq's tools
+install_one_line_errors(fairseq_program())  # our checks' errors print as one line under fairseq's tools
 require_patched_fairseq()
 
-from fairseq_ext import compat  # noqa: E402
 from fairseq_ext.training.checkpoint_loading import allow_fairseq_checkpoint_globals  # noqa: E402
 
-compat.install()  # the modules' old paths, for one release (fairseq_ext/compat)
 allow_fairseq_checkpoint_globals()
 
 #: Subpackages whose modules register fairseq components when imported.

@@ -6,7 +6,7 @@
 #                        [--dry-run] OUTDIR
 #
 # A thin wrapper: the stages, the driver and the checks are the package
-# fairseq_ext/benchmarks/gpu_suite/, run here by its path (its __main__.py) with GPU_PYTHON
+# fairseq_ext_lab/benchmarks/gpu_suite/, run here by its path (its __main__.py) with GPU_PYTHON
 # [python3], the machine's interpreter that holds torch. fairseq is not installed there until
 # the setup stage has run, so that package uses the standard library only (-S: not even
 # site-packages) and is not imported as part of the fairseq_ext package, whose __init__
@@ -15,4 +15,4 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONUNBUFFERED=1
-exec "${GPU_PYTHON:-python3}" -S "${REPO}/fairseq_ext/benchmarks/gpu_suite/__main__.py" "$@"
+exec "${GPU_PYTHON:-python3}" -S "${REPO}/fairseq_ext_lab/benchmarks/gpu_suite/__main__.py" "$@"

@@ -165,7 +165,7 @@ def python_target(args, cwd):
     console script of :data:`CLI_MODULES`), ``("script", PATH)`` for ``python PATH.py`` whose
     text imports fairseq_ext; None for any other interpreter command (``-c``, flags, a script
     that does not import the plugin: a fresh interpreter would not have it)."""
-    if len(args) >= 2 and args[0] == "-m" and (args[1].split(".")[0] == "fairseq_ext"
+    if len(args) >= 2 and args[0] == "-m" and (args[1].split(".")[0] in ("fairseq_ext", "fairseq_ext_lab")
                                                or args[1] in MODULE_CLIS):
         return ("module", args[1])
     if args and args[0].endswith(".py") and not args[0].startswith("-"):

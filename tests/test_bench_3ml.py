@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fairseq_ext.benchmarks import three_ml
-from fairseq_ext.benchmarks.three_ml import Lengths, Result
+from fairseq_ext_lab.benchmarks import three_ml
+from fairseq_ext_lab.benchmarks.three_ml import Lengths, Result
 
 
 def test_arch_overrides_follow_the_width():

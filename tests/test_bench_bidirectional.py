@@ -1,4 +1,4 @@
-"""scripts/bench_bidirectional.py (fairseq_ext.benchmarks.bidirectional): main runs at tiny size
+"""scripts/bench_bidirectional.py (fairseq_ext_lab.benchmarks.bidirectional): main runs at tiny size
 and prints both throughputs and their ratio; the batch it builds has the hyb_pre layout (full
 packed rows, masks at the ends of documents with their original positions, bidirectional
 prefixes within documents, predicted suffixes) and the baseline sees the same rows."""
@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from fairseq_ext.benchmarks import bidirectional as bench
 from fairseq_ext.data.bidirectional_sampling import ObjectiveSampler
 from fairseq_ext.training.model_building import MaskedLmTaskStub
+from fairseq_ext_lab.benchmarks import bidirectional as bench
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 

@@ -1,4 +1,4 @@
-"""fairseq_ext.benchmarks.swishrnn (scripts/bench_swishrnn.py): part (b) (CPU op against the
+"""fairseq_ext_lab.benchmarks.swishrnn (scripts/bench_swishrnn.py): part (b) (CPU op against the
 fair loop, with its roofline) and part (c) (training step swishrnn_bert vs bert_rab) run at tiny
 sizes on the CPU and print consistent tables; part (a) without CUDA or without the op's CUDA
 kernel exits 2 with a one-line message; the shared timing helpers."""
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT, run_cli
-from fairseq_ext.benchmarks import common
-from fairseq_ext.benchmarks import swishrnn as bench_swishrnn
 from fairseq_ext.ops import swish_recurrence as swish_rnn
+from fairseq_ext_lab.benchmarks import common
+from fairseq_ext_lab.benchmarks import swishrnn as bench_swishrnn
 
 
 def test_interleaved_rounds_alternate_and_drop_the_warm_up():

@@ -5,7 +5,7 @@ layout and by perturbation; fairseq's stock ``sentence_prediction`` task and cri
 (``<s> ... </s>``, the head on the final ``</s>``); the flag beside the ``bidirectional_lm``
 task's own ``--r-bidir``; checkpoints with and without ``r_bidir``; the recipes
 (``recipes/bidirectional/finetune_glue.sh``, ``finetune_grid.sh``, DRY_RUN and a fake grid) and
-the grid report (``fairseq_ext.evaluation.finetune_grid``) on fake logs; and, slow, both attention
+the grid report (``fairseq_ext_lab.evaluation.finetune_grid``) on fake logs; and, slow, both attention
 settings fine-tuned end to end through the recipe from a pre-training checkpoint."""
 import argparse
 import json
@@ -24,9 +24,9 @@ from recipe_checks import dry_run, printed_commands
 
 import fairseq_ext  # noqa: F401  (registers archs, tasks, criteria)
 from conftest import REPO_ROOT, USER_DIR, WORDS, fairseq_cli, json_log_records, run_cli
-from fairseq_ext.evaluation import finetune_grid
 from fairseq_ext.models.bidirectional_lm import example_layout
 from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
+from fairseq_ext_lab.evaluation import finetune_grid
 
 VOCAB = 40
 FINETUNE = REPO_ROOT / "recipes/bidirectional/finetune_glue.sh"

@@ -39,8 +39,8 @@ from test_bidirectional_lm_data import reference_documents, with_empty_lines, wr
 import fairseq_ext
 from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, python_cli, run_cli
 from fairseq_ext.corpus.encoders import train_sentencepiece, write_sentencepiece_dictionary
-from fairseq_ext.evaluation import infill_rescore, multiple_choice, sequence_scoring
-from fairseq_ext.evaluation.sequence_scoring import (
+from fairseq_ext_lab.evaluation import infill_rescore, multiple_choice, sequence_scoring
+from fairseq_ext_lab.evaluation.sequence_scoring import (
     ScoringError,
     dictionary_fingerprint,
     infill_logits,

@@ -21,7 +21,6 @@ from omegaconf import OmegaConf
 
 import fairseq_ext  # noqa: F401  (registers the archs)
 from conftest import USER_DIR, fairseq_cli, run_cli
-from fairseq_ext.benchmarks.bidirectional import build_batches
 from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
 from fairseq_ext.models.bidirectional_lm import check_attention_impl
 from fairseq_ext.modules import block_sparse_attention
@@ -42,6 +41,7 @@ from fairseq_ext.modules.block_sparse_attention import (
 )
 from fairseq_ext.modules.sdpa_attention import MaskedSelfAttention
 from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
+from fairseq_ext_lab.benchmarks.bidirectional import build_batches
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),  # conftest.py
               pytest.mark.skipif(not flex_attention_available(),

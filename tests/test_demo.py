@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT, run_cli, search_path
-from fairseq_ext.experiments import demo, recipe_runs, recipe_training
+from fairseq_ext_lab import demo, recipe_runs, recipe_training
 
 
 def test_seconds_per_update_weights_intervals_and_skips_the_first():
@@ -184,7 +184,7 @@ def test_demo_never_reuses_a_run_directory(tiny_data_bin, tmp_path):
 
 def scores_of(mask_loss, mask_tokens, unigram_loss):
     """SequenceScores of three sequences with the given [MASK] sums (corrupted = [MASK])."""
-    from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
+    from fairseq_ext_lab.evaluation.masked_lm_scores import SequenceScores
 
     arrays = [np.asarray(values, dtype=np.float64) for values in (mask_loss, mask_tokens,
                                                                   unigram_loss)]
@@ -195,7 +195,7 @@ def scores_of(mask_loss, mask_tokens, unigram_loss):
 
 
 def test_flops_to_reach_interpolates_between_the_scored_checkpoints():
-    from fairseq_ext.reporting.curves import CurvePoint
+    from fairseq_ext_lab.reporting.curves import CurvePoint
 
     curve = [CurvePoint(updates=u, pflops=f, wall=w, valid_loss=loss, train_updates=u)
              for u, f, w, loss in ((10, 1.0, 30.0, 9.0), (20, 2.0, 50.0, 8.0),
@@ -247,8 +247,8 @@ def test_group_rows_unigram_first_paired_differences_and_the_warning_path():
 
 
 def test_infilling_baseline_always_guesses_the_commonest_piece_paired(tmp_path):
-    from fairseq_ext.evaluation.bidirectional_report import constant_guess_baseline
     from fairseq_ext.reporting.eval_scores import FORMAT, VERSION
+    from fairseq_ext_lab.evaluation.bidirectional_report import constant_guess_baseline
 
     rows = [  # (position, target, model correct)
         (1, 7, 1), (2, 7, 0), (3, 9, 1), (4, 5, 0), (5, 7, 1), (6, 3, 0)]
@@ -280,7 +280,7 @@ def test_the_demo_3ml_shape_saves_compute_and_its_models_share_an_encoder():
     App. D, at 64-token lines and the embedded corpus's 8,001-symbol dictionary), and RoBERTa-15%
     has the same encoder (one random-init control fine-tunes for both)."""
     from fairseq_ext import flops
-    from fairseq_ext.experiments import demo
+    from fairseq_ext_lab import demo
 
     def shape(args):
         pairs = dict(zip(args[::2], args[1::2]))
@@ -333,7 +333,7 @@ def test_demo_shows_each_hub_models_fill_mask_words_on_a_sentencepiece_data_bin(
     """On a sentencepiece data-bin the demo exports RoBERTa-15% and 3ML-self-40% as hub
     directories (3ML with its decoder) and prints their top guesses for every held-out
     sentence beside the unigram's; the guesses are those of the hub models it wrote."""
-    from fairseq_ext.evaluation import fill_mask
+    from fairseq_ext_lab.evaluation import fill_mask
 
     runs_dir = tmp_path / "runs"
     # a real process, not the test's fork server: its logging is the one a user's run has

@@ -1,4 +1,4 @@
-"""The device-read counter (fairseq_ext.benchmarks.device_reads) and what it finds in our code.
+"""The device-read counter (fairseq_ext_lab.benchmarks.device_reads) and what it finds in our code.
 
 Each kind of device-to-host read is counted once and a ``nonzero_static`` not at all; a read is
 attributed by the code that makes it (whose model, criterion or trainer), a backward read by
@@ -12,7 +12,11 @@ from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 from masked_batches import as_sample, fairseq_masked_batch
 
 import fairseq_ext  # noqa: F401  (registers the archs and criteria)
-from fairseq_ext.benchmarks.device_reads import (
+from fairseq_ext.criterions.masked_lm_flops import MaskedLmFlopsLoss
+from fairseq_ext.data.masking_capacity import MaskingCapacity
+from fairseq_ext.models import three_ml
+from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
+from fairseq_ext_lab.benchmarks.device_reads import (
     DeviceReadCounter,
     attribute,
     call_site,
@@ -20,10 +24,6 @@ from fairseq_ext.benchmarks.device_reads import (
     count_step,
     sized_as_on_cuda,
 )
-from fairseq_ext.criterions.masked_lm_flops import MaskedLmFlopsLoss
-from fairseq_ext.data.masking_capacity import MaskingCapacity
-from fairseq_ext.models import three_ml
-from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 
 def test_each_kind_of_read_is_counted_once():

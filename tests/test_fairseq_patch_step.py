@@ -19,7 +19,7 @@ from fairseq import utils
 from fairseq.optim.adam import Adam
 
 from conftest import fairseq_cli, run_cli
-from fairseq_ext.benchmarks.device_reads import DeviceReadCounter
+from fairseq_ext_lab.benchmarks.device_reads import DeviceReadCounter
 
 
 def adam_pair(groups, **kwargs):
@@ -166,9 +166,9 @@ def test_reduced_at_the_log_interval_fairseq_train_logs_the_same(tiny_data_bin, 
 
 
 def test_between_log_intervals_the_trainer_reads_only_its_nan_check(tiny_data_bin):
-    from fairseq_ext.benchmarks.bench_step import FAMILIES
-    from fairseq_ext.benchmarks.device_reads import count_step, sized_as_on_cuda
     from fairseq_ext.training.trainer_step import TrainerStep
+    from fairseq_ext_lab.benchmarks.bench_step import FAMILIES
+    from fairseq_ext_lab.benchmarks.device_reads import count_step, sized_as_on_cuda
 
     width = {"layers": 2, "dim": 16, "ffn": 64, "heads": 1}
     reads = {}

@@ -1,4 +1,4 @@
-"""Run summaries' figures and their comparison (fairseq_ext.reporting.figures): hand-made
+"""Run summaries' figures and their comparison (fairseq_ext_lab.reporting.figures): hand-made
 summaries that pass, fail and miss a figure, the differences in standard errors by hand, paths
 made relative, and the demo's figures read from its summary."""
 import json
@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT, run_cli
-from fairseq_ext.experiments import demo
-from fairseq_ext.reporting import figures
 from fairseq_ext.reporting.uncertainty import Estimate
+from fairseq_ext_lab import demo
+from fairseq_ext_lab.reporting import figures
 
 
 def summary(**named):
@@ -80,7 +80,7 @@ def test_the_command_compares_two_files_and_exits_1_on_a_failure(tmp_path):
     planted = json.loads(json.dumps(REFERENCE))
     planted[figures.FIGURES]["loss"]["value"] += 0.5
     changed.write_text(json.dumps(planted))
-    command = [sys.executable, "-m", "fairseq_ext.reporting.figures"]
+    command = [sys.executable, "-m", "fairseq_ext_lab.reporting.figures"]
     assert "PASS" in run_cli([*command, reference, same]).stdout
     proc = run_cli([*command, reference, changed], check=False)
     assert proc.returncode == 1 and "loss (differs)" in proc.stdout
@@ -138,7 +138,7 @@ def test_another_training_path_adds_the_seed_spread_and_the_same_path_does_not()
 
 
 def test_the_command_writes_a_seed_spread_and_reads_it_beside_the_reference(tmp_path):
-    command = [sys.executable, "-m", "fairseq_ext.reporting.figures"]
+    command = [sys.executable, "-m", "fairseq_ext_lab.reporting.figures"]
     paths = []
     for seed, loss in ((1, 9.20), (2, 9.30), (3, 9.40)):
         paths.append(tmp_path / f"seed{seed}.json")
@@ -214,7 +214,7 @@ def test_the_committed_study_references_agree_with_the_pages(name):
     """Each study's committed summary (docs/studies/<study>/study.json) is what a re-run is
     compared with; docs/studies.md quotes its claim rows as the summary renders them, and the
     summary holds no machine paths and the page names the commit it ran at."""
-    from fairseq_ext.experiments import studies
+    from fairseq_ext_lab import studies
 
     assert name in studies.STUDIES, f"docs/studies/{name}: not a registered study"
     reference = json.loads((REPO_ROOT / "docs" / "studies" / name / "study.json").read_text())

@@ -1,4 +1,4 @@
-"""The studies' fine-tuning stage (fairseq_ext/experiments/finetuning.py): its seed statistics
+"""The studies' fine-tuning stage (fairseq_ext_lab/finetuning.py): its seed statistics
 against hand computations, the recipe inputs of each family, the recipes' downstream tasks, and
 the study entries' fine-tuning protocols."""
 import dataclasses
@@ -12,8 +12,8 @@ import pytest
 from recipe_checks import dry_run
 
 from conftest import REPO_ROOT
-from fairseq_ext.experiments import finetuning, studies
-from fairseq_ext.experiments.finetuning import FinetuneArm, FinetuneRun, SuiteTask
+from fairseq_ext_lab import finetuning, studies
+from fairseq_ext_lab.finetuning import FinetuneArm, FinetuneRun, SuiteTask
 
 # ----------------------------------------------------------------------------------------------
 # Seed statistics, by hand
@@ -582,7 +582,7 @@ def test_the_demo_protocol_controls_its_models_with_one_random_init_arm():
 
 
 def test_the_demo_skips_fine_tuning_on_a_data_bin_without_a_sentencepiece_model(tmp_path):
-    from fairseq_ext.experiments import demo
+    from fairseq_ext_lab import demo
 
     assert "no spm.model" in demo.finetune_skip_reason(tmp_path)
     (tmp_path / "spm.model").write_bytes(b"x")
@@ -648,7 +648,7 @@ def test_study_cli_fine_tunes_the_tasks_asked_and_refuses_others(tmp_path, capsy
                                                                   monkeypatch):
     """--finetune-tasks (a trial): the study's fine-tuning stage gets those tasks as ``only``; a
     task the suite lacks, or the flag without --downstream, is refused before any training."""
-    from fairseq_ext.experiments.studies import cli
+    from fairseq_ext_lab.studies import cli
 
     data = tmp_path / "data-bin"
     data.mkdir()

@@ -6,8 +6,8 @@ from dataclasses import replace as dataclass_replace
 import pytest
 import torch
 
-from fairseq_ext.experiments import budget, recipe_runs, studies
-from fairseq_ext.experiments.studies import cli
+from fairseq_ext_lab import budget, recipe_runs, studies
+from fairseq_ext_lab.studies import cli
 
 
 def test_the_gpu_study_trains_on_the_gpu_in_fp16_at_its_shape(tiny_data_bin):
@@ -85,7 +85,7 @@ def test_the_planned_power_quoted_for_the_gpu_study_comes_from_the_committed_cpu
     import json
 
     from conftest import REPO_ROOT
-    from fairseq_ext.experiments.studies import power
+    from fairseq_ext_lab.studies import power
 
     report = json.loads((REPO_ROOT / "docs/studies/3ml/study.json").read_text())
     (claim,) = [c for c in report["finetune"]["claims"]

@@ -1,5 +1,5 @@
 """scripts/gpu_suite.sh, the GPU checks of issue 14 (a wrapper that runs the package
-fairseq_ext/benchmarks/gpu_suite/), as far as a CPU machine can check it: the stages run in
+fairseq_ext_lab/benchmarks/gpu_suite/), as far as a CPU machine can check it: the stages run in
 order, each timed into stages.tsv with its own log; the first failing stage stops the suite with
 its log's tail and a non-zero exit; timeouts, the budget, --tar, --dry-run (the commands each
 stage would run) and, with the wheel this machine's `make install` built, the real setup stage
@@ -32,7 +32,7 @@ import torch
 from conftest import REPO_ROOT, cli_zygote
 
 SUITE = REPO_ROOT / "scripts" / "gpu_suite.sh"
-PACKAGE = REPO_ROOT / "fairseq_ext" / "benchmarks" / "gpu_suite"
+PACKAGE = REPO_ROOT / "fairseq_ext_lab" / "benchmarks" / "gpu_suite"
 DRIVER = PACKAGE / "__main__.py"
 WHEELS = REPO_ROOT / "scripts" / "gpu_wheels.sh"
 STAGES = ["setup", "build", "step", "tests", "bench_swishrnn", "bench_3ml", "bench_bidir", "train",
@@ -40,7 +40,7 @@ STAGES = ["setup", "build", "step", "tests", "bench_swishrnn", "bench_3ml", "ben
 
 
 def load_driver():
-    """The package fairseq_ext/benchmarks/gpu_suite/ loaded from its folder as ``gpu_suite``
+    """The package fairseq_ext_lab/benchmarks/gpu_suite/ loaded from its folder as ``gpu_suite``
     (not through the fairseq_ext package, whose __init__ imports fairseq), as
     scripts/gpu_suite.sh runs it: one namespace of its modules' public names."""
     spec = importlib.util.spec_from_file_location("gpu_suite", PACKAGE / "__init__.py",
@@ -488,7 +488,7 @@ def test_train_stage_trains_for_real_on_the_cpu(tmp_path, tiny_data_bin):
 def test_the_bench_stages_arguments_parse(tmp_path, monkeypatch):
     """Each benchmark command of the bench stages, as the dry run prints it, is accepted by the
     script's own argument parser (CUDA faked as available: the parsers check --device cuda)."""
-    from fairseq_ext.benchmarks import bench_step, bidirectional, swishrnn, three_ml
+    from fairseq_ext_lab.benchmarks import bench_step, bidirectional, swishrnn, three_ml
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     out = tmp_path / "out"

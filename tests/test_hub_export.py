@@ -191,7 +191,7 @@ def test_hub_export_errors(hub_checkpoints, hub_dirs, tmp_path, spm_data_bin, ca
 # --- fill-mask on held-out text: decoder kept against encoder only ------------------------------
 
 def test_mask_positions_by_hand():
-    from fairseq_ext.evaluation.fill_mask import mask_positions
+    from fairseq_ext_lab.evaluation.fill_mask import mask_positions
 
     blocks = [torch.tensor([0] + [7] * 998 + [2]), torch.tensor([0, 9, 2]), torch.tensor([0, 2])]
     masks = mask_positions(blocks, (0, 1, 2), mask_prob=0.15, seed=4)
@@ -204,7 +204,7 @@ def test_mask_positions_by_hand():
 
 
 def test_fill_mask_scores_batched_equal_one_block_at_a_time(hub_dirs, spm_data_bin):
-    from fairseq_ext.evaluation import fill_mask
+    from fairseq_ext_lab.evaluation import fill_mask
 
     hub = fill_mask.load_hub(hub_dirs["full"])
     dictionary = hub.task.source_dictionary
@@ -251,7 +251,7 @@ def test_top_guesses_keep_every_piece_with_its_own_probability(name, hub_dirs):
     """``top_guesses``: fairseq's ``fill_mask`` tokens and softmax, each of the top pieces
     paired with its own probability, ``<s>`` and ``</s>`` included (``fill_mask`` drops them
     and shifts the words after them onto the probabilities before them)."""
-    from fairseq_ext.evaluation import fill_mask
+    from fairseq_ext_lab.evaluation import fill_mask
 
     hub = fill_mask.load_hub(hub_dirs[name])
     tokens = fill_mask_tokens(hub, MASKED)
@@ -276,7 +276,7 @@ def test_unigram_guesses_are_the_commonest_training_pieces(spm_data_bin):
     shares, counted here from the encoded text by hand, ties broken by dictionary id."""
     import collections
 
-    from fairseq_ext.evaluation import fill_mask
+    from fairseq_ext_lab.evaluation import fill_mask
 
     encoded = (spm_data_bin.parent / "train.spm").read_text().split()
     counts = collections.Counter(encoded)

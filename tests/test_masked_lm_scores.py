@@ -1,4 +1,4 @@
-"""Masked-LM scores with error bars (fairseq_ext.evaluation.masked_lm_scores): the training
+"""Masked-LM scores with error bars (fairseq_ext_lab.evaluation.masked_lm_scores): the training
 unigram against hand counts, the per-sequence sums against a one-sequence-at-a-time
 reference, and the delta-method errors of a loss and of a paired difference against hand
 computations."""
@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import train_with_shell_recipe
-from fairseq_ext.evaluation.masked_lm_scores import (
+from fairseq_ext.reporting.uncertainty import mean_loss, paired_mean_loss_difference
+from fairseq_ext_lab.evaluation.masked_lm_scores import (
     SequenceScores,
     Unigram,
     commonest_piece,
@@ -21,7 +22,6 @@ from fairseq_ext.evaluation.masked_lm_scores import (
     spread_indices,
     train_unigram,
 )
-from fairseq_ext.reporting.uncertainty import mean_loss, paired_mean_loss_difference
 
 
 def test_unigram_is_add_one_smoothed_over_the_targets_and_its_commonest_piece_is_not_special():
@@ -185,8 +185,8 @@ def test_a_runs_scoring_passes_its_fixed_subset_to_the_scorer(tiny_data_bin, tin
                                                              tmp_path):
     """``score_run(..., max_sequences=N)`` (the demo's scoring, in its own process) scores the
     spread subset at the demo's corruption rate, as the in-process scorer does."""
-    from fairseq_ext.experiments.recipe_runs import SCORING_MASK_PROB
-    from fairseq_ext.experiments.recipe_training import score_run
+    from fairseq_ext_lab.recipe_runs import SCORING_MASK_PROB
+    from fairseq_ext_lab.recipe_training import score_run
 
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "checkpoint_last.pt").symlink_to(tiny_checkpoint)
@@ -200,7 +200,7 @@ def test_a_runs_scoring_passes_its_fixed_subset_to_the_scorer(tiny_data_bin, tin
 
 
 def test_max_sequences_below_one_is_refused(tiny_data_bin, tiny_checkpoint, capsys):
-    from fairseq_ext.evaluation import masked_lm_scores
+    from fairseq_ext_lab.evaluation import masked_lm_scores
 
     with pytest.raises(SystemExit) as exit_info:
         masked_lm_scores.main([str(tiny_data_bin), str(tiny_checkpoint), "--max-sequences", "0"])
@@ -212,7 +212,7 @@ def test_device_cuda_is_refused_where_torch_sees_no_gpu(tiny_data_bin, tiny_chec
                                                         monkeypatch, capsys):
     """The GPU studies score on --device cuda; without a GPU that is said before any model is
     loaded (the CUDA path itself runs in the GPU suite's study stage)."""
-    from fairseq_ext.evaluation import masked_lm_scores
+    from fairseq_ext_lab.evaluation import masked_lm_scores
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit) as exit_info:

@@ -15,15 +15,15 @@ from typing import Callable, Dict, List
 
 import pytest
 
-from fairseq_ext.benchmarks import bidirectional as bench_bidirectional
-from fairseq_ext.benchmarks import three_ml as bench_3ml
 from fairseq_ext.corpus import glue, prepare_corpus
-from fairseq_ext.evaluation import bidirectional_report, finetune_grid, infill_rescore, multiple_choice
-from fairseq_ext.experiments import demo
 from fairseq_ext.export import encoder as export
 from fairseq_ext.export import huggingface as hf_export
-from fairseq_ext.reporting import curves
 from fairseq_ext.training.output_files import OutputError, atomic_directory, atomic_file
+from fairseq_ext_lab import demo
+from fairseq_ext_lab.benchmarks import bidirectional as bench_bidirectional
+from fairseq_ext_lab.benchmarks import three_ml as bench_3ml
+from fairseq_ext_lab.evaluation import bidirectional_report, finetune_grid, infill_rescore, multiple_choice
+from fairseq_ext_lab.reporting import curves
 
 PRECIOUS = b"the user's own\n"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -123,14 +123,14 @@ def plot_curves_png(inp, out):
 def finetune_grid_tsv(inp, out):
     target = put(out / "grid.tsv", PRECIOUS)
     return Writer(finetune_grid.main, [grid_run(inp / "grid"), "--tsv", target], target,
-                  refusal("python -m fairseq_ext.evaluation.finetune_grid", target))
+                  refusal("python -m fairseq_ext_lab.evaluation.finetune_grid", target))
 
 
 def bidirectional_report_json(inp, out):
     target = put(out / "report.json", PRECIOUS)
     argv = [data_bin(inp), put(inp / "hyb_pre" / "checkpoint_last.pt"), "--json", target]
     return Writer(bidirectional_report.main, argv, target,
-                  refusal("python -m fairseq_ext.evaluation.bidirectional_report", target))
+                  refusal("python -m fairseq_ext_lab.evaluation.bidirectional_report", target))
 
 
 def bidirectional_report_logs(inp, out):
@@ -138,7 +138,7 @@ def bidirectional_report_logs(inp, out):
     target = put(out / "checkpoint_last.infill.log", PRECIOUS)
     argv = [data_bin(inp), put(inp / "hyb_pre" / "checkpoint_last.pt"), "--log-dir", out]
     return Writer(bidirectional_report.main, argv, target,
-                  refusal("python -m fairseq_ext.evaluation.bidirectional_report", target))
+                  refusal("python -m fairseq_ext_lab.evaluation.bidirectional_report", target))
 
 
 def infill_rescore_candidates(inp, out):

@@ -1,20 +1,24 @@
-"""The package's layout (issue 32): the root holds ``__init__.py`` and subpackages only, and the
-subpackages import one way, from higher layers to lower ones, without cycles.
+"""The two packages' layout: the plugin (``fairseq_ext``, what ``--user-dir`` loads) and the lab
+(``fairseq_ext_lab``, what measures it). The lab imports the plugin; the plugin never imports the
+lab, and ``import fairseq_ext`` loads no module of it.
 
-:data:`LAYERS` is the one table of the layers (the README's "Layout" shows it). The import
-graph is read from the source (``ast``): every ``import fairseq_ext.X...`` and ``from fairseq_ext
-(.X...) import ...``, at module level or inside functions, as an edge between subpackages. Each
-subpackage's docstring says what it may import ("May import: ..."), and that sentence must name
-every subpackage it does import, and only lower (or same-layer) ones.
+Inside the plugin the root holds ``__init__.py`` and subpackages only, and the subpackages
+import one way, from higher layers to lower ones, without cycles. :data:`LAYERS` is the one table
+of the layers (the README's "Layout" shows it). The import graph is read from the source
+(``ast``): every ``import fairseq_ext.X...`` and ``from fairseq_ext(.X...) import ...``, at module
+level or inside functions, as an edge between subpackages. Each subpackage's docstring says what
+it may import ("May import: ..."), and that sentence must name every subpackage it does import,
+and only lower (or same-layer) ones.
 
-The package root sits above every layer: its ``__init__`` imports the registering subpackages
-(and Python imports it before any module of the package runs, so every module already runs with
-everything registered). A module that imports the root itself (``import fairseq_ext``, or ``from
-fairseq_ext import NAME`` where NAME is not a subpackage) therefore points up, as :data:`ROOT`.
+The package root sits above every layer: its ``__init__`` imports the registering subpackages.
+A module that imports the root itself (``import fairseq_ext``, or ``from fairseq_ext import
+NAME`` where NAME is not a subpackage) therefore points up, as :data:`ROOT`.
 """
 import ast
 import functools
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -26,15 +30,14 @@ PACKAGE = REPO_ROOT / "fairseq_ext"
 #: Top to bottom. A subpackage imports subpackages of lower layers, or of its own layer as long
 #: as the graph stays acyclic.
 LAYERS = (
-    ("experiments",),  # applications: the demo (and the studies runner)
-    ("evaluation", "export", "benchmarks"),  # drive trained or built models
+    ("export",),  # checkpoints for use outside fairseq-train
     ("tasks",),
     ("criterions",),
     ("models", "optim"),
     ("modules", "data", "ops", "corpus", "flops"),
-    ("reporting",),  # reading and showing runs: log records, curves, tables, statistics
+    ("reporting",),  # what fairseq-validate reports: statistics, per-row score files
     ("training",),  # run plumbing: checkpoint loading, output files, model building, ...
-    ("cli", "compat"),  # one-line errors; the old import paths
+    ("cli",),  # one-line errors
 )
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
 #: The package root as an import target: above every layer (module docstring).
@@ -169,3 +172,73 @@ def test_the_readme_layout_shows_the_layers():
     layout = readme[readme.index("## Layout"):]
     for sub in subpackages():
         assert f"{sub}/" in layout, f"README's Layout does not list fairseq_ext/{sub}/"
+
+
+LAB = REPO_ROOT / "fairseq_ext_lab"
+#: The lab's parts, top to bottom: its root modules (the demo, the studies and the fine-tuning
+#: stage with what they share) above the measuring subpackages, above its reporting.
+LAB_LAYERS = (("(root)", "studies"), ("evaluation", "benchmarks"), ("reporting",))
+LAB_LAYER_OF = {name: depth for depth, names in enumerate(LAB_LAYERS) for name in names}
+
+
+def lab_imports(source: str):
+    """The dotted modules of ``fairseq_ext_lab`` that ``source`` imports (absolute imports)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.split(".")[0] == "fairseq_ext_lab"}
+
+
+def plugin_modules_importing_the_lab(extra: dict = None):
+    sources = {str(path.relative_to(REPO_ROOT)): path.read_text() for path in PACKAGE.rglob("*.py")}
+    sources.update(extra or {})
+    return sorted(name for name, source in sources.items() if lab_imports(source))
+
+
+def test_the_plugin_imports_nothing_of_the_lab():
+    assert plugin_modules_importing_the_lab() == []
+
+
+@pytest.mark.parametrize("planted", [
+    "import fairseq_ext_lab",
+    "from fairseq_ext_lab import demo",
+    "def f():\n    from fairseq_ext_lab.reporting.curves import main",
+])
+def test_a_planted_import_of_the_lab_is_caught(planted):
+    assert plugin_modules_importing_the_lab({"fairseq_ext/models/planted.py": planted}) == [
+        "fairseq_ext/models/planted.py"]
+
+
+def test_importing_the_plugin_loads_no_lab_module():
+    """What ``--user-dir fairseq_ext`` runs: ``import fairseq_ext``, in a fresh interpreter."""
+    probe = ("import sys, fairseq_ext; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'fairseq_ext_lab'))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            check=True, cwd=REPO_ROOT)
+    assert result.stdout.strip() == "[]", result.stdout
+
+
+def lab_part(path: Path) -> str:
+    parts = path.relative_to(LAB).parts
+    return parts[0] if len(parts) > 1 else "(root)"
+
+
+def test_the_lab_imports_downwards_only():
+    upward = []
+    for path in LAB.rglob("*.py"):
+        source_part = lab_part(path)
+        for name in lab_imports(path.read_text()):
+            parts = name.split(".")
+            target = parts[1] if len(parts) > 1 and (LAB / parts[1]).is_dir() else "(root)"
+            if LAB_LAYER_OF[target] < LAB_LAYER_OF[source_part]:
+                upward.append(f"{path.relative_to(REPO_ROOT)} -> {name}")
+    assert upward == [], f"the lab's lower parts import its higher ones: {sorted(upward)}"
+
+
+def test_every_lab_part_has_a_layer():
+    parts = {p.name for p in LAB.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert parts | {"(root)"} == set(LAB_LAYER_OF)

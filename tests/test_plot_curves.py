@@ -1,4 +1,4 @@
-"""fairseq_ext.reporting.curves (scripts/plot_curves.py): reading fairseq json logs, placing validation
+"""fairseq_ext_lab.reporting.curves (scripts/plot_curves.py): reading fairseq json logs, placing validation
 points at the FLOPs and wall time of training, the PNG, and its errors. Logs are synthetic, in
 fairseq's exact line formats (stdout with a logging prefix, and ``--log-file``'s bare
 records)."""
@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT, TINY_SHELL_ENV, json_log_records, run_cli
-from fairseq_ext.reporting import curves as plot_curves
-from fairseq_ext.reporting.curves import CurvePoint, TrainPoint, ValidPoint
+from fairseq_ext_lab.reporting import curves as plot_curves
+from fairseq_ext_lab.reporting.curves import CurvePoint, TrainPoint, ValidPoint
 
 SCRIPT = REPO_ROOT / "scripts" / "plot_curves.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -48,7 +48,7 @@ from recipe_checks import flag_values, printed_commands
 
 import fairseq_ext  # noqa: F401  (fairseq checkpoints load with torch's weights-only unpickler)
 from conftest import REPO_ROOT, WORDS, json_log_records, search_path
-from fairseq_ext.experiments import demo
+from fairseq_ext_lab import demo
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
@@ -633,7 +633,7 @@ COMMANDS: Dict[str, Entry] = {
               "bidir_lm_355m for 190K updates on 8 GPUs"),
     "DATA=data-bin/python-docs-spm8000 SAVE_DIR=checkpoints/swishrnn_mini recipes/swishrnn/demo.sh":
         two_more_updates("checkpoints/swishrnn_mini", recipe_overrides),
-    "python -m fairseq_ext.evaluation.masked_lm_scores data-bin/python-docs-spm8000 "
+    "python -m fairseq_ext_lab.evaluation.masked_lm_scores data-bin/python-docs-spm8000 "
     "checkpoints/swishrnn_mini/checkpoint_last.pt":
         Entry(AS_WRITTEN, lambda work, run: check_masked_lm_scores(run)),
     "DATA=data-bin/python-docs-spm8000 TOTAL_UPDATES=$(python -m fairseq_ext.flops --arch 3ml_self_base "

@@ -1,13 +1,12 @@
-"""The README is a table of contents (issue 32): its first screen holds what the plugin is, the
+"""The README is a table of contents: its first screen holds what the plugin is, the
 two commands and a status table of short rows, one per system, each linking to the docs page
 that has the details; the whole README stays short; the links of the README and of docs/ point
-at files that exist; and no page names a module path that moved (fairseq_ext/compat)."""
+at files that exist; and every module path a page names exists."""
 import re
 from pathlib import Path
 from typing import List
 
 from conftest import REPO_ROOT
-from fairseq_ext.compat import MOVED_MODULES
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
@@ -90,25 +89,59 @@ def test_the_links_of_the_readme_and_the_docs_point_at_files():
     assert not broken, broken
 
 
-def moved_paths():
-    """Each moved module as the docs would name it: dotted, and as a file."""
-    for old in MOVED_MODULES:
-        yield old
-        yield old.replace(".", "/") + ".py"
-    yield "fairseq_ext/export.py"  # now the export/ package
+#: A module path as the pages name it: dotted (``fairseq_ext.models.three_ml``, maybe followed
+#: by a name defined there) or as a file or folder (``fairseq_ext_lab/demo.py``).
+MODULE_PATH = re.compile(r"(?<![\w./{-])(fairseq_ext(?:_lab)?(?:[./]\w+)+)/?")
+#: Names that look like module paths but are not: a file format's name, the native extension
+#: (built by ``make install``, not in the checkout).
+NOT_MODULES = {"fairseq_ext.infill_candidates", "fairseq_ext.ops._C"}
 
 
-def test_no_page_names_a_moved_module():
-    pages = [README, *sorted(DOCS.glob("*.md"))]
+def names_a_module_or_its_attribute(dotted: str) -> bool:
+    """Whether ``a.b.c.d`` is a module or package of the checkout, or a module followed by at most
+    two names of which the first is defined at its top level (class, function, assignment)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = REPO_ROOT.joinpath(*parts[:cut])
+        if base.is_dir() and (base / "__init__.py").is_file():
+            module = base / "__init__.py"
+        elif base.with_suffix(".py").is_file():
+            module = base.with_suffix(".py")
+        else:
+            continue
+        rest = parts[cut:]
+        if not rest:
+            return True
+        defined = rf"^(class|def)\s+{rest[0]}\b|^{rest[0]}\s*[:=]|^(from|import)\s.*\b{rest[0]}\b"
+        return len(rest) <= 2 and re.search(defined, module.read_text(), flags=re.M) is not None
+    return False
+
+
+def missing_module_paths(text: str) -> List[str]:
+    missing = []
+    for match in MODULE_PATH.finditer(text):
+        name = match.group(1).rstrip(".")
+        if name in NOT_MODULES:
+            continue
+        if "/" in name:
+            found = (REPO_ROOT / name).exists()
+        else:
+            found = names_a_module_or_its_attribute(name)
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def test_a_page_names_only_modules_that_exist():
     found = []
-    for page in pages:
-        text = page.read_text()
-        if page.name == "benchmarks.md":  # its "GPU suite" section is the GPU suite's own
-            start = text.find("\n## GPU suite")
-            if start >= 0:
-                end = text.find("\n## ", start + 1)
-                text = text[:start] + (text[end:] if end >= 0 else "")
-        for old in moved_paths():
-            if re.search(rf"(?<![\w./]){re.escape(old)}(?![\w/])", text):
-                found.append(f"{page.relative_to(REPO_ROOT)}: {old}")
-    assert not found, f"old module paths (fairseq_ext/compat has the new ones): {found}"
+    for page in [README, *sorted(DOCS.rglob("*.md"))]:
+        found += [f"{page.relative_to(REPO_ROOT)}: {name}"
+                  for name in missing_module_paths(page.read_text())]
+    assert not found, f"module paths that name nothing in the checkout: {found}"
+
+
+def test_a_moved_or_misspelt_module_path_is_caught():
+    assert missing_module_paths("see fairseq_ext.experiments.demo and fairseq_ext/compat/") == [
+        "fairseq_ext.experiments.demo", "fairseq_ext/compat"]
+    assert missing_module_paths("fairseq_ext_lab.demo.main, fairseq_ext/models/three_ml.py, "
+                                "`fairseq_ext.reporting.uncertainty`.") == []

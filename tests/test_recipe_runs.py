@@ -1,11 +1,11 @@
 """The one worker pool the demo, the studies and their fine-tuning stage run their runs in
-(``fairseq_ext.experiments.recipe_runs.in_parallel``)."""
+(``fairseq_ext_lab.recipe_runs.in_parallel``)."""
 import threading
 import time
 
 import pytest
 
-from fairseq_ext.experiments.recipe_runs import in_parallel
+from fairseq_ext_lab.recipe_runs import in_parallel
 
 
 def test_in_parallel_keeps_the_order_and_runs_at_most_workers_at_once():
@@ -42,7 +42,7 @@ def test_in_parallel_raises_the_first_failure_after_the_started_items_end():
 
 
 def test_a_spent_time_budget_starts_no_further_item_and_lets_the_started_ones_end():
-    from fairseq_ext.experiments.recipe_runs import OverTime, time_budget
+    from fairseq_ext_lab.recipe_runs import OverTime, time_budget
 
     started, ended = [], []
 
@@ -72,14 +72,14 @@ def test_the_wall_heartbeat_keeps_a_killed_invocations_time_on_disk(tmp_path):
     import subprocess
     import sys
 
-    from fairseq_ext.experiments.recipe_runs import spent_seconds, wall_heartbeat
+    from fairseq_ext_lab.recipe_runs import spent_seconds, wall_heartbeat
 
     live = tmp_path / "ledger" / "wall.live.json"
     assert spent_seconds(live, 12.5) == 12.5  # nothing live: what was booked
     killed = subprocess.run(
         [sys.executable, "-c",
          "import os, signal, time, pathlib\n"
-         "from fairseq_ext.experiments.recipe_runs import wall_heartbeat\n"
+         "from fairseq_ext_lab.recipe_runs import wall_heartbeat\n"
          f"with wall_heartbeat(pathlib.Path({str(live)!r}), 100.0, every=0.05):\n"
          "    time.sleep(0.6)\n"
          "    os.kill(os.getpid(), signal.SIGKILL)\n"], check=False)

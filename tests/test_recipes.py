@@ -586,8 +586,8 @@ def test_the_3ml_english_recipe_spends_the_flops_of_the_roberta_english_recipe(t
     """recipes/3ml/english.sh's updates are those that buy RoBERTa-15%'s 24,000 updates of
     recipes/roberta/english.sh (both read as their commands print them, on the English
     corpus's 8,000-piece vocabulary), and its warm-up the same 5% share."""
-    from fairseq_ext.experiments.budget import command_option, equal_flops_updates, planned_command
-    from fairseq_ext.experiments.recipe_runs import DemoRun
+    from fairseq_ext_lab.budget import command_option, equal_flops_updates, planned_command
+    from fairseq_ext_lab.recipe_runs import DemoRun
 
     (tmp_path / "dict.txt").write_text("".join(f"piece{i} 1\n" for i in range(7997)))
     roberta = DemoRun("roberta-15%", "recipes/roberta/english.sh")

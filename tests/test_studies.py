@@ -1,4 +1,4 @@
-"""The study runner (fairseq_ext.experiments.studies): its statistics against hand computations,
+"""The study runner (fairseq_ext_lab.studies): its statistics against hand computations,
 its grid and FLOP budgets, the 3ML shape search, and a tiny study end to end with a resume."""
 import json
 import math
@@ -9,11 +9,11 @@ from dataclasses import replace as dataclass_replace
 import pytest
 
 from conftest import REPO_ROOT, run_cli
-from fairseq_ext.experiments import budget, studies
-from fairseq_ext.experiments.studies import Claim, Study, StudyModel
-from fairseq_ext.experiments.studies.cli import LIVE_WALL
-from fairseq_ext.reporting import figures
 from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
+from fairseq_ext_lab import budget, studies
+from fairseq_ext_lab.reporting import figures
+from fairseq_ext_lab.studies import Claim, Study, StudyModel
+from fairseq_ext_lab.studies.cli import LIVE_WALL
 
 #: The embedded corpus's vocabulary as the FLOP formulas count it: 7,997 pieces in dict.txt,
 #: 4 specials and <mask>.
@@ -79,7 +79,7 @@ def test_zero_standard_error_resolves_nothing():
 
 
 def test_minimum_detectable_effect_by_hand():
-    from fairseq_ext.experiments.studies import power
+    from fairseq_ext_lab.studies import power
 
     # (t(0.975, df) + t(0.80, df)) SE from the printed t tables: df 2: 4.303 + 1.061;
     # df 7: 2.365 + 0.896; many rows: 1.960... but our many-row interval is 2 SE: 2 + 0.842
@@ -101,7 +101,7 @@ def test_a_claim_judged_before_issue_58_renders_its_mde_from_its_stored_se():
     """A summary without the ``mde`` field (bidirectional-flops, the archived runs) prints the
     formula on its stored SE and dof: SE 0.5 at 2 dof gives (4.303 + 1.061) x 0.5 = 2.68, with
     no paper effect beside it; a row without an SE prints none."""
-    from fairseq_ext.experiments.studies import render
+    from fairseq_ext_lab.studies import render
 
     legacy = {"claim": "a beats b", "measured": "a - b: +1.00 ± 0.50 ppl", "verdict": "unresolved",
               "difference": 1.0, "difference_se": 0.5, "dof": 2, "paper_effect": None}
@@ -122,13 +122,13 @@ def test_a_claim_judged_before_issue_58_renders_its_mde_from_its_stored_se():
     ("unresolved", math.nan, 1.7, "unresolved"),
 ])
 def test_underpowered_replaces_unresolved_only(verdict, mde, effect, expected):
-    from fairseq_ext.experiments.studies import power
+    from fairseq_ext_lab.studies import power
 
     assert power.with_power(verdict, mde, effect) == expected
 
 
 def test_an_interval_below_the_paper_s_effect_excludes_it():
-    from fairseq_ext.experiments.studies import power
+    from fairseq_ext_lab.studies import power
 
     # oriented (negative = a better): -0.77 ± 0.39 over 8 seeds, t(0.975, 7) = 2.365: the
     # interval's low end is -0.77 - 0.922 = -1.69, so a's advantage is at most 1.69 < 7.7
@@ -332,7 +332,7 @@ def test_a_claim_its_proxy_cannot_test_is_never_held_or_failed():
 def test_the_3ml_claims_quote_the_committed_studys_updates():
     """The updates the 3ML claims' differences quote (THREE_ML_UPDATES, 748 on the GPU) are the
     equal-FLOP budget's, as the committed report has them."""
-    from fairseq_ext.experiments.studies.catalog import three_ml
+    from fairseq_ext_lab.studies.catalog import three_ml
 
     report = json.loads((REPO_ROOT / "docs/studies/3ml/study.json").read_text())
     assert {row["name"]: row["updates"] for row in report["models"] if "updates" in row} \
@@ -740,7 +740,7 @@ def test_the_held_out_lines_start_at_a_document_boundary(tiny_data_bin, tmp_path
 def hand_scores(run_dir, final_bits):
     """A finished masked-LM run's scores.json: its last checkpoint's [MASK] loss ``final_bits``
     over two sequences of one [MASK] each."""
-    from fairseq_ext.evaluation.masked_lm_scores import SequenceScores
+    from fairseq_ext_lab.evaluation.masked_lm_scores import SequenceScores
 
     nats = final_bits * math.log(2)
     arrays = dict(ids=[0, 1], mask_loss=[nats - 0.1, nats + 0.1], mask_tokens=[1.0, 1.0],
@@ -841,8 +841,8 @@ def test_time_and_flops_to_reach_the_baselines_final_loss_by_hand(tmp_path):
 
 
 def test_the_design_table_plans_each_claim_s_power_from_a_reference_run():
-    from fairseq_ext.experiments.studies import power
-    from fairseq_ext.experiments.studies.spec import Claim
+    from fairseq_ext_lab.studies import power
+    from fairseq_ext_lab.studies.spec import Claim
 
     claims = (Claim("A beats B", "better", "a", "b", paper_effect=1.2),
               Claim("A beats C", "better", "a", "c", paper_effect=0.1),

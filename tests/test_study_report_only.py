@@ -1,18 +1,18 @@
 """Every committed study summary (``git ls-files '*study.json'``) renders byte-identically
-through the report path of :mod:`fairseq_ext.experiments.studies`.
+through the report path of :mod:`fairseq_ext_lab.studies`.
 
 There is no ``--report-only`` option and no finished run's ``result.json`` is committed (the
 runs directories stay on the machine that trained them), so a summary cannot be regenerated
 from its runs here. What is checked instead, for each committed ``study.json``:
 
-* the text report (:func:`~fairseq_ext.experiments.studies.render.format_report`, and
-  :func:`~fairseq_ext.experiments.studies.render.format_finetune` where it has a fine-tuning
+* the text report (:func:`~fairseq_ext_lab.studies.render.format_report`, and
+  :func:`~fairseq_ext_lab.studies.render.format_finetune` where it has a fine-tuning
   section), the docs' markdown rows (``markdown_claims``, ``markdown_finetune``) and the
   figures for ``--compare`` (``study_figures``) hash to :data:`RENDERED`, the SHA-256 (first 16
   hex digits) of what the renderer printed for the same file before issue 57 split
   ``studies.py`` into a package (commit 6e94bf1): the split changed no output;
 * a summary with a ``figures`` section is what the writer
-  (:func:`~fairseq_ext.experiments.studies.cli.report_study`) writes for it: its figures
+  (:func:`~fairseq_ext_lab.studies.cli.report_study`) writes for it: its figures
   recomputed from the summary and the summary dumped again give the committed bytes.
 
 A deliberate change of the rendering updates :data:`RENDERED` (the failure prints the new
@@ -26,8 +26,8 @@ import subprocess
 import pytest
 
 from conftest import REPO_ROOT
-from fairseq_ext.experiments import studies
-from fairseq_ext.reporting import figures
+from fairseq_ext_lab import studies
+from fairseq_ext_lab.reporting import figures
 
 RENDERED = {
     # the CPU rehearsal of the GPU study (one seed of 4 updates; docs/benchmarks.md)

@@ -13,8 +13,8 @@ import argparse
 import pytest
 import torch
 
-from fairseq_ext.benchmarks.bench_step import FAMILIES
 from fairseq_ext.training.trainer_step import TrainerStep
+from fairseq_ext_lab.benchmarks.bench_step import FAMILIES
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_ext.experiments import finetuning, transfer_curve
+from fairseq_ext_lab import finetuning, transfer_curve
 
 CURVES = Path(__file__).resolve().parent.parent / "docs/transfer/english"
 
@@ -260,7 +260,7 @@ def test_docs_quote_the_committed_english_curves():
                     if point["updates"] == max(p["updates"] for p in result["points"])]
             assert transfer_curve.format_pooled(
                 transfer_curve.pooled_points(result, runs)) in text, name
-    from fairseq_ext.evaluation.transfer_diagnosis import format_report
+    from fairseq_ext_lab.evaluation.transfer_diagnosis import format_report
 
     for path in (root / "docs/transfer/english").glob("probe-*.json"):
         assert format_report(json.loads(path.read_text())) in text, path.name
@@ -327,7 +327,7 @@ def test_the_demos_longest_committed_run_is_the_pooled_curves_and_docs_quote_it(
     docs/transfer.md quotes that pooled table."""
     import json
 
-    from fairseq_ext.experiments import demo
+    from fairseq_ext_lab import demo
 
     root = Path(__file__).resolve().parent.parent
     curves = [json.loads((root / path).read_text()) for path in demo.LONGEST_RUN_CURVES]
@@ -347,7 +347,7 @@ def test_the_demo_prints_each_pre_trained_arm_s_committed_run_from_its_curves():
     pooled rows of their curves (quoted in docs/transfer.md), the demo's task and every task."""
     import json
 
-    from fairseq_ext.experiments import demo, finetuning
+    from fairseq_ext_lab import demo, finetuning
 
     root = Path(__file__).resolve().parent.parent
     assert [run.model for run in demo.COMMITTED_RUNS] == list(demo.FINETUNE_MODELS[:2])

@@ -1,4 +1,4 @@
-"""The transfer diagnosis (:mod:`fairseq_ext.evaluation.transfer_diagnosis`) and its random
+"""The transfer diagnosis (:mod:`fairseq_ext_lab.evaluation.transfer_diagnosis`) and its random
 control (:mod:`fairseq_ext.export.random_init`): each statistic against a hand or brute-force
 computation, a collapse planted in a tiny RoBERTa, the random-init checkpoint of a tiny trained
 one, and the command line's refusals."""
@@ -13,10 +13,10 @@ import torch
 from bert_models import build
 
 from conftest import WORDS
-from fairseq_ext.evaluation import transfer_diagnosis as td
 from fairseq_ext.export import random_init
 from fairseq_ext.export.checkpoints import load_checkpoint, plain_config
 from fairseq_ext.training.output_files import OutputError
+from fairseq_ext_lab.evaluation import transfer_diagnosis as td
 
 # ----------------------------------------------------------------------------------------------
 # Brute-force references

@@ -99,7 +99,7 @@ def test_resolved_is_a_json_boolean():
     assert json.dumps(paired_accuracy_difference(np.ones(10), np.zeros(10)).resolved()) == "false"
 
 
-# --- the report's pairing (fairseq_ext.evaluation.bidirectional_report) ------------------------
+# --- the report's pairing (fairseq_ext_lab.evaluation.bidirectional_report) ------------------------
 
 def write_scores(path, mode, rows, **settings):
     """A --eval-scores-out file of ``rows`` ``(document, position, label, tokens, loss, correct)``."""
@@ -115,7 +115,7 @@ def write_scores(path, mode, rows, **settings):
 
 
 def test_report_pairs_rows_and_marks_resolved_differences(tmp_path):
-    from fairseq_ext.evaluation import bidirectional_report as report
+    from fairseq_ext_lab.evaluation import bidirectional_report as report
 
     # infilling, 400 positions: A right on 120, B on the same 120 and 20 more
     correct_a = [1] * 120 + [0] * 280
@@ -145,7 +145,7 @@ def test_report_pairs_rows_and_marks_resolved_differences(tmp_path):
 
 
 def test_report_refuses_to_pair_rows_scored_with_other_settings(tmp_path):
-    from fairseq_ext.evaluation import bidirectional_report as report
+    from fairseq_ext_lab.evaluation import bidirectional_report as report
 
     rows = []
     for name, positions in (("a", "1"), ("b", "2")):

@@ -18,7 +18,6 @@ from conftest import (
     run_cli,
 )
 from fairseq_ext.cli.errors import TRACEBACK_VARIABLE
-from fairseq_ext.experiments import demo
 from fairseq_ext.flops import cli as flops_cli
 from fairseq_ext.models import validation
 from fairseq_ext.training.checkpoint_loading import (
@@ -27,6 +26,7 @@ from fairseq_ext.training.checkpoint_loading import (
     checkpoint_error_message,
     load_checkpoint_to_cpu,
 )
+from fairseq_ext_lab import demo
 
 #: One arch of each family fairseq-ext registers.
 OUR_ARCHS = ("roberta_tiny", "roberta_large_prenorm", "bert_orig_tiny", "bert_rab_tiny",

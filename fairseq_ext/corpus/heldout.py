@@ -1,5 +1,5 @@
 """A held-out part of a data-bin's training split, for choosing settings without looking at the
-figures they will be judged on (the studies' learning rates, :mod:`fairseq_ext.experiments.
+figures they will be judged on (the studies' learning rates, :mod:`fairseq_ext_lab.
 studies`).
 
 :func:`heldout_data_bin` writes a new data-bin whose ``train`` is the original training split

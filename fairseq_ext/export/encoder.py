@@ -57,7 +57,7 @@ infilling may be better with the decoder kept); ``ThreeMLModel.from_pretrained(D
 ``RobertaModel.from_pretrained`` after ``import fairseq_ext``) loads it, and ``fill_mask`` then
 appends the [MASK]s after the encoder as in pre-training. A RoBERTa checkpoint (``roberta_*``,
 ``recipes/roberta/``) exports to a hub directory as it is, under a stock arch name.
-:mod:`fairseq_ext.evaluation.fill_mask` compares such directories on held-out text.
+:mod:`fairseq_ext_lab.evaluation.fill_mask` compares such directories on held-out text.
 
 OUT is never overwritten unless ``--force``; it is written to a temporary file in the same
 directory and renamed, so an interrupted export leaves no partial file. Errors are one line on

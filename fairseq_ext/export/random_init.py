@@ -7,7 +7,7 @@ them at update 0 with ``--seed S`` (RoBERTa, BERT-rab, SwishRNN-BERT: fairseq's
 ``init_bert_params``, normal(0, 0.02), zero biases, unit LayerNorm; each family's own
 otherwise). It carries no training state (0 updates), so every route that fine-tunes ``CKPT``
 (``PRETRAINED=OUT.pt recipes/*/finetune_glue.sh``, the studies' fine-tuning stage, the demo's
-table, :mod:`fairseq_ext.evaluation.transfer_diagnosis`) fine-tunes the random control the same
+table, :mod:`fairseq_ext_lab.evaluation.transfer_diagnosis`) fine-tunes the random control the same
 way: what pre-training buys is the difference. A 3ML checkpoint is controlled through its
 exported encoder (``scripts/export_encoder.py`` first), which is what fine-tuning reads.
 

@@ -1,6 +1,6 @@
 """``--eval-scores-out FILE``: every row ``fairseq-validate --task bidirectional_lm --eval-mode
 M`` scored, so that two models can be compared row by row (paired standard errors,
-:mod:`fairseq_ext.reporting.uncertainty`; :mod:`fairseq_ext.evaluation.bidirectional_report`).
+:mod:`fairseq_ext.reporting.uncertainty`; :mod:`fairseq_ext_lab.evaluation.bidirectional_report`).
 
 The file is JSON lines: a header ``{"format", "version", "settings"}`` (``settings``: the task's
 evaluation settings, :meth:`BidirectionalLMTask.eval_settings`: two files with equal settings on

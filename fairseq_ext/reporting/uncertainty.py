@@ -18,7 +18,7 @@ binomial ``sqrt(p (1 - p) / N)`` over positions (:func:`binomial_standard_error`
 one document are not independent (``--infill-positions K`` > 1 scores several per document), so
 this is the textbook figure, slightly optimistic when K > 1.
 
-**Masked-LM losses** (``make demo``, :mod:`fairseq_ext.evaluation.masked_lm_scores`) are the
+**Masked-LM losses** (``make demo``, :mod:`fairseq_ext_lab.evaluation.masked_lm_scores`) are the
 same ratio estimator over validation sequences, in nats per predicted token
 (:func:`mean_loss`); two models scored on the same sequences are paired by the delta method on
 ``u_d = e_{A,d} / N_A - e_{B,d} / N_B``, which also holds when their predicted positions differ

@@ -138,7 +138,7 @@ class BidirectionalLMConfig(FairseqDataclass):
         "help": "fairseq-validate --eval-mode: also write each scored row (document, masked "
                 "position, R, tokens, loss, correct) as a JSON line to this new file (never "
                 "overwritten), for paired comparisons of models "
-                "(fairseq_ext.evaluation.bidirectional_report)"})
+                "(fairseq_ext_lab.evaluation.bidirectional_report)"})
     seed: int = II("common.seed")
     #: rows padded to a multiple of this length (``--required-seq-len-multiple``; chosen by
     #: ``--torch-compile`` when left at 1): fewer batch shapes to compile

@@ -11,7 +11,7 @@
 # for CPUs, LOG_DIR to keep each fairseq-validate log and its scored rows
 # (LOG_DIR/<checkpoint name>.<mode>.log, .scores.jsonl). Figures print ± their standard error,
 # then each model's paired difference to the best of each column. Arguments
-# after the checkpoints go to fairseq_ext.evaluation.bidirectional_report: --json FILE also writes
+# after the checkpoints go to fairseq_ext_lab.evaluation.bidirectional_report: --json FILE also writes
 # the rows as JSON; an existing --json file or LOG_DIR log is not overwritten without --force.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
@@ -25,7 +25,7 @@ BATCH_SIZE="${BATCH_SIZE:-16}"
 CPU="${CPU:-0}"
 require_data_bin "${DATA}"
 
-args=(-m fairseq_ext.evaluation.bidirectional_report "${DATA}" "$@" --r-bidir "${R_BIDIR}"
+args=(-m fairseq_ext_lab.evaluation.bidirectional_report "${DATA}" "$@" --r-bidir "${R_BIDIR}"
       --infill-positions "${INFILL_POSITIONS}"
       --valid-subset "${VALID_SUBSET}" --batch-size "${BATCH_SIZE}")
 [[ "${CPU}" == 1 ]] && args+=(--cpu)

@@ -5,7 +5,7 @@
 # r_bidir {0, 1} (unidirectional and bidirectional attention), one run each through
 # recipes/bidirectional/finetune_glue.sh (Table 11's updates whatever the batch); then "the best
 # development accuracy" per task and attention setting (Table 10), their average over the tasks
-# (Table 9), and the best over both settings, printed by `python -m fairseq_ext.evaluation.finetune_grid`.
+# (Table 9), and the best over both settings, printed by `python -m fairseq_ext_lab.evaluation.finetune_grid`.
 #
 #   DATA_ROOT=glue CKPT=checkpoints/bidirectional/hyb_pre_125m/checkpoint_last.pt \
 #     recipes/bidirectional/finetune_grid.sh
@@ -74,7 +74,7 @@ for task in "${tasks[@]}"; do
 done
 if [[ "${DRY_RUN}" == 1 ]]; then echo "${runs} runs"; exit 0; fi
 
-report=("$(fairseq_cmd python)" -m fairseq_ext.evaluation.finetune_grid "${SAVE_ROOT}" --tasks "${tasks[@]}")
+report=("$(fairseq_cmd python)" -m fairseq_ext_lab.evaluation.finetune_grid "${SAVE_ROOT}" --tasks "${tasks[@]}")
 # grid.tsv and report.md are this grid's own summaries of SAVE_ROOT's runs: a resumed or
 # extended grid rewrites them (--force), as it adds to the runs
 "${report[@]}" --tsv "${SAVE_ROOT}/grid.tsv" --force | tee "${SAVE_ROOT}/report.md"
@@ -83,6 +83,6 @@ if [[ " ${tasks[*]} " == *" MNLI "* ]] \
     && grep -qs '"valid1_accuracy"' "${SAVE_ROOT}"/MNLI/r*/train.log; then
   echo
   echo "MNLI mismatched (valid1):"
-  "$(fairseq_cmd python)" -m fairseq_ext.evaluation.finetune_grid "${SAVE_ROOT}" --tasks MNLI \
+  "$(fairseq_cmd python)" -m fairseq_ext_lab.evaluation.finetune_grid "${SAVE_ROOT}" --tasks MNLI \
     --subset valid1 | tee -a "${SAVE_ROOT}/report.md"
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The bidirectional study (docs/studies.md, fairseq_ext/experiments/studies/catalog/bidirectional.py STUDIES["bidirectional"]): each model's
+# The bidirectional study (docs/studies.md, fairseq_ext_lab/studies/catalog/bidirectional.py STUDIES["bidirectional"]): each model's
 # peak lr chosen on held-out training data, then every model x seed at the study's budget (equal
 # training FLOPs or tokens), two runs at a time on one thread each, then the study's tables
 # (mean ± SE over seeds, paired differences, 95% t intervals: holds / fails / unresolved).
