@@ -45,7 +45,6 @@ class OptionalBuildExtension(BuildExtension):
             self.compiler._compile = compile_one
 
 
-
 # The SwishRNN recurrence op (fairseq_ext::swish_recurrence): CPU kernels always, CUDA kernels
 # when torch is a CUDA build and a CUDA toolkit is found. Optional: if it cannot be compiled,
 # installation goes on and fairseq_ext.modules.swish_rnn logs that it runs the pure-PyTorch

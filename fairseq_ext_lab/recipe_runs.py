@@ -2,7 +2,7 @@
 fine-tuning stage: where the checkout is, the environment a recipe runs with, one torch thread
 per run, the one worker pool (:func:`in_parallel`), whole-line printing from parallel runs, and a
 run's output streamed into its log; a run's
-declaration (:class:`DemoRun`) and the scoring settings the demo and the studies share.
+declaration (:class:`RecipeRun`) and the scoring settings the demo and the studies share.
 
 May import: see :mod:`fairseq_ext_lab` (nothing of its other modules).
 """
@@ -166,7 +166,7 @@ SCORED_SEQUENCES = 2000
 
 
 @dataclasses.dataclass(frozen=True)
-class DemoRun:
+class RecipeRun:
     """One model of a comparison: a recipe, the environment overrides it runs with, (masked
     LMs) the :data:`MASKED_LM_GROUPS` entry it belongs to, and fairseq-train flags appended to
     the recipe's command (a shape, a seed)."""
@@ -188,5 +188,5 @@ BIDIRECTIONAL_INFILL_POSITIONS = 4
 BIDIRECTIONAL_EVAL_DOCUMENTS = 2000
 
 
-def recipe_env(run: DemoRun, data: Path, **extra: str) -> dict:
+def recipe_env(run: RecipeRun, data: Path, **extra: str) -> dict:
     return recipe_environment(data, {**run.env, **extra})  # extra wins over run.env

@@ -22,7 +22,7 @@ from fairseq_ext_lab.recipe_runs import (
     ONE_THREAD,
     REPO_ROOT,
     SCORING_MASK_PROB,
-    DemoRun,
+    RecipeRun,
     recipe_env,
     say,
     stream,
@@ -86,9 +86,7 @@ class Progress:
             sys.stdout.write("\n")
 
 
-
-
-def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int],
+def train(run: RecipeRun, data: Path, run_dir: Path, updates: Optional[int],
           extra_args: Sequence[str] = (), log_interval: Optional[int] = None,
           extra_env: Optional[Dict[str, str]] = None, concurrent: bool = False) -> dict:
     """Train one demo model through its recipe for ``updates`` updates (``extra_args`` appended
@@ -130,7 +128,7 @@ def train(run: DemoRun, data: Path, run_dir: Path, updates: Optional[int],
         "train_wall_sec": time.time() - start,
         # counted by the training criterion from the batches' actual shapes
         "train_pflops": total_pflops_of(run_dir / "train.log"),
-        "analytic_pflops_per_update": analytic_pflops_per_update(command, data),
+        "analytic_pflops_per_update": analytic_pflops_per_update(command),
     }
 
 
@@ -144,8 +142,6 @@ def total_pflops_of(log: Path) -> Optional[float]:
             if record and key in record:
                 total = float(record[key])
     return total
-
-
 
 
 def checkpoints_to_score(run_dir: Path, final_updates: int) -> Dict[int, Path]:
@@ -221,8 +217,6 @@ def cost_to_reach(curve: Sequence["CurvePoint"], target: float,
             return before + share * (after - before)
         previous = point
     return None
-
-
 
 
 def curve_intervals(updates: int) -> tuple:

@@ -9,7 +9,8 @@ registered archs; the task, batches (fairseq's ``MaskTokensDataset``), criterion
 stock ``masked_lm``), optimizer (``AdamW(fused=True)``) and interleaved timing are its own.
 It prints one JSON line (and appends it to ``--json``).
 
-Example (issue 31's shape: 6 encoder layers of 512, 256 tokens, batch 8, 8000 pieces)::
+Example (the shape of docs/benchmarks.md's guard: 6 encoder layers of 512, 256 tokens, batch 8,
+8000 pieces)::
 
     git worktree add /tmp/at-393cd51 393cd51
     python scripts/bisect_3ml_speed.py /tmp/at-393cd51 --json bisect.jsonl

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 14, for the lent GPU machine: docs/benchmarks.md, "GPU suite", gives the
+# The GPU checks, for the lent GPU machine: docs/benchmarks.md, "GPU suite", gives the
 # device calls that run it, and `scripts/gpu_suite.sh --help` every stage, option and variable.
 #
 #   scripts/gpu_suite.sh [--stages "LIST"] [--tar FILE] [--budget SECONDS] [--keep-going]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The data lever of issue 55 (docs/transfer.md): GCIDE's English prose (Debian's dict-gcide,
+# A data lever of the transfer diagnosis (docs/transfer.md): GCIDE's English prose (Debian's dict-gcide,
 # fetched without root), encoded with DATA_BIN's sentencepiece model and dictionary into a new
 # data-bin, for recipes/roberta/english_prose.sh; see fairseq_ext/corpus/english_prose.py.
 #   scripts/prepare_english_prose.sh DATA_BIN OUT [--cache-dir data/cache] [--workers N]

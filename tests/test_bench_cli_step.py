@@ -1,7 +1,7 @@
-"""``python -m fairseq_ext_lab.benchmarks.cli_step FLAGS``: an epoch's batch shapes for a
+"""``python -m fairseq_ext_lab.benchmarks.cli_update_timing FLAGS``: an epoch's batch shapes for a
 fairseq-train command line, counted without training (the shapes docs/training_step.md lists
 for the recipes), and the buckets ``--torch-compile`` chooses in them."""
-from fairseq_ext_lab.benchmarks.cli_step import epoch_batch_shapes
+from fairseq_ext_lab.benchmarks.cli_update_timing import epoch_batch_shapes
 
 
 def test_torch_compile_pads_the_same_batches_to_its_buckets(tiny_data_bin):

@@ -16,6 +16,7 @@ from fairseq_ext.modules.relative_attention import (
 
 # --- T5 buckets ------------------------------------------------------------------------------------
 
+
 def t5_bucket(offset, num_buckets=32, max_distance=128):
     """Raffel et al. (2020), bidirectional, one offset at a time in plain Python."""
     half = num_buckets // 2

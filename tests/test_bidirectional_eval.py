@@ -1,4 +1,4 @@
-"""Evaluation modes of ``bidirectional_lm`` (issues 13 and 23; Artetxe et al. 2022, §3.2,
+"""Evaluation modes of ``bidirectional_lm`` (Artetxe et al. 2022, §3.2,
 Tables 3-5): fairseq_ext.data.bidirectional_eval_dataset, the task's ``--eval-mode`` /
 ``--r-bidir`` / ``--suffix-fraction`` / ``--eval-seed`` / ``--infill-positions`` /
 ``--eval-scores-out`` / ``--document-format`` and the criterion's per-R metrics with their
@@ -282,7 +282,7 @@ def test_full_doc_ppl_items_by_hand_have_one_group():
 
 
 def spec_infill_positions(tokens, document, eval_seed, count=1):
-    """The module docstring's rule: ``count`` positions uniformly without replacement among the
+    """``infill_positions``'s rule: ``count`` positions uniformly without replacement among the
     non-special positions, one ``integers(remaining)`` draw after the other from
     ``numpy.random.default_rng((eval_seed, document))``."""
     candidates = [p for p, token in enumerate(tokens) if token not in SPECIALS]

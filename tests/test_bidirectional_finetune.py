@@ -186,15 +186,22 @@ def test_unset_r_bidir_is_causal_and_the_value_is_kept_in_the_args():
 
 
 def test_under_the_bidirectional_lm_task_r_bidir_is_the_tasks():
-    """--task bidirectional_lm's --r-bidir is its evaluation R (a list too): the model
-    neither reads nor checks nor rewrites it; its batches carry their own layout."""
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+    """--task bidirectional_lm's --r-bidir is its evaluation R (a list too): the task builds
+    the model with R = 0 in the model's args (its batches carry their own layout) and keeps its
+    own value."""
+    from fairseq_ext.tasks.bidirectional_lm import BidirectionalLMConfig, BidirectionalLMTask
 
-    args = argparse.Namespace(arch="bidir_lm_tiny", max_positions=64, tokens_per_sample=64,
-                              task="bidirectional_lm", r_bidir="0,0.5,1")
-    ARCH_CONFIG_REGISTRY["bidir_lm_tiny"](args)
-    model = ARCH_MODEL_REGISTRY["bidir_lm_tiny"].build_model(args, MaskedLmTaskStub(VOCAB))
-    assert model.decoder.r_bidir == 0.0 and args.r_bidir == "0,0.5,1"
+    dictionary = Dictionary()
+    for i in range(VOCAB - len(dictionary) - 1):
+        dictionary.add_symbol(f"w{i}")
+    task = BidirectionalLMTask(BidirectionalLMConfig(data="unused", seed=1, tokens_per_sample=64,
+                                                     eval_mode="suffix_ppl", r_bidir="0,0.5,1"),
+                               dictionary)
+    args = argparse.Namespace(arch="bidir_lm_tiny", tokens_per_sample=64, task="bidirectional_lm",
+                              r_bidir="0,0.5,1")
+    model = task.build_model(args)
+    assert model.decoder.r_bidir == 0.0 and args.r_bidir == 0.0
+    assert task.cfg.r_bidir == "0,0.5,1"
 
 
 def test_incremental_decoding_refuses_a_bidirectional_model():
@@ -602,7 +609,7 @@ def test_both_attention_settings_fine_tune_through_the_recipe(r_bidir, pretraine
         "valid": max(float(r["valid_accuracy"]) for r in records)}
 
     pre = checkpoint_utils.load_checkpoint_to_cpu(str(pretrained_bidir))
-    assert getattr(pre["cfg"].model, "r_bidir", None) is None  # a pre-training checkpoint
+    assert pre["cfg"].model.r_bidir == 0.0  # a pre-training checkpoint: the task's R = 0
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(save_dir / "checkpoint_best.pt")])
     model = models[0].eval()

@@ -247,15 +247,46 @@ def test_position_of_a_token_reaches_exactly_the_allowed_outputs():
             assert torch.equal(changed, allowed[b, :, j])
 
 
-def test_no_cross_document_attention_comes_from_the_task_or_the_args():
-    cfg = argparse.Namespace(no_cross_document_attention=True)
-    task = MaskedLmTaskStub(VOCAB)
-    task.cfg = cfg  # the bidirectional_lm task's flag, e.g. under fairseq-hydra-train
-    model, _ = tiny_model(task=task)
+def bidirectional_lm_task(**settings):
+    """The ``bidirectional_lm`` task over a dictionary of ``VOCAB`` symbols, ``<mask>`` included
+    (no data read)."""
+    from fairseq.data import Dictionary
+
+    from fairseq_ext.tasks.bidirectional_lm import BidirectionalLMConfig, BidirectionalLMTask
+
+    dictionary = Dictionary()
+    for i in range(VOCAB - len(dictionary) - 1):
+        dictionary.add_symbol(f"w{i}")
+    return BidirectionalLMTask(BidirectionalLMConfig(data="unused", seed=1, **settings), dictionary)
+
+
+def test_no_cross_document_attention_comes_from_the_models_args():
+    model, _ = tiny_model(no_cross_document_attention=True)
     assert model.decoder.cross_document is False
     assert model.args.no_cross_document_attention is True  # kept in the checkpoint's args
     assert tiny_model()[0].decoder.cross_document is True  # footnote 4: the default
-    assert tiny_model(no_cross_document_attention=True)[0].decoder.cross_document is False
+    task = MaskedLmTaskStub(VOCAB)
+    task.cfg = argparse.Namespace(no_cross_document_attention=True)
+    assert tiny_model(task=task)[0].decoder.cross_document is True  # a task's config is not read
+
+
+@pytest.mark.parametrize("no_cross", [False, True])
+def test_the_task_hands_the_model_its_flags_through_the_args(no_cross):
+    """``--task bidirectional_lm`` puts ``--no-cross-document-attention`` and ``r_bidir = 0``
+    into the model's args in ``build_model``, over what fairseq-train's one parser (or a
+    checkpoint's saved args) put there: the task's evaluation ``--r-bidir``, a list, which stays
+    the task's."""
+    task = bidirectional_lm_task(no_cross_document_attention=no_cross, eval_mode="suffix_ppl",
+                                 r_bidir="0,0.5,1")
+    args = argparse.Namespace(arch="bidir_lm_tiny", r_bidir="0,0.5,1", dropout=0.0)
+    model = task.build_model(args)
+    assert model.args is args
+    assert args.no_cross_document_attention is no_cross and args.r_bidir == 0.0
+    assert model.decoder.cross_document is not no_cross and model.decoder.r_bidir == 0.0
+    assert task.cfg.r_bidir == "0,0.5,1"
+    # the same args without the task: the model reads its --r-bidir, a list it refuses
+    with pytest.raises(ValueError, match="--r-bidir '0,0.5,1': the model takes one ratio"):
+        build_arch("bidir_lm_tiny", MaskedLmTaskStub(VOCAB), 64, r_bidir="0,0.5,1")
 
 
 def test_mask_is_built_once_per_batch(monkeypatch):
@@ -584,10 +615,9 @@ def test_gradient_flows_only_through_the_predicted_logits():
     assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
 
 
-def test_hydra_model_node_reads_the_task_node():
-    """Under fairseq-hydra-train the model node holds only model fields: the flag comes from
-    the run's task node, the positions from the task's --tokens-per-sample."""
-    from fairseq.models import build_model
+def test_hydra_model_node_gets_the_tasks_flags():
+    """Under fairseq-hydra-train the model node holds only model fields: the task puts its flag
+    into it (struct mode on), the positions come from the task's --tokens-per-sample."""
     from omegaconf import OmegaConf
 
     root = OmegaConf.create({
@@ -597,9 +627,9 @@ def test_hydra_model_node_reads_the_task_node():
         "model": {"_name": "bidir_lm_tiny", "dropout": 0.0},
     })
     OmegaConf.set_struct(root, True)
-    task = MaskedLmTaskStub(VOCAB)
-    task.max_positions = lambda: 48
-    model = build_model(root.model, task)
+    task = bidirectional_lm_task(no_cross_document_attention=True, tokens_per_sample=48)
+    model = task.build_model(root.model)
     assert model.decoder.cross_document is False
+    assert root.model.no_cross_document_attention is True and root.model.r_bidir == 0.0
     assert model.decoder.max_positions() == 48
     assert model.args.decoder_embed_dim == 64

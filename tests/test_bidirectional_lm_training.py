@@ -1,4 +1,4 @@
-"""Generalized bidirectionality end to end (issue 12, "Done when"): a tiny model of every Table 1
+"""Generalized bidirectionality end to end: a tiny model of every Table 1
 variant trains with ``fairseq-train --task bidirectional_lm --variant V``, the demo YAML trains
 through ``fairseq-hydra-train`` with the shell recipe's losses. Exact resume (HybPre, bit for
 bit) is in ``tests/test_exact_resume.py`` with the other families."""

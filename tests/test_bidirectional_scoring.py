@@ -1,4 +1,4 @@
-"""Sequence scoring of ``bidirectional_lm`` checkpoints (issue 13: Table 6's full-sequence infilling,
+"""Sequence scoring of ``bidirectional_lm`` checkpoints (Table 6's full-sequence infilling,
 Tables 7-8's zero-shot multiple choice) against hand computations on tiny models.
 
 Checkpoints are written in-process (a randomly initialised ``bidir_lm_tiny`` with the config

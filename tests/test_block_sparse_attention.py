@@ -1,4 +1,4 @@
-"""FlexAttention for generalized bidirectionality (issue 24; Artetxe et al., 2022, §2, footnote 4):
+"""FlexAttention for generalized bidirectionality (Artetxe et al., 2022, §2, footnote 4):
 the block mask against PyTorch's own ``create_block_mask`` on the same rule, the model's outputs
 with FlexAttention against SDPA's dense mask (fp32 and bf16; odd lengths, padding, one-token
 documents, empty and whole-document prefixes, every variant of Table 1), which path
@@ -22,7 +22,9 @@ from omegaconf import OmegaConf
 import fairseq_ext  # noqa: F401  (registers the archs)
 from conftest import USER_DIR, fairseq_cli, run_cli
 from fairseq_ext.data.bidirectional_sampling import VARIANTS, ObjectiveSampler
+from fairseq_ext.models import validation
 from fairseq_ext.models.bidirectional_lm import check_attention_impl
+from fairseq_ext.models.validation import check_flex_trains
 from fairseq_ext.modules import block_sparse_attention
 from fairseq_ext.modules.bidirectional_attention_mask import (
     additive_attention_mask,
@@ -449,20 +451,28 @@ def namespace(**values):
     return argparse.Namespace(**{"attention_impl": "flex", "attention_dropout": 0.0, **values})
 
 
-def test_config_time_refusals():
+def test_config_time_refusals(monkeypatch):
     """fairseq-train / fairseq-hydra-train refuse --attention-impl flex where it cannot train,
     when they read the config; fairseq-validate and other programs do not (no gradients)."""
     with pytest.raises(ValueError, match=r"cannot train here \(fairseq-train on CPU\): "
                                          "FlexAttention has no CPU backward"):
-        check_attention_impl(namespace(cpu=True), program="fairseq-train")
+        check_flex_trains(namespace(cpu=True), program="fairseq-train")
     with pytest.raises(ValueError, match="--attention-dropout 0.1"):
-        check_attention_impl(namespace(cpu=False, attention_dropout=0.1), program="fairseq-train")
+        check_flex_trains(namespace(cpu=False, attention_dropout=0.1), program="fairseq-train")
     hydra = OmegaConf.create({"common": {"cpu": True}, "model": {"attention_impl": "flex",
                                                                  "attention_dropout": 0.0}})
     with pytest.raises(ValueError, match=r"fairseq-hydra-train on CPU"):
-        check_attention_impl(hydra.model, program="fairseq-hydra-train")
-    check_attention_impl(namespace(cpu=True))  # not a training program: allowed
-    check_attention_impl(namespace(cpu=True, attention_impl="auto"), program="fairseq-train")
+        check_flex_trains(hydra.model, program="fairseq-hydra-train")
+    check_flex_trains(namespace(cpu=True))  # not a training program: allowed
+    check_flex_trains(namespace(cpu=True, attention_impl="auto"), program="fairseq-train")
+    # the model reads only its own flag's value: outside a training program it builds
+    assert build_arch("bidir_lm_tiny", MaskedLmTaskStub(40), 64, attention_impl="flex",
+                      cpu=True).decoder.attention_impl == "flex"
+    # the arch's default attention dropout (0.1) counts: checked after the defaults are filled
+    monkeypatch.setattr(validation, "fairseq_program", lambda argv=None: "fairseq-train")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ValueError, match="--attention-dropout 0.1"):
+        build_arch("bidir_lm_tiny", MaskedLmTaskStub(40), 64, attention_impl="flex", cpu=False)
     with pytest.raises(ValueError, match="--attention-impl 'dense': choose one of auto, sdpa, "
                                          "flex"):
         check_attention_impl(namespace(attention_impl="dense"))

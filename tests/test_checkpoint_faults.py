@@ -1,4 +1,4 @@
-"""Checkpoints that survive a kill at any moment (issue 15, "Faults"; issue 23, part 3).
+"""Checkpoints that survive a kill at any moment.
 
 How fairseq writes a checkpoint (``fairseq/checkpoint_utils.py``, with our patch's items 5 and 6,
 README "Install"): ``save_checkpoint`` makes the list of names due at this point

@@ -198,7 +198,7 @@ def test_the_shim_runs_the_real_script_without_a_server(tmp_path):
     assert (proc.returncode, proc.stdout) == (0, "real a b c\n")
 
 
-# --- parity with a fresh process: each check with a planted difference (issue 57) -------------
+# --- parity with a fresh process: each check with a planted difference ------------------------
 
 def test_a_request_whose_python_variables_differ_is_declined(tmp_path):
     """The PYTHON* variables a fresh interpreter reads as it starts must be the server's: any

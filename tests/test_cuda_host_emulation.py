@@ -25,7 +25,7 @@ cuda_kernel = pytest.mark.skipif(
     "cuda" not in swish_ops.NATIVE_OP_DEVICES or not torch.cuda.is_available(),
     reason="no CUDA kernel built (or no GPU)")
 
-#: rtol of tests/test_swish_recurrence_op.py's CUDA tests (fp64: 1e-12, as the issue asks);
+#: rtol of tests/test_swish_recurrence_op.py's CUDA tests (fp64: 1e-12);
 #: against the CPU op atol = 5 rtol, as test_cuda_op_matches_cpu_op_at_odd_sizes.
 TOLERANCES = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2,
               torch.bfloat16: 2e-2}

@@ -1,5 +1,5 @@
 """A data-bin split that cannot be read whole is refused when it is loaded, in one line naming
-the file, both sizes and the fix (issue 29; :mod:`fairseq_ext.data.data_bin`).
+the file, both sizes and the fix (:mod:`fairseq_ext.data.data_bin`).
 
 The splits are written here with fairseq's own builders, in both of its binary formats (``mmap``,
 fairseq-preprocess's default, and the legacy ``lazy``/``cached`` one), and cut as a killed

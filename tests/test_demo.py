@@ -276,7 +276,7 @@ def test_infilling_baseline_always_guesses_the_commonest_piece_paired(tmp_path):
 
 
 def test_the_demo_3ml_shape_saves_compute_and_its_models_share_an_encoder():
-    """Issue 55: the 3ML group runs where 3ML-self-40% saves FLOPs (analytic speedup >= 1.2,
+    """The 3ML group runs where 3ML-self-40% saves FLOPs (analytic speedup >= 1.2,
     App. D, at 64-token lines and the embedded corpus's 8,001-symbol dictionary), and RoBERTa-15%
     has the same encoder (one random-init control fine-tunes for both)."""
     from fairseq_ext import flops

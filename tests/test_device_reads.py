@@ -239,11 +239,11 @@ def test_tokens_beyond_the_static_sizes_are_counted_and_logged(monkeypatch):
 
 
 def test_the_trainer_step_harness_is_no_source_of_reads():
-    """TrainerStep (fairseq_ext/training/trainer_step.py) drives the update from outside, as the
+    """TrainerStep (fairseq_ext/training/trainer_harness.py) drives the update from outside, as the
     benchmark module that held it did: its frames name no part, while the rest of training/ is
     our trainer."""
     import fairseq_ext.training.fused_kernels as plumbing
-    import fairseq_ext.training.trainer_step as harness
+    import fairseq_ext.training.trainer_harness as harness
 
     assert classify(harness.__file__) is None
     assert classify(plumbing.__file__) == ("ours", "trainer")

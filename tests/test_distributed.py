@@ -1,4 +1,4 @@
-"""Multi-process training (issue 15), on the CPU with torch.distributed's gloo backend.
+"""Multi-process training, on the CPU with torch.distributed's gloo backend.
 
 * **Two processes equal one with ``--update-freq 2``**, for a tiny model of every family: the
   per-update loss and gradient norm of the json log, and the final weights and Adam state of

@@ -1,4 +1,4 @@
-"""The English-prose data lever (issue 55): GCIDE entries cleaned to one line each."""
+"""The English-prose data lever (docs/transfer.md): GCIDE entries cleaned to one line each."""
 from fairseq_ext.corpus import english_prose
 
 SAMPLE = """Abdication \\Ab`di*ca"tion\\, n. [L. abdicatio: cf. F.

@@ -1,4 +1,4 @@
-"""Exact resume for every model family (issue 15): N updates straight equal N/2 updates, a stop,
+"""Exact resume for every model family: N updates straight equal N/2 updates, a stop,
 and N/2 more, bit for bit on the CPU, FLOP counter included.
 
 Per family, four ``fairseq-train`` runs of a tiny model, each a real process (``conftest.fresh_cli``,

@@ -1,4 +1,4 @@
-"""scripts/export_hf.py / fairseq_ext.export.huggingface (issue 16): fairseq checkpoints to Hugging Face
+"""scripts/export_hf.py / fairseq_ext.export.huggingface: fairseq checkpoints to Hugging Face
 ``transformers`` directories.
 
 Everything is built here, in this process: a small sentencepiece model trained on this module's

@@ -57,7 +57,7 @@ def reference_batches(num_tokens, max_tokens, max_sentences, bsz_mult):
 
 
 BATCHING_CASES = [
-    # (items, max_tokens, max_sentences, bsz_mult): the two cases first
+    # (items, max_tokens, max_sentences, bsz_mult): the two cases of 10-token items first
     (20, None, 16, 8),
     (2, None, 16, 8),
     (37, None, 5, 1),
@@ -78,7 +78,7 @@ def test_batch_by_size_matches_reference_and_keeps_every_item(
     rng = np.random.RandomState(items)
     sizes = rng.randint(1, 40, size=items).astype(np.int64)
     if (items, max_sentences) in ((20, 16), (2, 16)):
-        sizes[:] = 10  # the exact calls: every item has 10 tokens
+        sizes[:] = 10  # every item has 10 tokens
     order = rng.permutation(items).astype(np.int64)  # fairseq passes shuffled/sorted indices
     size_of = dict(zip(order.tolist(), sizes.tolist()))
     kwargs = dict(max_tokens=max_tokens, max_sentences=max_sentences,

@@ -1,4 +1,4 @@
-"""What fairseq's own tests rely on, held for every function our fairseq patch changes (issue 29).
+"""What fairseq's own tests rely on, held for every function our fairseq patch changes.
 
 The patch series (``patches/series``) exists to fix fairseq, so it must change nothing else that
 fairseq v0.12.2's own tests check. Its item 6 once removed partial checkpoint files at the top

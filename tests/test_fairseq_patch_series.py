@@ -1,4 +1,4 @@
-"""The fairseq patch as a series (issue 57): ``patches/series`` lists one item per file, in
+"""The fairseq patch as a series: ``patches/series`` lists one item per file, in
 order; the build applies them and marks the wheel (``fairseq.__fairseq_ext_patch__``); the plugin
 stops with one line naming ``make install`` on a fairseq without the marker or with an older one.
 

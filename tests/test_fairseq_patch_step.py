@@ -1,4 +1,4 @@
-"""fairseq patch item 7 (issue 43), the training step's host work, held against stock behaviour:
+"""fairseq patch item 7, the training step's host work, held against stock behaviour:
 
 * ``--optimizer adam``'s foreach update gives the loop's weights bit for bit, and the loop still
   runs where the foreach path does not apply;
@@ -166,9 +166,9 @@ def test_reduced_at_the_log_interval_fairseq_train_logs_the_same(tiny_data_bin, 
 
 
 def test_between_log_intervals_the_trainer_reads_only_its_nan_check(tiny_data_bin):
-    from fairseq_ext.training.trainer_step import TrainerStep
-    from fairseq_ext_lab.benchmarks.bench_step import FAMILIES
+    from fairseq_ext.training.trainer_harness import TrainerStep
     from fairseq_ext_lab.benchmarks.device_reads import count_step, sized_as_on_cuda
+    from fairseq_ext_lab.benchmarks.trainer_step_timing import FAMILIES
 
     width = {"layers": 2, "dim": 16, "ffn": 64, "heads": 1}
     reads = {}

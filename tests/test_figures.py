@@ -225,7 +225,7 @@ def test_the_committed_study_references_agree_with_the_pages(name):
     rows = studies.markdown_claims(reference).splitlines()[2:]
     study = studies.STUDIES[name]
     # the fine-tuning claims are quoted too once the summary has the fine-tuning stage; the
-    # "pre-training helps" claims (issue 55) once per task and on the average, and a summary
+    # "pre-training helps" claims once per task and on the average, and a summary
     # made before them (docs/studies.md says which) has the other claims only
     finetune_claims = 0
     if reference.get("finetune"):

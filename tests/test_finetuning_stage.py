@@ -88,7 +88,7 @@ def test_the_report_turns_the_stage_into_rows_baselines_and_verdicts():
     assert majority["average_se"] == pytest.approx(math.sqrt(2 * 2.0 ** 2) / 2)
     (claim,) = report["claims"]
     assert claim["difference"] == pytest.approx(2.0)
-    # SE 0 over seeds (+2, +2): no evidence of precision, so unresolved (issue 58), and no
+    # SE 0 over seeds (+2, +2): no evidence of precision, so unresolved, and no
     # minimum detectable effect either
     assert claim["difference_se"] == 0.0 and claim["verdict"] == "unresolved"
     assert math.isnan(claim["mde"])

@@ -18,6 +18,8 @@ from conftest import REPO_ROOT, USER_DIR, fairseq_cli, json_log_records, python_
 from fairseq_ext import flops
 from fairseq_ext.criterions.masked_lm_flops import MaskedLmFlopsLoss
 from fairseq_ext.flops import ModelSpec, NoFlopsFormula, Stack, training_metrics
+from fairseq_ext.flops.cli import build_parser
+from fairseq_ext.models.masked_lm_run import MASKED_LM_RUN
 from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 V = flops.ROBERTA_VOCAB_SIZE
@@ -202,6 +204,47 @@ def test_cli_overrides_change_model_a_only(capsys, arch, override, spec):
     assert changed.strip().splitlines()[-1] == f"speedup: {baseline / expected:.2f}"
 
 
+SIX_BY_512 = ("--encoder-layers", "6", "--encoder-embed-dim", "512", "--encoder-ffn-embed-dim",
+              "2048")
+
+
+def test_cli_costs_a_size_whose_heads_differ_from_the_arch(capsys):
+    """6 blocks of 512 with 8 heads: base's 12 heads do not divide 512, so the heads are given
+    too, and the figure is the formula's for that shape (App. D, Eq. 2 for roberta)."""
+    code, out, err = calculator(capsys, "--arch", "roberta_base", *SIX_BY_512,
+                                "--encoder-attention-heads", "8", "--tokens-per-sample", "128")
+    assert code == 0, err
+    length, dim, ffn, corrupted = 128, 512, 2048, 0.15 * 128
+    block = 2 * (4 * length * dim ** 2 + 2 * length ** 2 * dim + 2 * length * dim * ffn)
+    head = 2 * corrupted * (dim * dim + dim * V)
+    assert printed_flops(out, "A") == pytest.approx(3 * (6 * block + head), rel=1e-3)
+
+    code, out, err = calculator(capsys, "--arch", "3ml_self_base", *SIX_BY_512,
+                                "--encoder-attention-heads", "8", "--decoder-embed-dim", "320",
+                                "--decoder-attention-heads", "5", "--tokens-per-sample", "128")
+    assert code == 0, err
+    spec = ModelSpec("3ml_self", Stack(6, 512, 2048), Stack(2, 320, 1280))  # decoder FFN 4 x 320
+    assert flops.spec_for_arch("3ml_self_base", encoder_layers=6, encoder_embed_dim=512,
+                               encoder_ffn_embed_dim=2048, encoder_attention_heads=8,
+                               decoder_embed_dim=320, decoder_attention_heads=5) == spec
+    expected = flops.training_flops_per_sequence(spec, 128, 0.15, V)
+    assert printed_flops(out, "A") == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize("size, flag", [
+    (("--encoder-embed-dim", "512"), "--encoder-attention-heads"),  # base: 12 heads
+    (("--decoder-embed-dim", "200"), "--decoder-attention-heads"),  # Table 4: 200 // 64 = 3 heads
+])
+def test_cli_names_the_heads_flag_it_takes(capsys, size, flag):
+    """The one-line size error names a heads flag the calculator takes; given, it runs."""
+    code, out, err = calculator(capsys, "--arch", "3ml_self_base", *size)
+    assert code == 2 and "speedup" not in out
+    assert f"must be divisible by {flag}" in err and len(err.strip().splitlines()) == 1
+    assert flag in build_parser().format_help()
+    code, _, err = calculator(capsys, "--arch", "3ml_self_base", *size, flag, "8")
+    assert code == 0, err
+
+
 def test_default_baseline_is_roberta_with_the_encoder_of_a(capsys):
     """Without --vs, B is fairseq's roberta with A's encoder (the paper's RoBERTa of A's size):
     a tiny 3ML is compared with a tiny RoBERTa, not with roberta_base."""
@@ -381,7 +424,8 @@ def test_criterion_flops_come_from_the_batch_shapes(arch):
 
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
 def test_criterion_uses_the_models_encoder_length(arch, monkeypatch):
-    """The model's ``extra['encoder_length']`` is the length counted (not the input's)."""
+    """The model's ``encoder_length`` (its ``MaskedLmRun``) is the length counted (not the
+    input's)."""
     task = MaskedLmTaskStub(60, mask_prob=0.4)
     model = build_model(arch, task).train()
     criterion = MaskedLmFlopsLoss(MaskedLmConfig(tpu=False), task)
@@ -391,7 +435,9 @@ def test_criterion_uses_the_models_encoder_length(arch, monkeypatch):
 
     def longer(*args, **kwargs):
         logits, extra = real(*args, **kwargs)
-        return logits, dict(extra, encoder_length=extra["encoder_length"] + 5)
+        run = extra[MASKED_LM_RUN]
+        return logits, dict(extra, **{MASKED_LM_RUN: run._replace(
+            encoder_length=run.encoder_length + 5)})
 
     monkeypatch.setattr(model, "masked_lm_logits", longer)
     _, _, longer_log = criterion(model, sample)

@@ -1,4 +1,4 @@
-"""The GPU study (``3ml-gpu``, issues 47 and 59; docs/studies.md, "3ML on the GPU"): its shape,
+"""The GPU study (``3ml-gpu``; docs/studies.md, "3ML on the GPU"): its shape,
 device and precision, its equal-updates budget, its fine-tuning arms and claims
 (tests/test_gpu_suite_study.py: the GPU suite's stage that runs it)."""
 from dataclasses import replace as dataclass_replace

@@ -1,4 +1,4 @@
-"""scripts/gpu_suite.sh, the GPU checks of issue 14 (a wrapper that runs the package
+"""scripts/gpu_suite.sh, the GPU checks (a wrapper that runs the package
 fairseq_ext_lab/benchmarks/gpu_suite/), as far as a CPU machine can check it: the stages run in
 order, each timed into stages.tsv with its own log; the first failing stage stops the suite with
 its log's tail and a non-zero exit; timeouts, the budget, --tar, --dry-run (the commands each
@@ -488,7 +488,7 @@ def test_train_stage_trains_for_real_on_the_cpu(tmp_path, tiny_data_bin):
 def test_the_bench_stages_arguments_parse(tmp_path, monkeypatch):
     """Each benchmark command of the bench stages, as the dry run prints it, is accepted by the
     script's own argument parser (CUDA faked as available: the parsers check --device cuda)."""
-    from fairseq_ext_lab.benchmarks import bench_step, bidirectional, swishrnn, three_ml
+    from fairseq_ext_lab.benchmarks import bidirectional, swishrnn, three_ml, trainer_step_timing
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     out = tmp_path / "out"
@@ -496,7 +496,7 @@ def test_the_bench_stages_arguments_parse(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     parsers = {"bench_swishrnn.py": swishrnn.parse_args, "bench_3ml.py": three_ml.parse_args,
                "bench_bidirectional.py": bidirectional.parse_args,
-               "bench_step.py": bench_step.parse_args}
+               "bench_step.py": trainer_step_timing.parse_args}
     seen = set()
     for name in ("step", "bench_swishrnn", "bench_3ml", "bench_bidir"):
         for line in (out / f"{name}.log").read_text().splitlines():

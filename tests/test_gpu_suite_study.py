@@ -1,4 +1,4 @@
-"""The GPU suite's study stage (scripts/gpu_suite.sh --stages study; issues 47 and 59): what it
+"""The GPU suite's study stage (scripts/gpu_suite.sh --stages study): what it
 passes to scripts/study.py, what it needs carried (the data-bin and the downstream suite), and
 what it brings back, also when cut off. The real stage runs with the study replaced by a script
 (run_study_stage)."""

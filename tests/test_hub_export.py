@@ -1,4 +1,4 @@
-"""Hub directories (issue 16): ``scripts/export_encoder.py CKPT DIR`` writes ``model.pt``,
+"""Hub directories: ``scripts/export_encoder.py CKPT DIR`` writes ``model.pt``,
 ``dict.txt`` and the sentencepiece model, and ``RobertaModel.from_pretrained(DIR)`` loads it
 with no further argument, offline, with a working ``encode``/``decode``/``fill_mask``; with
 ``--keep-decoder`` the 3ML model keeps its decoder and ``fill_mask`` runs through it."""

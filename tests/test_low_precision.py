@@ -1,4 +1,4 @@
-"""Low precision on the CPU (issue 15): 300 updates of a tiny model of every family in bf16 and
+"""Low precision on the CPU: 300 updates of a tiny model of every family in bf16 and
 in fp16, each through its recipe's YAML twin and ``fairseq-hydra-train``; every logged loss is
 finite, the loss goes down, and the weights were trained in the precision asked for (so the run
 did not quietly train in fp32).

@@ -1,4 +1,4 @@
-"""The memory plan the pre-training recipes print (issue 15): parameters against built models
+"""The memory plan the pre-training recipes print: parameters against built models
 of every family, bytes against a hand computation, sharding and precision, activation
 recomputation (--checkpoint-activations), the recipes."""
 import logging

@@ -1,4 +1,4 @@
-"""Nothing the user saved is overwritten without ``--force`` (issue 15): every command that writes
+"""Nothing the user saved is overwritten without ``--force``: every command that writes
 a file the user keeps (exports, prepared data-bins, results pages, plots, report JSON, candidate
 and prediction files, grid results, benchmark results) refuses an existing one, with one line on
 stderr and exit status 2, before any expensive work: each case gives the command inputs it would

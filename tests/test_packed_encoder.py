@@ -1,7 +1,7 @@
 """3ML's encoder on packed tokens: the layout moves against hand-made indices and their
 gradients against autograd's, fairseq's own layer on the padded grid against the packed layer
 (outputs and gradients, pre-LN and post-LN, an empty row), and the whole 3ML model on either
-path; with static sizes (issue 43), the bounded packing by hand (padding entries, what does
+path; with static sizes, the bounded packing by hand (padding entries, what does
 not fit), fairseq's layer against the lean grid layer the 3ML-self decoder runs, and the
 model's static path against its exact one (logits and gradients)."""
 import argparse
@@ -14,6 +14,7 @@ from masked_batches import fairseq_masked_batch
 
 import fairseq_ext  # noqa: F401  (registers the archs)
 from fairseq_ext.data.masking_capacity import MaskingCapacity
+from fairseq_ext.models.masked_lm_run import MASKED_LM_RUN
 from fairseq_ext.modules.packed_encoder_layer import (
     attention_mask,
     grid_encoder_layer,
@@ -148,15 +149,15 @@ def test_model_on_packed_tokens_equals_model_on_padded_grid(arch):
         if grad is not None:
             torch.testing.assert_close(grad, padded_grads[name], rtol=1e-8, atol=1e-9, msg=name)
     kept = (src.ne(pad) & src.ne(mask_idx)).sum(1)
-    assert packed_extra["encoder_lengths"].tolist() == kept.tolist()
-    assert packed_extra["encoder_padded_length"] == padded_extra["encoder_padded_length"] == int(
-        kept.max())
+    packed_run, padded_run = packed_extra[MASKED_LM_RUN], padded_extra[MASKED_LM_RUN]
+    assert packed_run.encoder_lengths.tolist() == kept.tolist()
+    assert packed_run.encoder_padded_length == padded_run.encoder_padded_length == int(kept.max())
     # what the FLOP criterion counts: the kept tokens per row packed, the padded grid otherwise
-    assert packed_extra["encoder_length"] == pytest.approx(float(kept.sum()) / 4)
-    assert padded_extra["encoder_length"] == int(kept.max())
+    assert packed_run.encoder_length == pytest.approx(float(kept.sum()) / 4)
+    assert padded_run.encoder_length == int(kept.max())
 
 
-# --- static sizes (issue 43): nothing read from the device ------------------------------------
+# --- static sizes: nothing read from the device -----------------------------------------------
 
 def test_bounded_packing_by_hand():
     packed = pack_tokens_bounded(SELECTED, width=3, capacity=7)
@@ -231,27 +232,30 @@ def test_static_sizes_give_the_exact_paths_logits_and_gradients(arch):
         model.static_sizes = static
         model.zero_grad()
         logits, extra = model(src, masked_tokens=masked, masking_capacity=capacity)
-        targets = (target.flatten()[extra["prediction_index"]] if "prediction_index" in extra
-                   else target[masked])
+        index = extra[MASKED_LM_RUN].prediction_index
+        targets = target[masked] if index is None else target.flatten()[index]
         torch.nn.functional.cross_entropy(logits, targets, ignore_index=pad,
                                           reduction="sum").backward()
         runs.append((logits, extra, targets,
                      {n: p.grad.clone() for n, p in model.named_parameters()
                       if p.grad is not None}))
-    (exact, _, exact_targets, exact_grads), (static, extra, static_targets, static_grads) = runs
+    (exact, exact_extra, exact_targets, exact_grads), (static, extra, static_targets,
+                                                       static_grads) = runs
+    assert exact_extra[MASKED_LM_RUN].prediction_index is None
+    run = extra[MASKED_LM_RUN]
     n = exact.size(0)
     assert static.size(0) == capacity.predicted_total(4, 24) > n
     # the asked positions first, row-major; the rest have padding targets
-    assert torch.equal(extra["prediction_index"][:n], masked.flatten().nonzero().squeeze(1))
+    assert torch.equal(run.prediction_index[:n], masked.flatten().nonzero().squeeze(1))
     assert torch.equal(static_targets[:n], exact_targets)
     assert (static_targets[n:] == pad).all()
     # fairseq's decoder layer (3ML-cross) takes its softmax in float32 whatever the dtype,
     # over the static number of [MASK] slots here and the widest row's count there
     tolerance = 1e-9 if arch.startswith("3ml_self") else 1e-5
     torch.testing.assert_close(static[:n], exact, rtol=tolerance, atol=tolerance)
-    assert int(extra["kept_tokens_dropped"]) == int(extra["predictions_dropped"]) == 0
+    assert int(run.kept_tokens_dropped) == int(run.predictions_dropped) == 0
     kept = (src.ne(pad) & src.ne(task.mask_idx)).sum()
-    assert float(extra["encoder_length"]) == pytest.approx(float(kept) / 4)
+    assert float(run.encoder_length) == pytest.approx(float(kept) / 4)
     assert exact_grads.keys() == static_grads.keys()
     for name, grad in exact_grads.items():
         torch.testing.assert_close(static_grads[name], grad, rtol=tolerance * 10,
@@ -261,7 +265,7 @@ def test_static_sizes_give_the_exact_paths_logits_and_gradients(arch):
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
 def test_static_sizes_without_a_capacity_give_fairseqs_criterion_its_rows(arch):
     """fairseq's own masked_lm criterion passes no masking capacity and indexes the targets
-    with ``masked_tokens`` itself (issue 56): with static sizes the model sizes its encoder and
+    with ``masked_tokens`` itself: with static sizes the model sizes its encoder and
     decoder from the task's masking (set when it is built) and returns the logits of exactly
     the asked positions, row-major, padding included where asked (fairseq's all-True mask for
     a batch with nothing masked); they and the gradients equal the exact path's."""
@@ -279,7 +283,7 @@ def test_static_sizes_without_a_capacity_give_fairseqs_criterion_its_rows(arch):
             model.static_sizes = static
             model.zero_grad()
             logits, extra = model(src, masked_tokens=masked)
-            assert "prediction_index" not in extra
+            assert extra[MASKED_LM_RUN].prediction_index is None
             assert logits.shape == (int(masked.sum()), 60)
             loss = torch.nn.functional.cross_entropy(logits, target[masked], ignore_index=pad,
                                                      reduction="sum")

@@ -317,7 +317,7 @@ def test_rerun_skips_and_other_settings_are_refused(built, pretraining_bin, caps
     assert "was built with other settings (seed)" in error and "--force" in error
     assert "another OUT_DIR" in error
     assert stamp.stat().st_mtime_ns == before
-    # a bin of the builder before issue 58 is named as such, and kept
+    # a bin of an older builder version is named as such, and kept
     stamp_file = out / "GlossTopic-bin" / ds.STAMP
     saved = stamp_file.read_text()
     older = json.loads(saved)

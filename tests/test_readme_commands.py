@@ -1,5 +1,5 @@
 """Every command of the ```bash blocks of the README and of the system pages in docs/, run on the
-demo's outputs (issue 11).
+demo's outputs.
 
 The commands are read out of :data:`PAGES` (``\\`` continuations joined, ``# comments`` dropped):
 README.md first, then the docs pages the README's per-system sections moved to, in this order,

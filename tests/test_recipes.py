@@ -587,11 +587,11 @@ def test_the_3ml_english_recipe_spends_the_flops_of_the_roberta_english_recipe(t
     recipes/roberta/english.sh (both read as their commands print them, on the English
     corpus's 8,000-piece vocabulary), and its warm-up the same 5% share."""
     from fairseq_ext_lab.budget import command_option, equal_flops_updates, planned_command
-    from fairseq_ext_lab.recipe_runs import DemoRun
+    from fairseq_ext_lab.recipe_runs import RecipeRun
 
     (tmp_path / "dict.txt").write_text("".join(f"piece{i} 1\n" for i in range(7997)))
-    roberta = DemoRun("roberta-15%", "recipes/roberta/english.sh")
-    three_ml = DemoRun("3ml-self-40%", "recipes/3ml/english.sh")
+    roberta = RecipeRun("roberta-15%", "recipes/roberta/english.sh")
+    three_ml = RecipeRun("3ml-self-40%", "recipes/3ml/english.sh")
     roberta_updates, three_ml_updates = equal_flops_updates([roberta, three_ml], tmp_path)
     command = planned_command(three_ml, tmp_path)
     assert roberta_updates == 24000

@@ -97,7 +97,7 @@ def test_minimum_detectable_effect_by_hand():
     assert power.seeds_needed([1.0, 2.0, 3.0], 0.01) is None
 
 
-def test_a_claim_judged_before_issue_58_renders_its_mde_from_its_stored_se():
+def test_a_claim_without_a_stored_mde_renders_it_from_its_stored_se():
     """A summary without the ``mde`` field (bidirectional-flops, the archived runs) prints the
     formula on its stored SE and dof: SE 0.5 at 2 dof gives (4.303 + 1.061) x 0.5 = 2.68, with
     no paper effect beside it; a row without an SE prints none."""
@@ -382,7 +382,7 @@ def test_each_study_plans_every_model_and_seed_at_the_baselines_flops(name, tiny
     per_update = {}
     for model in study.models:
         command = budget.planned_command(model.run(), tiny_data_bin)
-        per_update[model.name] = budget.analytic_pflops_per_update(command, tiny_data_bin)
+        per_update[model.name] = budget.analytic_pflops_per_update(command)
         # the study's shape and the seed reach the fairseq command
         assert all(arg in command for arg in model.args)
         assert budget.command_option(budget.planned_command(model.run(7), tiny_data_bin),
@@ -655,14 +655,14 @@ def test_bidirectional_claims_are_paired_within_seed_then_over_seeds(tiny_data_b
     # a at R=1 minus b at R=0, on the same (document, position): seed 1: 100 - 50; seed 2: 50 - 0
     assert infill["per_seed"] == pytest.approx({"1": 50.0, "2": 50.0})
     assert infill["difference"] == pytest.approx(50.0) and infill["difference_se"] == 0.0
-    # a spread of 0 over seeds is no evidence of precision: unresolved (issue 58), no MDE
+    # a spread of 0 over seeds is no evidence of precision: unresolved, no MDE
     assert infill["verdict"] == "unresolved" and math.isnan(infill["mde"])
     rows = {row["name"]: row for row in report["models"]}
     assert rows["a"]["full"] == pytest.approx((math.exp(1.5) + math.exp(1.0)) / 2)
     assert rows["a"]["infill:1"] == pytest.approx(75.0)
     assert report["baseline"]["full"] > 1.0  # the unigram's ppl on the data-bin's valid split
     assert rows["a"]["analytic_pflops"] == 10.0
-    # whole documents have no analytic FLOP figure (budget.bidirectional_pflops_per_update): the
+    # whole documents have no analytic FLOP figure (budget.bidirectional_predicted_per_sequence): the
     # report still forms, the column shows "-"
     for result in results.values():
         result["analytic_pflops_per_update"] = None

@@ -9,8 +9,7 @@ from its runs here. What is checked instead, for each committed ``study.json``:
   :func:`~fairseq_ext_lab.studies.render.format_finetune` where it has a fine-tuning
   section), the docs' markdown rows (``markdown_claims``, ``markdown_finetune``) and the
   figures for ``--compare`` (``study_figures``) hash to :data:`RENDERED`, the SHA-256 (first 16
-  hex digits) of what the renderer printed for the same file before issue 57 split
-  ``studies.py`` into a package (commit 6e94bf1): the split changed no output;
+  hex digits) of what the renderer prints for the file;
 * a summary with a ``figures`` section is what the writer
   (:func:`~fairseq_ext_lab.studies.cli.report_study`) writes for it: its figures
   recomputed from the summary and the summary dumped again give the committed bytes.
@@ -32,7 +31,7 @@ from fairseq_ext_lab.reporting import figures
 RENDERED = {
     # the CPU rehearsal of the GPU study (one seed of 4 updates; docs/benchmarks.md)
     "docs/gpu_rehearsal/2026-11-28/study/study.json": {
-        "text": "a8089cf67d5faa93",
+        "text": "0da7365923e949d3",
         "finetune": "e618fa3a6a2aacb1",
         "markdown": "14ec0e00f64f11a9",
         "markdown_finetune": "1642144e30d37701",
@@ -66,14 +65,14 @@ RENDERED = {
         "markdown_finetune": "aa534f5061360305",
         "figures": "8525519e29294733",
     },
-    "docs/studies/2026-11-27/3ml/study.json": {  # before issue 58 (archived)
+    "docs/studies/2026-11-27/3ml/study.json": {  # archived: 500 dev rows, GlossPair
         "text": "e614f72a9694f987",
         "finetune": "80fa39a18c430126",
         "markdown": "17d99b4a62268b55",
         "markdown_finetune": "9e0cf71f67627526",
         "figures": "aaaa365f0251653f",
     },
-    "docs/studies/3ml/study.json": {  # issue 58: the new suite, with random init
+    "docs/studies/3ml/study.json": {  # the 1,500-row suite, with random init
         "text": "aee4abadef4b919e",
         "finetune": "be83e161c197bfcb",
         "markdown": "b35e137d2868c192",
@@ -94,35 +93,35 @@ RENDERED = {
         "markdown_finetune": "e3b0c44298fc1c14",
         "figures": "c749739fe5686f3d",
     },
-    "docs/studies/bidirectional/study.json": {  # issue 58's re-run on the new suite
+    "docs/studies/bidirectional/study.json": {  # on the 1,500-row suite
         "text": "77aa57554e94927e",
         "finetune": "494187c44dc4f640",
         "markdown": "1284912b69b891a3",
         "markdown_finetune": "c5893d0c246879ef",
         "figures": "df1ac9db855e9d5a",
     },
-    "docs/studies/2026-11-27/bidirectional/study.json": {  # before issue 58 (archived)
+    "docs/studies/2026-11-27/bidirectional/study.json": {  # archived: 500 dev rows, GlossPair
         "text": "77aa57554e94927e",
         "finetune": "ca62f731858d98a9",
         "markdown": "c3a1416cfaddeac7",
         "markdown_finetune": "fbc79fc9fa45a6e3",
         "figures": "2b3d03c2fa1215fd",
     },
-    "docs/studies/2026-11-27/swishrnn/study.json": {  # before issue 58 (archived)
+    "docs/studies/2026-11-27/swishrnn/study.json": {  # archived: 500 dev rows, GlossPair
         "text": "aa1478184f903885",
         "finetune": "bca137749f833ee1",
         "markdown": "a26cb8839d7ff237",
         "markdown_finetune": "a0b3ccbabec4e240",
         "figures": "0ea417d5290d57f1",
     },
-    "docs/studies/bidirectional-finetune/study.json": {  # issue 58: 16 seeds
+    "docs/studies/bidirectional-finetune/study.json": {  # 16 seeds
         "text": "f9ce40becbacc6a1",
         "finetune": "bee338798617255a",
         "markdown": "a6b56b8303badc44",
         "markdown_finetune": "b883d39360975218",
         "figures": "ae42cf9f91f9c481",
     },
-    "docs/studies/swishrnn/study.json": {  # issue 58: the new suite, 5 seeds
+    "docs/studies/swishrnn/study.json": {  # the 1,500-row suite, 5 seeds
         "text": "7aedb2a1e76cb318",
         "finetune": "31e8acaa810509db",
         "markdown": "5ab208d9d86874eb",

@@ -18,6 +18,7 @@ from fairseq_ext.models.swishrnn_bert import matched_hidden_dim, parse_step_size
 
 # --- whole models ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("arch, overrides", [
     ("bert_orig_tiny", {}), ("bert_rab_tiny", {}), ("swishrnn_bert_tiny", {}),
     ("swishrnn_bert_tiny", dict(swishrnn_direction="bidirectional")),

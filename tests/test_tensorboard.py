@@ -1,4 +1,4 @@
-"""Watching a run (issue 16): ``fairseq-train --tensorboard-logdir DIR`` writes event files (through
+"""Watching a run: ``fairseq-train --tensorboard-logdir DIR`` writes event files (through
 tensorboardX, pinned in requirements.txt) that carry the per-category losses and the FLOPs, with
 the values of the json log.
 

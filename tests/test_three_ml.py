@@ -6,9 +6,13 @@ import pytest
 import torch
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 from fairseq.models import ARCH_CONFIG_REGISTRY
+from masked_batches import fairseq_masked_batch
 
 import fairseq_ext  # noqa: F401  (registers the archs)
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss
+from fairseq_ext.criterions.predicted_positions import at_predicted
+from fairseq_ext.data.masking_capacity import MaskingCapacity
+from fairseq_ext.models.masked_lm_run import MASKED_LM_RUN, MaskedLmRun
 from fairseq_ext.training.model_building import MaskedLmTaskStub, build_arch
 
 
@@ -123,8 +127,48 @@ def test_batched_forward_equals_per_row_reference(arch, overrides):
     torch.testing.assert_close(logits, reference, rtol=1e-4, atol=1e-5)
     # the encoder really ran on the longest kept row, not the full length
     kept = (src.ne(d.pad()) & src.ne(task.mask_idx)).sum(1)
-    assert extra["encoder_padded_length"] == int(kept.max()) < src.size(1)
-    assert extra["encoder_lengths"].tolist() == kept.tolist()
+    run = extra[MASKED_LM_RUN]
+    assert run.encoder_padded_length == int(kept.max()) < src.size(1)
+    assert run.encoder_lengths.tolist() == kept.tolist()
+
+
+@pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
+def test_every_sizing_returns_one_contract_and_the_same_predictions(arch):
+    """Exact counts, static sizes with our criteria's capacity, and static sizes with the task's
+    (fairseq's own criterion passes none) return one ``MaskedLmRun`` with the same fields and
+    types, the same kept tokens, nothing dropped, and the same logits at the targets our
+    criteria gather through it (``at_predicted``); the per-row reference agrees."""
+    task = MaskedLmTaskStub(60, mask_prob=0.5, leave_unmasked_prob=0.1, random_token_prob=0.1)
+    pad = task.source_dictionary.pad()
+    src, target = fairseq_masked_batch(task, 4, 24, seed=7, shorter_by=3)
+    masked = target.ne(pad)
+    model = build(arch, task, dropout=0.0, attention_dropout=0.0).eval()
+    capacity = MaskingCapacity.from_task(task.cfg)
+    outputs = []
+    with torch.no_grad():
+        reference = per_row_reference(model, src, masked)
+        for static, passed in (("never", capacity), ("always", capacity), ("always", None)):
+            model.static_sizes = static
+            logits, extra = model(src, masked_tokens=masked, masking_capacity=passed)
+            assert set(extra) == {"inner_states", MASKED_LM_RUN}
+            run = extra[MASKED_LM_RUN]
+            assert isinstance(run, MaskedLmRun)
+            targets, = at_predicted(masked, extra, (target,))
+            outputs.append((run, logits[targets.ne(pad)], targets[targets.ne(pad)]))
+    (exact_run, exact, exact_targets), *static_outputs = outputs
+    assert exact_run.prediction_index is None  # the rows are masked_tokens', row-major
+    assert outputs[1][0].prediction_index is not None and outputs[2][0].prediction_index is None
+    for run, logits, targets in outputs:
+        assert isinstance(run.encoder_padded_length, int)
+        for name in ("encoder_lengths", "kept_tokens_dropped", "predictions_dropped"):
+            assert torch.is_tensor(getattr(run, name)), name
+        assert run.kept_tokens_dropped.dim() == run.predictions_dropped.dim() == 0
+        assert int(run.kept_tokens_dropped) == int(run.predictions_dropped) == 0
+        assert torch.equal(run.encoder_lengths, exact_run.encoder_lengths)
+        assert float(run.encoder_length) == pytest.approx(float(exact_run.encoder_length))
+        assert torch.equal(targets, exact_targets) and targets.numel() == int(masked.sum())
+        torch.testing.assert_close(logits, exact, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(exact, reference, rtol=1e-4, atol=1e-5)
 
 
 def test_positioned_encoder_equals_fairseq_encoder_on_unmasked_input():
@@ -209,7 +253,7 @@ def gpu_criterion_mask(target, pad):
 @pytest.mark.parametrize("arch", ["3ml_self_tiny", "3ml_cross_tiny"])
 @pytest.mark.parametrize("corrupted_input", [False, True])
 def test_all_true_mask_over_padding_gives_one_logit_row_per_asked_position(arch, corrupted_input):
-    """Issue 10: on a GPU, a batch without corrupted tokens makes the criterion ask for every
+    """On a GPU, a batch without corrupted tokens makes the criterion ask for every
     position, padding included; the logits cover exactly those positions in row-major order
     (as RoBERTa's), equal at real positions to asking for the real positions only, and zero at
     padding (whose targets are ignored)."""

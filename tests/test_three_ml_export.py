@@ -200,7 +200,7 @@ def test_export_is_a_clean_roberta_checkpoint(name, pretrained, exported):
     assert ARCH_MODEL_REGISTRY[model_cfg["_name"]] is RobertaModel
     assert model_cfg["encoder_normalize_before"] is pre_ln
     # post-LN: RoBERTa's embedding LayerNorm; pre-LN: none, unless the run asked for one (the
-    # hydra source is the 3ML demo YAML, which has it, issue 55)
+    # hydra source is the 3ML demo YAML, which has it)
     assert model_cfg["layernorm_embedding"] is (not pre_ln or trainer == "fairseq-hydra-train")
     assert (model_cfg["encoder_layers"], model_cfg["encoder_embed_dim"],
             model_cfg["encoder_ffn_embed_dim"], model_cfg["encoder_attention_heads"],

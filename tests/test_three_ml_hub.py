@@ -1,4 +1,4 @@
-"""3ML keeps fairseq's RoBERTa contract (issue 11): the same output shapes as ``roberta`` for
+"""3ML keeps fairseq's RoBERTa contract: the same output shapes as ``roberta`` for
 every argument combination ``RobertaModel.forward`` accepts, and fairseq's hub ``fill_mask``
 works on a 3ML checkpoint written by ``fairseq-train``."""
 import pytest

@@ -4,7 +4,7 @@ after warm-up over batches of several lengths bucketed by --required-seq-len-mul
 clear error where torch cannot compile.
 
 The updates run fairseq's own ``Trainer.train_step`` in this process
-(:class:`fairseq_ext.training.trainer_step.TrainerStep`, built from fairseq-train's flags), on
+(:class:`fairseq_ext.training.trainer_harness.TrainerStep`, built from fairseq-train's flags), on
 the shared tiny data-bin. Dropout is 0: a compiled graph draws its dropout masks from another
 random stream than eager (the same distribution), so only dropout-free losses can match.
 """
@@ -13,8 +13,8 @@ import argparse
 import pytest
 import torch
 
-from fairseq_ext.training.trainer_step import TrainerStep
-from fairseq_ext_lab.benchmarks.bench_step import FAMILIES
+from fairseq_ext.training.trainer_harness import TrainerStep
+from fairseq_ext_lab.benchmarks.trainer_step_timing import FAMILIES
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""``fairseq-train --torch-compile`` itself, for every pairing a user can make (issue 56).
+"""``fairseq-train --torch-compile`` itself, for every pairing a user can make.
 
 Each (architecture, criterion) pairing trains through the real ``fairseq-train`` with a cold
 cache, one batch shape, 12 updates, a log interval and a validation inside, under
@@ -115,7 +115,7 @@ def test_every_pairing_compiles_once_per_batch_shape(tiny_data_bin, tmp_path, ar
 
 @pytest.mark.heavy
 @pytest.mark.parametrize("arch,criterion,mode", [
-    ("3ml_self_base", "masked_lm", "eos"),  # issue 56: recompiled at every update
+    ("3ml_self_base", "masked_lm", "eos"),  # eos rows: a length of their own per batch
     ("bidir_lm_125m", "bidirectional_lm", "complete"),
 ])
 def test_variable_lengths_compile_once_per_bucket(tiny_data_bin, tmp_path, arch, criterion,
@@ -167,8 +167,8 @@ def test_each_familys_demo_recipe_compiles_once_per_bucket(tiny_data_bin, tmp_pa
 
 @pytest.mark.heavy
 def test_hydra_demo_config_compiles_once_per_bucket(tiny_data_bin, tmp_path):
-    """The issue's report: the 3ML demo YAML with common.torch_compile=true recompiled 33
-    times in 20 updates (its eos rows have their own lengths)."""
+    """The 3ML demo YAML with common.torch_compile=true compiles once per length bucket, not
+    once per update (its eos rows have their own lengths)."""
     proc = run_cli(
         [fairseq_cli("fairseq-hydra-train"), "--config-dir", REPO_ROOT / "recipes/config/3ml",
          "--config-name", "demo", f"task.data={tiny_data_bin}",

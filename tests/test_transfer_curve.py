@@ -260,7 +260,7 @@ def test_docs_quote_the_committed_english_curves():
                     if point["updates"] == max(p["updates"] for p in result["points"])]
             assert transfer_curve.format_pooled(
                 transfer_curve.pooled_points(result, runs)) in text, name
-    from fairseq_ext_lab.evaluation.transfer_diagnosis import format_report
+    from fairseq_ext_lab.transfer_diagnosis import format_report
 
     for path in (root / "docs/transfer/english").glob("probe-*.json"):
         assert format_report(json.loads(path.read_text())) in text, path.name

@@ -1,7 +1,8 @@
-"""The transfer diagnosis (:mod:`fairseq_ext_lab.evaluation.transfer_diagnosis`) and its random
+"""The transfer diagnosis (:mod:`fairseq_ext_lab.transfer_diagnosis`) and its random
 control (:mod:`fairseq_ext.export.random_init`): each statistic against a hand or brute-force
 computation, a collapse planted in a tiny RoBERTa, the random-init checkpoint of a tiny trained
 one, and the command line's refusals."""
+import dataclasses
 import itertools
 import json
 import math
@@ -16,10 +17,12 @@ from conftest import WORDS
 from fairseq_ext.export import random_init
 from fairseq_ext.export.checkpoints import load_checkpoint, plain_config
 from fairseq_ext.training.output_files import OutputError
-from fairseq_ext_lab.evaluation import transfer_diagnosis as td
+from fairseq_ext_lab import finetuning, studies
+from fairseq_ext_lab import transfer_diagnosis as td
 
 # ----------------------------------------------------------------------------------------------
 # Brute-force references
+
 
 def brute_mean_cosine(vectors):
     """The mean over ordered pairs ``i != j`` of the cosine, a zero row counting 0."""
@@ -521,10 +524,11 @@ def test_fresh_weights_leaves_the_callers_rng_as_it_was(trained_checkpoint):
     assert torch.equal(torch.get_rng_state(), before)
 
 
-@pytest.mark.slow
-def test_the_command_line_reports_a_tiny_checkpoint_beside_its_control(trained_checkpoint,
-                                                                       tmp_path, capsys,
-                                                                       one_thread):
+@pytest.fixture(scope="module")
+def task_bin(trained_checkpoint, tmp_path_factory):
+    """``(data-bin, train labels, dev labels)``: 24 train and 16 dev texts of the trained
+    checkpoint's words, labelled by whether "the" is among them, as a downstream task's
+    data-bin (``FortuneTopic-bin``: the fine-tune's recipe reads its TASK off the name)."""
     from fairseq.data import Dictionary
 
     cfg = plain_config(load_checkpoint(trained_checkpoint)["cfg"])
@@ -536,8 +540,16 @@ def test_the_command_line_reports_a_tiny_checkpoint_beside_its_control(trained_c
         return rows, [int("the" in row.split()) for row in rows]
 
     (train, train_y), (valid, valid_y) = texts(24), texts(16)
-    data = write_data_bin(tmp_path / "bin", dictionary, {"train": (train, None, train_y),
-                                                          "valid": (valid, None, valid_y)})
+    data = write_data_bin(tmp_path_factory.mktemp("task") / "FortuneTopic-bin", dictionary,
+                          {"train": (train, None, train_y), "valid": (valid, None, valid_y)})
+    return data, train_y, valid_y
+
+
+@pytest.mark.slow
+def test_the_command_line_reports_a_tiny_checkpoint_beside_its_control(trained_checkpoint,
+                                                                       task_bin, tmp_path,
+                                                                       capsys, one_thread):
+    data, train_y, valid_y = task_bin
     out = tmp_path / "report.json"
     assert td.main([str(trained_checkpoint), str(data), "--no-finetune", "--seeds", "1",
                     "--out", str(out)]) == 0
@@ -563,6 +575,310 @@ def test_the_command_line_reports_a_tiny_checkpoint_beside_its_control(trained_c
             assert row[key]["effective_rank"]["se"] == pytest.approx(rank.standard_error,
                                                                      rel=1e-4)
             assert row[key]["cosine"]["value"] == pytest.approx(cosine.value, abs=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------
+# The fixed fine-tune: the recipe, through fairseq_ext_lab.finetuning (fairseq-train: slow)
+
+#: A short schedule for the tiny data: 3 epochs of 3 updates (24 rows, batch 8), 1 of warmup.
+TINY_FINETUNE = ["--epochs", "3", "--batch", "8", "--lr", "1e-3"]
+TINY_PROTOCOL = dataclasses.replace(finetuning.DIAGNOSIS_PROTOCOL, lrs=("1e-3",), epochs=3,
+                                    batch=8)
+
+
+def whole_rows(accuracy, rows):
+    """``accuracy`` (%, fairseq's rounding to 0.1) is some number of ``rows`` right."""
+    return 0 <= accuracy <= 100 and abs(accuracy / 100 * rows - round(accuracy / 100 * rows)) < 0.02
+
+
+def recipe_dev_accuracy(checkpoint, data, save_dir, seed=1):
+    """The dev accuracy of ``recipes/3ml/finetune_glue.sh`` run by hand on ``checkpoint`` with
+    :data:`TINY_PROTOCOL`'s settings and the head on the mean of the tokens: its last
+    validation (it validates after every epoch)."""
+    from conftest import REPO_ROOT, json_log_records, run_cli
+
+    proc = run_cli([REPO_ROOT / "recipes/3ml/finetune_glue.sh", "--log-format", "json",
+                    "--no-progress-bar"],
+                   env={"TASK": "FortuneTopic", "DATA": str(data), "PRETRAINED": str(checkpoint),
+                        "LR": "1e-3", "SEED": str(seed), "EPOCHS": "3", "BATCH_SIZE": "8",
+                        "MAX_SENTENCES": "8", "POOLING": "mean", "CPU": "1", "NUM_WORKERS": "0",
+                        "SAVE_DIR": str(save_dir), "LOG_FILE": ""})
+    return [float(r["valid_accuracy"]) for r in json_log_records(proc.stdout, "valid_accuracy")][-1]
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(trained_checkpoint, task_bin, tmp_path_factory):
+    """(result, run dir) of :func:`finetuning.fine_tune_checkpoint` on the trained checkpoint,
+    seed 1, the mean head, scored on train and dev by fairseq-validate."""
+    root = tmp_path_factory.mktemp("fine_tuned")
+    result = finetuning.fine_tune_checkpoint(
+        TINY_PROTOCOL, trained_checkpoint, task_bin[0], "FortuneTopic", 1, root / "exports",
+        root / "run", env={"POOLING": "mean"}, score=("train", "valid"))
+    return result, root / "run"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_s_fine_tune_is_the_recipe_s_run_scored_on_train_by_fairseq_validate(
+        trained_checkpoint, task_bin, fine_tuned, tmp_path, one_thread):
+    from fairseq import checkpoint_utils
+
+    data, train_y, valid_y = task_bin
+    result, run_dir = fine_tuned
+    # the recipe run by hand with the same settings ends at the same dev accuracy
+    assert result["accuracy"] == recipe_dev_accuracy(trained_checkpoint, data, tmp_path)
+    # the kept model is the final one: fairseq-validate scores dev as the run did, every row
+    assert result["valid_accuracy"] == result["accuracy"]
+    assert (result["train_rows"], result["valid_rows"]) == (24, 16)
+    assert whole_rows(result["train_accuracy"], 24) and whole_rows(result["accuracy"], 16)
+    # the train accuracy is the final model's argmax on each train row, recomputed here
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [str(run_dir / "checkpoints" / finetuning.FINAL_MODEL)])
+    model = models[0].eval()
+    train = td.read_split(data, "train", 64)
+    assert train.labels.tolist() == train_y
+    with torch.no_grad():
+        right = sum(int(model(torch.from_numpy(tokens)[None], features_only=True,
+                              classification_head_name="sentence_classification_head")[0]
+                        .argmax(-1)) == label for tokens, label in zip(train.tokens, train.labels))
+    assert result["train_accuracy"] == pytest.approx(round(100 * right / 24, 1))
+    log = (run_dir / "train.log").read_text()
+    assert "--lr 1e-3" in log and "--max-epoch 3" in log and "--total-num-update 9" in log
+    assert "--warmup-updates 1" in log and "--seed 1" in log and "--batch-size 8" in log
+
+
+@pytest.mark.slow
+def test_the_diagnosis_fine_tunes_each_arm_through_the_recipe(trained_checkpoint, task_bin,
+                                                              random_inits, fine_tuned,
+                                                              tmp_path, capsys, one_thread):
+    data, _, _ = task_bin
+    out = tmp_path / "report.json"
+    assert td.main([str(trained_checkpoint), str(data), "--seeds", "1", "--pooling", "mean",
+                    *TINY_FINETUNE, "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    entry = report["finetune"]["mean"]
+    result, _ = fine_tuned
+    # the pre-trained arm is fine_tune_checkpoint's run of the same checkpoint and seed
+    assert entry["dev"]["per_seed"]["pretrained"] == [result["accuracy"]]
+    assert entry["train"]["per_seed"]["pretrained"] == [result["train_accuracy"]]
+    # the control is random_init's draw 1 of the checkpoint, through the same recipe
+    assert entry["dev"]["per_seed"]["random"] == [
+        recipe_dev_accuracy(random_inits["1"], data, tmp_path / "random")]
+    assert whole_rows(entry["train"]["per_seed"]["random"][0], 24)
+    assert report["settings"]["task"] == "FortuneTopic"
+    assert report["settings"]["finetune"] == {
+        "recipe": "recipes/3ml/finetune_glue.sh", "lr": "1e-3", "epochs": 3, "batch": 8,
+        "warmup_share": 0.06, "schedule": studies.THREE_ML_FINETUNE.schedule}
+    assert "fixed fine-tune (recipes/3ml/finetune_glue.sh, 3 epochs of batch 8, lr 1e-3" \
+        in capsys.readouterr().out
+
+
+def test_the_command_line_maps_its_fine_tune_onto_the_recipe(tmp_path, monkeypatch):
+    from fairseq.data import Dictionary
+    from recipe_checks import dry_run
+
+    from conftest import REPO_ROOT
+
+    dictionary = Dictionary()
+    for word in ("a", "b", "c"):
+        dictionary.add_symbol(word)
+    data = write_data_bin(tmp_path / "GlossTopic-bin", dictionary, {
+        "train": (["a b", "c", "b"] * 7, None, [0, 1, 1] * 7), "valid": (["a"], None, [0])})
+    asked = {}
+    monkeypatch.setattr(td, "diagnose", lambda checkpoint, data, settings: asked.setdefault(
+        "settings", settings) and {})
+    monkeypatch.setattr(td, "format_report", lambda report: "")
+    # the defaults are the chosen protocol's, through the demo's recipe
+    td.main([str(tmp_path / "model.pt"), str(data)])
+    defaults = asked.pop("settings")
+    assert defaults.finetune == finetuning.DIAGNOSIS_PROTOCOL == td.DiagnosisSettings().finetune
+    assert (defaults.finetune.recipe, defaults.finetune.lrs, defaults.finetune.epochs,
+            defaults.finetune.batch, defaults.finetune.warmup_share) == (
+        "recipes/3ml/finetune_glue.sh", (finetuning.CHOSEN_LR,), finetuning.CHOSEN_EPOCHS, 16,
+        0.06)
+    td.main([str(tmp_path / "model.pt"), str(data), "--lr", "2e-4", "--epochs", "4",
+             "--batch", "6", "--seeds", "5"])
+    settings = asked.pop("settings")
+    encoder = tmp_path / "encoder.pt"
+    encoder.write_bytes(b"")
+    protocol = td.family_protocol(td.LoadedModel(None, encoder, False, 1, "roberta"),
+                                  settings.finetune)
+    run = finetuning.checkpoint_run(protocol, data, "GlossTopic", 5,
+                                    {"POOLING": td.recipe_pooling("roberta", "head")})
+    env, args = finetuning.recipe_inputs(
+        protocol, run, None, encoder, ["--arch", "roberta_tiny", "--max-positions", "64"],
+        save_dir=tmp_path / "kept")
+    assert (env["LR"], env["EPOCHS"], env["BATCH_SIZE"], env["SEED"], env["POOLING"]) == (
+        "2e-4", "4", "6", "5", "first")
+    _, flags = dry_run(REPO_ROOT / protocol.recipe, *args, **{
+        k: v for k, v in env.items() if k not in ("PATH", "HOME")})
+    # 21 rows in batches of 6: 4 updates an epoch, 16 in all, 6% of them (1) warming up
+    assert (flags["--lr"], flags["--max-epoch"], flags["--total-num-update"],
+            flags["--warmup-updates"], flags["--seed"], flags["--batch-size"]) == (
+        "2e-4", "4", "16", "1", "5", "6")
+    assert (flags["--arch"], flags["--weight-decay"], flags["--dropout"],
+            flags["--restore-file"], flags["--save-dir"]) == (
+        "roberta_tiny", "0.1", "0.1", str(encoder), str(tmp_path / "kept"))
+    assert "--no-save" not in flags and flags["--valid-subset"] == "valid"
+
+
+#: Each family's tiny arch and the study whose protocol fine-tunes it.
+STUDY_OF_ARCH = {"roberta_tiny": "3ml", "3ml_self_tiny": "3ml", "3ml_cross_tiny": "3ml",
+                 "bert_orig_tiny": "swishrnn", "bert_rab_tiny": "swishrnn",
+                 "swishrnn_bert_tiny": "swishrnn", "bidir_lm_tiny": "bidirectional"}
+
+
+def test_each_family_fine_tunes_with_the_protocol_its_study_uses():
+    families = {arch: td.family_of_arch(arch) for arch in STUDY_OF_ARCH}
+    assert set(families.values()) == set(td.FAMILY_FINETUNE)
+    for arch, study in STUDY_OF_ARCH.items():
+        assert td.FAMILY_FINETUNE[families[arch]].protocol is studies.STUDIES[study].finetune
+    # every model of the SwishRNN study (its ARCH, else the protocol's) is fine-tuned so
+    swishrnn = studies.STUDIES["swishrnn"]
+    for model in swishrnn.models:
+        family = td.family_of_arch(model.env.get("ARCH", swishrnn.finetune.env["ARCH"]))
+        assert td.FAMILY_FINETUNE[family].protocol is swishrnn.finetune, model.name
+    assert {arch: td.FAMILY_FINETUNE[family].protocol.recipe
+            for arch, family in families.items()} == {
+        arch: f"recipes/{'3ml' if study == '3ml' else study}/finetune_glue.sh"
+        for arch, study in STUDY_OF_ARCH.items()}
+    assert td.family_of_arch("roberta_pooled") is None  # no study fine-tunes it
+    # the encoders' heads read <s>, the left-to-right LM's its last token
+    assert {family: td.recipe_pooling(family, "head") for family in td.FAMILY_FINETUNE} == {
+        "roberta": "first", "3ml": "first", "bert_orig": "first", "bert_rab": "first",
+        "swishrnn_bert": "first", "bidirectional_lm": "last"}
+    assert {td.recipe_pooling(family, "mean") for family in td.FAMILY_FINETUNE} == {"mean"}
+
+
+def built_loaded(arch, path, task_cfg=None, **overrides):
+    """A :class:`td.LoadedModel` of ``arch`` built in this process (64 positions), its config
+    the model's args as a checkpoint keeps them."""
+    torch.manual_seed(0)
+    model, task = build(arch, max_positions=64, **overrides)
+    return td.LoadedModel(model.eval(), path, False, task.source_dictionary.pad(),
+                          td.family_of_arch(arch),
+                          {"model": dict(vars(model.args)), "task": dict(task_cfg or {})})
+
+
+@pytest.mark.parametrize("arch, overrides, task_cfg, wanted", [
+    # flags its arch does not set: three pre-LN layers, steps 1 and 2
+    ("swishrnn_bert_tiny", dict(encoder_layers=3, encoder_normalize_before=True,
+                                swishrnn_step_sizes="1,2"), {},
+     {"--arch": "swishrnn_bert_tiny", "--max-positions": "64", "--encoder-layers": "3",
+      "--encoder-normalize-before": True, "--swishrnn-step-sizes": "1,2",
+      "--classification-pooling": "first", "--weight-decay": "0.0"}),
+    ("bert_rab_tiny", dict(rab_num_buckets=16), {},
+     {"--arch": "bert_rab_tiny", "--rab-num-buckets": "16", "--rab-max-distance": "128",
+      "--classification-pooling": "first"}),
+    ("bert_orig_tiny", {}, {}, {"--arch": "bert_orig_pooled_tiny",
+                                "--classification-pooling": "first"}),
+    # hyb_pre was pre-trained with a bidirectional prefix: R_BIDIR 1, as its study's arm
+    ("bidir_lm_tiny", {}, {"variant": "hyb_pre"},
+     {"--arch": "bidir_lm_tiny", "--max-target-positions": "64", "--r-bidir": "1",
+      "--classification-pooling": "last", "--weight-decay": "0.1"}),
+    ("bidir_lm_tiny", {}, {"variant": "msk_uni"}, {"--r-bidir": "0"}),
+])
+def test_the_family_protocol_rebuilds_the_checkpoint_through_its_study_s_recipe(
+        arch, overrides, task_cfg, wanted, tmp_path):
+    from fairseq.data import Dictionary
+    from recipe_checks import dry_run
+
+    from conftest import REPO_ROOT
+
+    dictionary = Dictionary()
+    data = write_data_bin(tmp_path / "RTE-bin", dictionary, {
+        "train": ([""] * 20, None, [0, 1] * 10), "valid": ([""], None, [0])})
+    checkpoint = tmp_path / "checkpoint.pt"
+    checkpoint.write_bytes(b"")
+    loaded = built_loaded(arch, checkpoint, task_cfg, **overrides)
+    schedule = dataclasses.replace(finetuning.DIAGNOSIS_PROTOCOL, lrs=("2e-4",), epochs=3,
+                                   batch=5)
+    protocol = td.family_protocol(loaded, schedule)
+    assert protocol.recipe == studies.STUDIES[STUDY_OF_ARCH[arch]].finetune.recipe
+    assert (protocol.lrs, protocol.epochs, protocol.batch, protocol.warmup_share) == (
+        ("2e-4",), 3, 5, 0.06)
+    run = finetuning.checkpoint_run(protocol, data, "RTE", 4,
+                                    {"POOLING": td.recipe_pooling(loaded.family, "head")})
+    env, args = finetuning.recipe_inputs(protocol, run, None, checkpoint,
+                                         save_dir=tmp_path / "kept")
+    _, flags = dry_run(REPO_ROOT / protocol.recipe, *args, **{
+        k: v for k, v in env.items() if k not in ("PATH", "HOME")})
+    # 20 rows in batches of 5: 4 updates an epoch, 12 in all
+    assert (flags["--restore-file"], flags["--lr"], flags["--max-update"], flags["--seed"],
+            flags["--save-dir"]) == (str(checkpoint), "2e-4", "12", "4", str(tmp_path / "kept"))
+    assert "--no-save" not in flags
+    assert {flag: flags.get(flag) for flag in wanted} == wanted
+
+
+def test_a_checkpoint_the_fine_tune_cannot_rebuild_is_refused_in_one_line(tmp_path):
+    with pytest.raises(td.DiagnosisError, match=r"pooled\.pt is a RobertaPooledModel: the fixed "
+                       r"fine-tune takes checkpoints of roberta, 3ml, .*; pass --no-finetune"):
+        td.family_protocol(built_loaded("roberta_pooled", "pooled.pt", encoder_layers=2,
+                                        encoder_embed_dim=64, encoder_ffn_embed_dim=128,
+                                        encoder_attention_heads=2), finetuning.DIAGNOSIS_PROTOCOL)
+    with pytest.raises(td.DiagnosisError, match="layernorm_embedding is False where its arch "
+                       "bert_orig_tiny sets True, which --layernorm-embedding cannot set back"):
+        td.family_protocol(built_loaded("bert_orig_tiny", "orig.pt", layernorm_embedding=False),
+                           finetuning.DIAGNOSIS_PROTOCOL)
+    for task_cfg in ({}, {"variant": "hyb_pre", "n_bidir": "n"}):
+        with pytest.raises(td.DiagnosisError, match="lm.pt was not pre-trained with one of "
+                           "--variant nxt_uni, .* and its own n_bidir"):
+            td.family_protocol(built_loaded("bidir_lm_tiny", "lm.pt", task_cfg),
+                               finetuning.DIAGNOSIS_PROTOCOL)
+
+
+def pretrain(args, tiny_data_bin, save_dir):
+    """A checkpoint of a few ``fairseq-train`` updates on ``tiny_data_bin`` (the dictionary of
+    ``task_bin``), 32 positions."""
+    from conftest import USER_DIR, fairseq_cli, run_cli
+
+    run_cli([fairseq_cli("fairseq-train"), tiny_data_bin, "--user-dir", USER_DIR, *args,
+             "--tokens-per-sample", "32", "--optimizer", "adam", "--lr", "1e-3",
+             "--max-update", "4", "--cpu", "--num-workers", "0", "--no-progress-bar",
+             "--no-epoch-checkpoints", "--save-dir", save_dir], env={"OMP_NUM_THREADS": "1"})
+    return save_dir / "checkpoint_last.pt"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pretraining, study, recipe_env, model_flags", [
+    (["--task", "masked_lm", "--criterion", "masked_lm", "--arch", "swishrnn_bert_tiny",
+      "--batch-size", "4", "--encoder-layers", "3", "--encoder-normalize-before",
+      "--swishrnn-step-sizes", "1,2"], "swishrnn",
+     {"ARCH": "swishrnn_bert_tiny", "MAX_POSITIONS": "32"},
+     ("--encoder-layers", "3", "--encoder-normalize-before", "--swishrnn-step-sizes", "1,2")),
+    (["--task", "bidirectional_lm", "--criterion", "bidirectional_lm", "--variant", "hyb_pre",
+      "--arch", "bidir_lm_tiny", "--max-tokens", "256"], "bidirectional",
+     {"ARCH": "bidir_lm_tiny", "MAX_TARGET_POSITIONS": "32", "R_BIDIR": "1"}, ()),
+], ids=["swishrnn_bert", "bidirectional_lm"])
+def test_the_diagnosis_fine_tunes_a_family_as_its_study_s_recipe_does(
+        pretraining, study, recipe_env, model_flags, tiny_data_bin, task_bin, tmp_path, capsys,
+        one_thread):
+    data, _, _ = task_bin
+    checkpoint = pretrain(pretraining, tiny_data_bin, tmp_path / "pretrained")
+    out = tmp_path / "report.json"
+    assert td.main([str(checkpoint), str(data), "--seeds", "1", "--pooling", "head",
+                    *TINY_FINETUNE, "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    recipe = studies.STUDIES[study].finetune.recipe
+    assert report["settings"]["finetune"]["recipe"] == recipe
+    assert f"fixed fine-tune ({recipe}, 3 epochs of batch 8, lr 1e-3" in capsys.readouterr().out
+    # the study's protocol by hand, with the checkpoint's arch, positions, flags and attention
+    protocol = studies.STUDIES[study].finetune
+    protocol = dataclasses.replace(
+        protocol, arms=(), env={**protocol.env, **recipe_env}, extra_args=model_flags,
+        model_env_keys=(), model_args=False, lrs=("1e-3",), epochs=3, batch=8)
+    head = "last" if study == "bidirectional" else "first"
+    result = finetuning.fine_tune_checkpoint(
+        protocol, checkpoint, data, "FortuneTopic", 1, tmp_path / "exports", tmp_path / "run",
+        env={"POOLING": head}, score=("train",))
+    entry = report["finetune"]["head"]
+    assert entry["dev"]["per_seed"]["pretrained"] == [result["accuracy"]]
+    assert entry["train"]["per_seed"]["pretrained"] == [result["train_accuracy"]]
+    assert whole_rows(entry["dev"]["per_seed"]["random"][0], 16)
+    assert whole_rows(entry["train"]["per_seed"]["random"][0], 24)
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert f"Loaded checkpoint {checkpoint}" in log
+    assert f"--arch {recipe_env['ARCH']}" in log and f"--classification-pooling {head}" in log
+    assert " ".join(model_flags) in log
 
 
 # ----------------------------------------------------------------------------------------------
@@ -604,3 +920,28 @@ def test_the_command_line_refuses_an_existing_out_without_force(tmp_path, capsys
     assert exit_.value.code == 2
     assert f"--out {out} exists; choose another path or pass --force" in capsys.readouterr().err
     assert out.read_text() == "{}"
+
+
+def test_the_command_line_refuses_max_rows_with_the_fine_tune(tmp_path, capsys):
+    data = tmp_path / "FortuneTopic-bin"
+    (data / "input0").mkdir(parents=True)
+    (data / "label").mkdir()
+    with pytest.raises(SystemExit) as exit_:
+        td.main([str(tmp_path / "model.pt"), str(data), "--max-rows", "50"])
+    assert exit_.value.code == 2
+    assert "--max-rows 50 reads part of each split" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, task", [("bin", None), ("FortuneTopic-bin", "fortunes")])
+def test_the_command_line_refuses_a_fine_tune_without_a_recipe_task(name, task, tmp_path,
+                                                                     capsys):
+    data = tmp_path / name
+    (data / "input0").mkdir(parents=True)
+    (data / "label").mkdir()
+    with pytest.raises(SystemExit) as exit_:
+        td.main([str(tmp_path / "model.pt"), str(data)] + (["--task", task] if task else []))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"the fine-tune's TASK {task or 'bin'!r}" in err and "FortuneTopic" in err
+    assert td.finetune_task(data, "rte") == "RTE"
+    assert td.finetune_task(tmp_path / "GlossPair-bin") == "GlossPair"

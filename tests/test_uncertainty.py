@@ -1,5 +1,5 @@
-"""fairseq_ext.reporting.uncertainty: the standard errors of the bidirectional evaluation
-(issue 23), against hand computations and, for the delta method, against a bootstrap over
+"""fairseq_ext.reporting.uncertainty: the standard errors of the bidirectional evaluation,
+against hand computations and, for the delta method, against a bootstrap over
 documents on synthetic scores (a seeded resampling, written here without the package)."""
 import json
 import math
@@ -95,7 +95,7 @@ def test_resolved_is_a_json_boolean():
     # 9 of 10 rows right against none: +0.9 with a nonzero SE, far beyond 2 SE
     estimate = paired_accuracy_difference(np.r_[np.ones(9), 0.0], np.zeros(10))
     assert estimate.standard_error > 0 and json.dumps(estimate.resolved()) == "true"
-    # every row the same difference: SE 0 resolves nothing (issue 58), still a JSON boolean
+    # every row the same difference: SE 0 resolves nothing, still a JSON boolean
     assert json.dumps(paired_accuracy_difference(np.ones(10), np.zeros(10)).resolved()) == "false"
 
 

@@ -1,5 +1,5 @@
-"""A new user's first hour (issue 11): the mistakes fairseq reports badly or not at all, each
-run as the user runs it, and the message that now says what to change."""
+"""A new user's first hour: the mistakes fairseq reports badly or not at all, each
+run as the user runs it, and the message that says what to change."""
 import argparse
 import os
 import sys
@@ -265,7 +265,7 @@ def test_recipe_with_a_wrong_data_path_stops_before_fairseq(recipe, tmp_path):
     assert started.exists()
 
 
-# --- 3. wrong data for a checkpoint, empty validation set, no plugin, no data (issue 15) -----------
+# --- 3. wrong data for a checkpoint, empty validation set, no plugin, no data ----------------------
 
 #: 1-update runs of one model of each kind whose loading differs: fairseq's own roberta (archs
 #: roberta_*, bert_orig_*), a RoBERTa subclass of ours (3ML, BERT-rab, SwishRNN-BERT) and
@@ -288,8 +288,6 @@ def validate_args(arch, data, checkpoint):
     mode = ["--eval-mode", "full_doc_ppl"] if arch == "bidir_lm_tiny" else []
     return [data, "--user-dir", USER_DIR, *task, *mode, "--path", checkpoint,
             "--batch-size", "4", "--cpu", "--num-workers", "0"]
-
-
 
 
 @pytest.fixture(scope="module")
@@ -451,7 +449,7 @@ def test_recipe_with_a_data_path_that_does_not_exist(recipe, tmp_path):
     assert not (tmp_path / "ckpt").exists()
 
 
-# --- 4. one line, not a traceback (issue 29) ------------------------------------------------------
+# --- 4. one line, not a traceback -----------------------------------------------------------------
 
 #: A new user's mistakes under fairseq's tools, each with the start of the line that says what to
 #: change: (cli, arch or None for a fairseq-validate of bidir_lm_tiny, flags, message start).

@@ -1,32 +1,16 @@
 """The errors fairseq-ext's checks raise, printed by fairseq's tools as one line.
 
 A check that finds input the user has to change (a flag out of range, a config that cannot
-work, a data-bin or checkpoint that cannot be read) raises a :class:`UserInputError`: plain
-flag and config checks raise :class:`ConfigError`, a ``ValueError``; the data-bin, dictionary,
-document-format and checkpoint errors subclass it beside their own base. Its message names what
-to change.
-
-fairseq's tools would print such an error at the end of a thirty-line traceback. When one of
-them runs (``fairseq-train``, ``fairseq-validate``, ``fairseq-hydra-train``: the programs
-:func:`fairseq_ext.models.validation.fairseq_program` knows), importing the plugin installs
-:func:`one_line_excepthook`, which prints an uncaught :class:`UserInputError` as argparse prints
-a usage error, and as our fairseq patch prints a truncated checkpoint (one line, folded here)::
-
-    fairseq-train: error: --mask-prob must be in (0, 1); got 1.5
-        (FAIRSEQ_EXT_TRACEBACK=1 prints the traceback)
-
-and the command exits with status 1. ``FAIRSEQ_EXT_TRACEBACK=1`` in the environment brings
-Python's traceback back (:data:`TRACEBACK_VARIABLE`). Every other exception prints as before. An
-error fairseq wraps (``Exception: Cannot load model parameters from checkpoint ...`` raised
-while our check's error was being handled) prints as the line of ours it wraps.
-
-Under ``fairseq-hydra-train`` hydra catches the error first and prints its own abridged
-traceback; the plugin sets hydra's ``HYDRA_FULL_ERROR=1`` there (unless it is set), with which
-hydra lets the error reach Python's handler: ours print one line, the others a full traceback.
-
-Not covered: the worker processes ``fairseq-train`` spawns for several GPUs on one machine
-(``torch.multiprocessing`` sends their traceback to the parent as text); ``torchrun``, one
-process per GPU, is covered.
+work, a data-bin or checkpoint that cannot be read) raises a :class:`UserInputError` whose
+message names what to change: plain flag and config checks raise :class:`ConfigError`, a
+``ValueError``; the data-bin, dictionary, document-format and checkpoint errors subclass it
+beside their own base. Under ``fairseq-train``, ``fairseq-validate`` and ``fairseq-hydra-train``
+(:func:`fairseq_ext.models.validation.fairseq_program`), importing the plugin installs
+:func:`one_line_excepthook`, which prints such an error as argparse prints a usage error
+(``fairseq-train: error: --mask-prob must be in (0, 1); got 1.5``) and exits with status 1; an
+error fairseq wraps prints as the line of ours it wraps, every other exception as Python prints
+it, and ``FAIRSEQ_EXT_TRACEBACK=1`` (:data:`TRACEBACK_VARIABLE`) brings the traceback back. Where
+it applies (hydra, spawned workers) and the errors fairseq prints itself: docs/troubleshooting.md.
 """
 import os
 import sys

@@ -1,18 +1,15 @@
 """The package lists every build from the Debian archive reads: Debian bookworm ``main`` alone,
 fetched into the cache (``<cache>/apt/``) by ``apt-get update`` under private ``Dir::`` options.
 
-The machine's own lists would make a build depend on the machine: one whose sources add
-``bookworm-security`` fetches newer versions of some packages (``apache2-doc`` 2.4.71 against
-main's 2.4.68), and one whose lists lack the ``Translation-en`` files holds out only the
-package synopses, not their long descriptions (docs/corpus.md). With these lists every machine
-fetches the same package versions and reads the same package records and descriptions (the
-English corpus's held-out index, the suite's DebSection). Bookworm is oldstable: its ``main``
-suite no longer changes between point releases, so the lists are fetched once per cache and
-kept (delete ``<cache>/apt`` to fetch them again).
-
-:func:`ensure_lists` fetches them (one ``apt-get update``, 15 MB, a few seconds; no root
-needed: nothing outside the cache is written); :meth:`AptLists.options` are the ``-o`` flags
-that point ``apt-get`` and ``apt-cache`` at them.
+The machine's own lists would make a build depend on the machine: extra suites such as
+``bookworm-security`` fetch newer versions of some packages, and lists without the
+``Translation-en`` files hold out only the package synopses, not their long descriptions. With
+these lists every machine fetches the same package versions and reads the same records and
+descriptions (the English corpus's held-out index, the suite's DebSection). Bookworm's ``main``
+is oldstable and fixed between point releases, so the lists are fetched once per cache and kept
+(delete ``<cache>/apt`` to fetch them again). :func:`ensure_lists` fetches them (one
+``apt-get update``, 15 MB, a few seconds, no root); :meth:`AptLists.options` are the ``-o``
+flags that point ``apt-get`` and ``apt-cache`` at them. Why: docs/corpus.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """Reading the input documents, and assigning each one to a split.
 
-Two input shapes:
-
-* a directory: every regular file below it (recursively, in sorted relative-path order) is one
-  document, identified by its relative path. In ``text`` format, blank lines separate
-  paragraphs (their lines joined with spaces); in ``rst`` format the file is cleaned into
-  paragraphs by :func:`~fairseq_ext.corpus.rst_cleaner.clean_rst`. Each sentence of a paragraph
-  becomes one output line (:func:`split_sentences`), or with ``line_unit="paragraph"`` each
-  paragraph.
-* a single file: documents are separated by blank lines, each non-blank line of a document is
-  one output line, and a document is identified by the hash of its content.
-
-Everything streams: text-format documents are read line by line, and only one single-file
-document (or one reST file) is held in memory at a time. Bytes that are not valid UTF-8 are
-replaced by U+FFFD and counted in a :class:`ReplacementCounter`. Output lines never contain
-line breaks and their whitespace is collapsed to single spaces.
+Two input shapes: a directory, every regular file below it (recursively, in sorted
+relative-path order) one document identified by its relative path, its paragraphs (blank-line
+separated in ``text`` format, :func:`~fairseq_ext.corpus.rst_cleaner.clean_rst` in ``rst``)
+written one sentence per line (:func:`split_sentences`) or with ``line_unit="paragraph"`` one
+paragraph per line; or a single file, whose documents are separated by blank lines, each
+non-blank line one output line, each document identified by the hash of its content.
+Everything streams, one document in memory at a time. Bytes that are not valid UTF-8 become
+U+FFFD and are counted (:class:`ReplacementCounter`); output lines hold no line breaks and
+single spaces. The inputs and their output lines: docs/corpus.md.
 """
 
 from __future__ import annotations
@@ -57,6 +51,8 @@ def split_sentences(paragraph: str) -> list[str]:
         start = boundary.end()
     sentences.append(paragraph[start:])
     return [sentence for sentence in sentences if sentence]
+
+
 INPUT_FORMATS = ("text", "rst")
 
 

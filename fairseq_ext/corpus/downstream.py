@@ -1,47 +1,16 @@
 """Offline fine-tuning tasks from human-written labelled text on a Debian machine -> data-bins:
 ``python -m fairseq_ext.corpus.downstream`` (``scripts/prepare_downstream.sh``).
 
-Classification tasks built from what Debian installs (no download), in the layout of
-fairseq's ``sentence_prediction`` task that :mod:`fairseq_ext.corpus.glue` writes (the text
-encoded with the pre-training sentencepiece model, binarized with the pre-training dictionary)::
-
-    OUT_DIR/<TASK>-bin/{input0,input1,label}/...      train = the task's train, valid = its dev,
-                                                      valid1 = its selection split (held-out
-                                                      rows of the train pool: choose the
-                                                      learning rate on them, never on dev)
-    OUT_DIR/prep/<TASK>/{train,valid,valid1}.raw.input0, .input0 (pieces), .label
-    OUT_DIR/downstream.json                           sources, sizes, labels, overlap, baselines
-
-The default suite (:data:`DEFAULT_TASKS`) is DebSection, GlossTopic and FortuneTopic, sized so
-that one accuracy's standard error is about 1.2 points (1,500 dev rows) and the learning rate is
-chosen on 500 rows (issue 58); GlossPair is built only when named (no fine-tuned model of the
-studies left chance on it, docs/downstream.md).
-
-* ``DebSection`` (single text): a Debian package's synopsis and the first paragraph of its long
-  description, labelled with its archive section (``admin games graphics net science sound``).
-  With ``--fetch`` the records and their long descriptions come from Debian bookworm main's
-  Packages and ``Translation-en`` lists fetched into ``--cache-dir`` (:mod:`.apt_lists`: the
-  same on every machine, and the ones the English corpus holds out); otherwise from
-  ``apt-cache dumpavail`` (or ``--packages-file``) and the machine's ``Translation-en`` lists
-  (``/var/lib/apt/lists/*_i18n_Translation-en*``, or ``--translations-file``), joined on
-  ``Description-md5``.
-* ``GlossTopic`` (single text): a WordNet 3.0 noun definition labelled with its lexicographer
-  file (``animal artifact food location person plant``, :data:`.downstream_sources.GLOSS_TOPICS`).
-* ``GlossPair`` (sentence pair, not in the default suite): a WordNet 3.0 lemma and a
-  definition; ``match`` when the definition is that lemma's synset's, ``other`` when it is
-  another synset's of the same part of speech. Split by synset: each definition is used once,
-  in one split.
-* ``FortuneTopic`` (single text): a fortune (``fortunes`` package) labelled with its category
-  file; the attribution line (``-- Author``) is dropped.
-
-Every task: texts cut at 400 characters; deduplicated on their normalized text (lowercase,
-punctuation and whitespace collapsed; a text found under two labels is dropped); split into dev
-and train pools by a seeded shuffle (the dev pool's share: dev / (train + selection + dev));
-dev examples found in the pre-training corpus (``DATA_BIN/prep/{train,valid,test}.txt``: the
-same normalized line, or a shared 13-word window) removed, and train examples equal to a dev
-one; then sized with equal classes (the train pool gives train and selection rows, disjoint).
-Two baselines are scored on dev: train's majority class and a bag-of-words logistic regression (scikit-learn).
-The sources are read into examples by :mod:`.downstream_sources`.
+Classification tasks built from what Debian installs (or ``--fetch`` pins), encoded with the
+pre-training sentencepiece model and dictionary into the layout of fairseq's
+``sentence_prediction`` task that :mod:`fairseq_ext.corpus.glue` writes: ``OUT_DIR/<TASK>-bin``
+with ``train``, ``valid`` (dev) and ``valid1`` (the selection split, held-out rows of the train
+pool on which the learning rate is chosen), plus ``OUT_DIR/downstream.json``. The default suite
+(:data:`DEFAULT_TASKS`) is DebSection, GlossTopic and FortuneTopic; GlossPair is built when
+named. Every task's texts are cut, deduplicated, split by a seeded shuffle, cleared of overlap
+with the pre-training corpus and sized with equal classes; two baselines (majority class, bag of
+words) are scored on dev. :mod:`.downstream_sources` reads the sources. The tasks, their sources
+and licenses, the overlap rules and the measured sizes and baselines: docs/downstream.md.
 """
 
 from __future__ import annotations
@@ -92,14 +61,13 @@ NGRAM = 13
 #: Examples per task: 1,000 train (2 epochs of batch 16 = 126 updates fine-tune the 3ML study's
 #: 6 x 192 encoder in about 40 s on one thread), 1,500 dev (an accuracy near 50% has an SE of
 #: 1.3 points; 500 rows had 2.2) and 500 selection rows (``valid1``: the learning rate is
-#: chosen on them, issue 58), drawn from the train pool, disjoint from train.
+#: chosen on them), drawn from the train pool, disjoint from train.
 DEFAULT_TRAIN_SIZE, DEFAULT_DEV_SIZE, DEFAULT_SELECTION_SIZE = 1000, 1500, 500
 #: The fairseq split the selection rows are binarized as (a second validation subset, as
 #: MNLI's mismatched dev is): runs validate on ``valid,valid1`` and log ``valid1_accuracy``.
 SELECTION_SPLIT = "valid1"
 STAMP = "downstream.stamp.json"
 SUMMARY = "downstream.json"
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -494,7 +462,7 @@ def check_existing(out_dir: Path, task: str, settings: dict, force: bool) -> dic
         if old.get("builder_version") != settings["builder_version"]:
             why = (f"was built by an older scripts/prepare_downstream.sh (builder version "
                    f"{old.get('builder_version')}; this one is {settings['builder_version']}: "
-                   "1,500 dev rows and a selection split, issue 58)")
+                   "1,500 dev rows and a selection split)")
     raise OutputError(f"{paths[0]} {why}; pass --force to rebuild it, or give another OUT_DIR")
 
 
@@ -607,11 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wordnet-dir", type=Path, default=DEFAULT_WORDNET_DIR,
                         help="WordNet's data.noun, ... (default: %(default)s)")
     parser.add_argument("--fetch", action="store_true",
-                        help="download the fortunes or WordNet package into --cache-dir when its "
-                             "folder is missing (apt-get download and dpkg -x: no root install), "
-                             "and read DebSection from Debian bookworm main's lists fetched "
-                             "there (not the machine's; unless --packages-file or "
-                             "--translations-file is given)")
+                        help="download a missing fortunes or WordNet package into --cache-dir (no "
+                             "root), and read DebSection from Debian bookworm main's lists there")
     parser.add_argument("--cache-dir", type=Path, default=Path("data/cache"),
                         help="where --fetch keeps the packages (default: %(default)s, as "
                              "scripts/prepare_corpus.sh)")

@@ -1,8 +1,8 @@
 """The raw sources of the offline fine-tuning tasks (:mod:`.downstream`), read into labelled
 examples: Debian package descriptions (``DebSection``), WordNet 3.0 glosses (``GlossTopic``,
-``GlossPair``) and fortunes (``FortuneTopic``). What each task takes from its source, and why, is
-:mod:`.downstream`'s docstring; deduplication, splits, overlap removal, baselines and data-bins are
-there too.
+``GlossPair``) and fortunes (``FortuneTopic``). What each task takes from its source, and why:
+docs/downstream.md, "The tasks"; deduplication, splits, overlap removal, baselines and data-bins
+are :mod:`.downstream`'s.
 """
 
 from __future__ import annotations

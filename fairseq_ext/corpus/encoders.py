@@ -6,13 +6,11 @@ Three tokenizers (:class:`TokenizerSpec.kind`):
 * ``spm``: a sentencepiece model; a line becomes its pieces separated by spaces, and a piece
   the model does not know becomes the literal ``<unk>`` (fairseq maps it to its unk index);
 * ``gpt2``: fairseq's GPT-2 byte-level BPE (``encoder.json`` + ``vocab.bpe``); a line becomes
-  its BPE ids as space-separated integers, like fairseq's
-  ``examples/roberta/multiprocessing_bpe_encoder.py``;
+  its BPE ids as space-separated integers, as fairseq's ``multiprocessing_bpe_encoder.py`` does;
 * ``none``: the text is already tokenized; whitespace is normalised only.
 
-A blank line (the separator between documents) stays blank. A non-blank line always gives at
-least one token (``<unk>`` if the tokenizer drops everything), so a document boundary is never
-invented.
+A blank line (the separator between documents) stays blank; a non-blank line always gives at
+least one token (``<unk>`` if the tokenizer drops everything), so no document boundary is made.
 """
 
 from __future__ import annotations

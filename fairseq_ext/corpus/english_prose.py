@@ -1,21 +1,14 @@
-"""The data lever of issue 55 (docs/transfer.md): English prose for pre-training, encoded with an
+"""A data lever of the transfer diagnosis (docs/transfer.md): English prose for pre-training, encoded with an
 existing data-bin's sentencepiece model and dictionary, so that its checkpoints fine-tune on
 that data-bin's downstream suite unchanged.
 
 The source is GCIDE, the GNU Collaborative International Dictionary of English (Debian's
-``dict-gcide``, fetched with ``apt-get download`` into the cache, no root): definitions and
-literary quotations, about 40 MB. Each blank-line-separated entry becomes one line: its
-headword's pronunciation markup (``\\Ab*do"men\\``) and its ``[...]`` source tags dropped,
-whitespace collapsed, cut at 400 characters; entries of fewer than 8 words are left out. The
-lines are shuffled (seed 0) and 2% go to valid.
-
-This is a measured lever, not the project's corpus: GCIDE is a dictionary, close in kind to the
-``GlossPair`` task's WordNet definitions, and one FortuneTopic dev text in 498 shares a 13-word
-window with it (docs/transfer.md). ``scripts/prepare_english_prose.sh DATA_BIN OUT`` writes
-``OUT/{dict.txt,spm.model,train.*,valid.*}``; ``recipes/roberta/english_prose.sh`` pre-trains
-the demo's RoBERTa on it.
-
-May import: see :mod:`fairseq_ext.corpus`.
+``dict-gcide``, fetched into the cache without root): each blank-line-separated entry becomes one
+cleaned line (:func:`entry_lines`), shuffled (seed 0), 2% to valid. This is a measured lever,
+not the project's corpus: GCIDE is close in kind to the ``GlossPair`` task's WordNet
+definitions. ``scripts/prepare_english_prose.sh DATA_BIN OUT`` writes
+``OUT/{dict.txt,spm.model,train.*,valid.*}``; ``recipes/roberta/english_prose.sh`` pre-trains the
+demo's RoBERTa on it. The figures: docs/transfer.md.
 """
 from __future__ import annotations
 
@@ -39,7 +32,10 @@ MIN_WORDS, MAX_CHARS, VALID_SHARE, SEED = 8, 400, 0.02, 0
 
 
 def entry_lines(text: str) -> List[str]:
-    """One cleaned line per dictionary entry of ``text`` (module docstring)."""
+    """One cleaned line per blank-line-separated dictionary entry of ``text``: the headword's
+    pronunciation markup (``\\Ab*do"men\\``) and ``[...]`` source tags dropped, whitespace
+    collapsed, cut at :data:`MAX_CHARS` characters; entries under :data:`MIN_WORDS` words left
+    out."""
     out = []
     for block in text.split("\n\n"):
         lines = [line.strip() for line in block.split("\n")]

@@ -1,23 +1,15 @@
 """GLUE tasks -> data-bins for fine-tuning: ``python -m fairseq_ext.corpus.glue``
 (``scripts/prepare_glue.sh``).
 
-Reads the GLUE files the user already has, in the layout of GLUE's download script
-(``GLUE_DIR/RTE/train.tsv``, ``dev.tsv``; MNLI: ``dev_matched.tsv`` and ``dev_mismatched.tsv``),
-encodes the sentences with the pre-training sentencepiece model and binarizes them with the
-pre-training dictionary, into the layout of fairseq's ``sentence_prediction`` task (as fairseq's
-``examples/roberta/preprocess_GLUE_tasks.sh`` makes it, with sentencepiece in place of GPT-2
-BPE), which ``recipes/*/finetune_glue.sh`` read::
-
-    OUT_DIR/<TASK>-bin/input0/{dict.txt,train.bin,train.idx,valid.bin,valid.idx}
-    OUT_DIR/<TASK>-bin/input1/...      (sentence-pair tasks: the second sentence)
-    OUT_DIR/<TASK>-bin/label/...       (classification: the labels, binarized with their own
-                                        dictionary; STS-B: {train,valid}.label, the scores / 5)
-
-MNLI's mismatched dev set is the ``valid1`` split beside the matched ``valid``. Per task, the
-columns read (1-based, tab-separated, no quoting) and the rows kept are fairseq's: the header
-line is skipped (CoLA's files have none), and QQP rows without exactly 6 fields are dropped.
-The test splits (no labels) are not binarized. The encoded text is kept in ``OUT_DIR/prep/<TASK>/``
-(``{split}.raw.input0`` the sentences, ``{split}.input0`` their pieces, ``{split}.label``).
+Reads the GLUE files the user already has, in the layout of GLUE's download script, encodes the
+sentences with the pre-training sentencepiece model and binarizes them with the pre-training
+dictionary into the layout of fairseq's ``sentence_prediction`` task that
+``recipes/*/finetune_glue.sh`` read (as fairseq's ``examples/roberta/preprocess_GLUE_tasks.sh``
+makes it, with sentencepiece in place of GPT-2 BPE): ``OUT_DIR/<TASK>-bin/{input0,input1,label}``
+(STS-B: ``{train,valid}.label``, the scores / 5). MNLI's mismatched dev set is ``valid1``. The
+columns read and rows kept are fairseq's (QQP rows without exactly 6 fields dropped); the test
+splits are not binarized; the encoded text stays in ``OUT_DIR/prep/<TASK>/``. Usage:
+docs/bidirectional_finetuning.md, "How to fine-tune".
 """
 
 from __future__ import annotations

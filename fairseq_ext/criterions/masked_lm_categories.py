@@ -31,6 +31,7 @@ from fairseq_ext.criterions.predicted_positions import (
     positions_to_predict,
 )
 from fairseq_ext.data.masking_capacity import MaskingCapacity
+from fairseq_ext.models.masked_lm_run import masked_lm_run
 from fairseq_ext.models.validation import warn_if_validate_ignores_criterion
 
 CATEGORIES = ("mask", "replaced", "unchanged")
@@ -116,10 +117,10 @@ class MaskedLmCategoriesLoss(MaskedLmLoss):
             selected = selected & predicted
             logging_output[f"loss_{name}"] = masked_sum(losses, selected).data
             logging_output[f"n_{name}"] = selected.sum().data
-        for key, name in (("kept_tokens_dropped", "kept_dropped"),
-                          ("predictions_dropped", "predicted_dropped")):
-            if extra.get(key) is not None:  # 3ML's static sizes exceeded (never, in practice)
-                logging_output[name] = extra[key].data
+        run = masked_lm_run(extra)
+        if run is not None:  # 3ML: what its static sizes left out (never, in practice)
+            logging_output["kept_dropped"] = run.kept_tokens_dropped.data
+            logging_output["predicted_dropped"] = run.predictions_dropped.data
         return losses, logging_output, sample_size, extra
 
     @classmethod

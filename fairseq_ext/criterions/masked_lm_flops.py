@@ -26,6 +26,7 @@ from fairseq.criterions.masked_lm import MaskedLmConfig
 
 from fairseq_ext.criterions.masked_lm_categories import MaskedLmCategoriesLoss
 from fairseq_ext.flops.training_metrics import TRAIN_FLOPS_KEY, TrainingFlops, log_training_flops
+from fairseq_ext.models.masked_lm_run import masked_lm_run
 
 
 def as_float64(count):
@@ -48,13 +49,13 @@ class MaskedLmFlopsLoss(MaskedLmCategoriesLoss):
 
     def batch_training_flops(self, model, sample, extra, logging_output):
         """Training FLOPs of this batch from its actual shapes (3 x forward): the lengths 3ML
-        reports it ran on (``encoder_length``, ``decoder_padded_length``), else the padded
-        input length. A 0-dim float64 tensor on the batch's device: the token counts are
-        not read back (summed and read when the logs are)."""
+        reports it ran on (its :class:`~fairseq_ext.models.masked_lm_run.MaskedLmRun`'s
+        ``encoder_length``, ``decoder_padded_length``), else the padded input length. A 0-dim
+        float64 tensor on the batch's device: the token counts are not read back (summed and
+        read when the logs are)."""
         sequences, length = sample["net_input"]["src_tokens"].shape
-        run_lengths = None
-        if "encoder_length" in extra:
-            run_lengths = (extra["encoder_length"], extra["decoder_padded_length"])
+        run = masked_lm_run(extra)
+        run_lengths = None if run is None else (run.encoder_length, run.decoder_padded_length)
         return self.training_flops.of_batch(
             model, sequences, length, as_float64(logging_output["n_mask"]),
             as_float64(logging_output["n_replaced"] + logging_output["n_unchanged"]), run_lengths)

@@ -5,12 +5,15 @@ fairseq's ``masked_lm`` criterion picks the positions to compute logits for
 ``nonzero``, a device-to-host read, a host sync on a GPU); on the CPU it also reads whether any
 position is masked. Ours do the same choice with at most that one read, shared by every tensor
 they gather, and none at all with a model that sizes its predictions statically (3ML with
-``--static-sizes``: it returns ``extra["prediction_index"]``, the flat positions of its logits'
-rows, and the targets are gathered at those with ``index_select``).
+``--static-sizes``: the ``prediction_index`` of its
+:class:`~fairseq_ext.models.masked_lm_run.MaskedLmRun`, the contract documented there, gives the
+flat positions of its logits' rows, and the targets are gathered at those with ``index_select``).
 """
 from typing import Optional, Sequence, Tuple
 
 import torch
+
+from fairseq_ext.models.masked_lm_run import masked_lm_run
 
 
 def positions_to_predict(target: torch.Tensor, padding_idx: int,
@@ -30,11 +33,13 @@ def at_predicted(masked_tokens: Optional[torch.Tensor], extra: dict,
                  tensors: Sequence[torch.Tensor]) -> Tuple[torch.Tensor, ...]:
     """``tensors`` (each ``(B, T)``) at the rows of the model's logits, each flattened:
 
-    * the model's ``extra["prediction_index"]`` (static sizes): ``index_select``, no read;
-    * else ``masked_tokens`` (row-major, as fairseq's models return logits): one boolean
-      index for all of them together (one read);
+    * the ``prediction_index`` of the model's
+      :class:`~fairseq_ext.models.masked_lm_run.MaskedLmRun`: ``index_select``, no read;
+    * else (``None``, or a model without one) ``masked_tokens`` (row-major, as fairseq's models
+      return logits): one boolean index for all of them together (one read);
     * else (``None``) every position."""
-    index = extra.get("prediction_index") if isinstance(extra, dict) else None
+    run = masked_lm_run(extra)
+    index = None if run is None else run.prediction_index
     if index is not None:
         return tuple(t.flatten().index_select(0, index) for t in tensors)
     if masked_tokens is None:

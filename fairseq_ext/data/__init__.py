@@ -4,13 +4,12 @@ As in fairseq, ``data`` means datasets read during training; the offline pipelin
 raw text into a data-bin is :mod:`fairseq_ext.corpus`. Datasets register nothing, so importing
 this package imports no module; the task that uses a dataset imports its module.
 
-* :mod:`fairseq_ext.data.bidirectional_lm_dataset`: rows of packed documents with the objective
-  of generalized bidirectionality (Artetxe et al. 2022, Figure 3), for ``--task bidirectional_lm``;
-  :mod:`fairseq_ext.data.bidirectional_sampling`: its per-document ``n_mask``, ``n_bidir``,
-  ``n_predict`` (Table 1) and their count expressions.
-* :mod:`fairseq_ext.data.masking_capacity`: static sizes for what fairseq's ``MaskTokensDataset``
-  corrupts in a batch (corrupted, [MASK] and kept tokens), from its shape and the masking
-  settings, which 3ML and our criteria size their tensors by on CUDA and under torch.compile.
+* :mod:`.bidirectional_lm_dataset`: rows of packed documents with the objective of generalized
+  bidirectionality (Artetxe et al. 2022, Figure 3), for ``--task bidirectional_lm``;
+  :mod:`.bidirectional_sampling`: its per-document ``n_mask``, ``n_bidir``, ``n_predict``
+  (Table 1) and their count expressions.
+* :mod:`.masking_capacity`: static sizes for what fairseq's ``MaskTokensDataset`` corrupts in a
+  batch, from its shape and the masking settings (3ML and our criteria on CUDA).
 
 May import: cli.
 """

@@ -1,46 +1,17 @@
 """Evaluation data of "generalized bidirectionality" (Artetxe et al. 2022, §3.2, Tables 3-5).
 
-Evaluation differs from training: each document is scored as a sequence of its own (the paper's
-``--sample-break-mode complete_doc``, footnotes 6-7), and the masking and ``n_bidir`` are fixed by
-the evaluation instead of drawn. The documents are the training ones
-(:func:`~fairseq_ext.data.documents.read_documents`: by default runs of non-empty lines between
-empty lines, every line's ``</s>`` included; a document longer than ``--tokens-per-sample`` cut
-into pieces, each scored as a document of its own, as fairseq's ``complete_doc`` blocks). As in
-training, position ``i``'s output is the next token of the document and the last token has none,
-so a document of ``n`` tokens has ``n - 1`` next-token targets (its first token is never one).
-
-Modes (``--eval-mode``; the ``--r-bidir`` values R are the *groups* of the run, each document is
-scored once per group):
-
-``full_doc_ppl`` (Table 3)
-    ``n_mask = n_bidir = 0``; every next token is predicted. One group.
-``suffix_ppl`` (Table 4)
-    The last ``n_suffix = round(--suffix-fraction * n)`` tokens (at least 1) are predicted from
-    the first ``n_prefix = n - n_suffix`` (the paper's ``0.8 n``), nothing is masked, and
-    ``n_bidir = round(R * n_prefix)``: the loss is on the ``n_suffix`` positions
-    ``n_prefix - 1 .. n - 2``, none of which can see its target (the targets lie at or after
-    ``n_prefix >= n_bidir``).
-``infill`` (Table 5)
-    One token is masked and moved to the end with its position, and ``n_bidir = round(R * n)``;
-    only that token is predicted. ``--infill-positions K`` (default 1, the paper's) scores K
-    positions of each document, each in a row of its own (one masked token per row, so every
-    row is the paper's setting): drawn uniformly without replacement among the document's
-    non-special tokens (never a ``</s>``), one after the other from
-    ``numpy.random.default_rng((eval_seed, document))`` (:func:`infill_positions`). They depend
-    on ``--eval-seed`` and the document only, so every model and every R is scored on the same
-    positions, and the first K positions are the same whatever K (a larger K adds positions).
-    A document with fewer than K non-special tokens gives them all.
-
-Rounding is to the nearest integer, halves up. Documents too short for the mode (``full_doc_ppl``
-and ``suffix_ppl``: fewer than 2 tokens; ``infill``: no non-special token) are skipped and
-counted (:attr:`BidirectionalEvalDataset.skipped`), never crashed on.
-
-The batch is :class:`~fairseq_ext.data.bidirectional_lm_dataset.BidirectionalLMDataset`'s (one
-document per row, so ``doc_ids`` is 0 on every real token) plus, per row, ``eval_group`` ``(B,)``
-(the index of the row's R in ``--r-bidir``), ``eval_document`` ``(B,)`` (the document's index in
-the split) and ``eval_position`` ``(B,)`` (the masked position for ``infill``, else -1), and
-``eval_split``, the split's name: what identifies a row across models
-(``--eval-scores-out``).
+Each document (:func:`~fairseq_ext.data.documents.read_documents`, as in training) is scored as a
+sequence of its own (the paper's ``complete_doc``, footnotes 6-7), once per ``--r-bidir`` value R
+(a *group*), with masking and ``n_bidir`` fixed by ``--eval-mode``: ``full_doc_ppl`` (Table 3)
+predicts every next token with ``n_bidir = 0``; ``suffix_ppl`` (Table 4) the last ``n_suffix``
+tokens (:func:`suffix_split`) from the rest, ``n_bidir = round(R * n_prefix)``; ``infill``
+(Table 5) masks one token per row and moves it to the end, ``n_bidir = round(R * n)``, at
+``--infill-positions`` positions per document drawn uniformly without replacement among its
+non-special tokens (:func:`infill_positions`). Rounding is half up; documents too short for the
+mode are skipped and counted (:attr:`BidirectionalEvalDataset.skipped`). The batch is
+:func:`~fairseq_ext.data.bidirectional_lm_dataset.collate_rows`'s plus ``eval_group``,
+``eval_document``, ``eval_position`` (-1 outside ``infill``) and ``eval_split``, which identify a
+row across models. The modes and what they print: docs/bidirectional.md, "Evaluation".
 """
 from __future__ import annotations
 
@@ -111,7 +82,8 @@ class DocumentLayout:
 
 
 def suffix_split(n: int, fraction: float) -> Tuple[int, int]:
-    """``(n_prefix, n_suffix)`` of a document of ``n >= 2`` tokens (module docstring)."""
+    """``(n_prefix, n_suffix)`` of a document of ``n >= 2`` tokens: ``n_suffix =
+    round(fraction * n)``, at least 1 and at most ``n - 1`` (the paper's prefix is ``0.8 n``)."""
     n_suffix = min(max(round_half_up(fraction, n), 1), n - 1)
     return n - n_suffix, n_suffix
 
@@ -122,14 +94,15 @@ def full_doc_layout(n: int) -> DocumentLayout:
 
 def suffix_layout(n: int, fraction: float, r_bidir: float) -> DocumentLayout:
     n_prefix, n_suffix = suffix_split(n, fraction)
-    # the last position has no target, so the window of n_suffix targets spans n_suffix + 1
+    # the last position has no target, so the window of n_suffix targets spans n_suffix + 1:
+    # positions n_prefix - 1 .. n - 2, none of which sees its target (n_bidir <= n_prefix)
     return DocumentLayout(masked=(), n_bidir=round_half_up(r_bidir, n_prefix),
                           n_predict=n_suffix + 1)
 
 
 def infill_positions(tokens: np.ndarray, document: int, eval_seed: int,
                      special_ids: Sequence[int], count: int = 1) -> List[int]:
-    """The ``count`` masked positions of ``document`` (module docstring), in the order drawn:
+    """The ``count`` masked positions of ``document`` (``--infill-positions``), in the order drawn:
     uniformly without replacement among its non-special tokens, each draw one
     ``integers(remaining)`` of ``default_rng((eval_seed, document))``, so the first ``k`` are
     the same for every ``count >= k``. Fewer if the document has fewer non-special tokens."""

@@ -1,57 +1,17 @@
-"""The data of "generalized bidirectionality" (Artetxe et al. 2022, "On the Role of
-Bidirectionality in Language Model Pre-Training", §2, Table 1, §3.1 and Appendix A / Figure 3).
+"""The data of "generalized bidirectionality" (Artetxe et al. 2022, §2, Table 1, §3.1 and
+Appendix A / Figure 3): rows of packed documents, the objective applied to each document alone.
 
-**Documents.** The items of the dataset under the token blocks, as
-:func:`fairseq_ext.data.documents.read_documents` makes them from a data-bin split: by default
-runs of non-empty lines separated by empty lines (fairseq's ``complete_doc`` reading,
-``--document-format blank_line_separated``), or one line each (``--document-format lines``),
-every line's ``</s>`` included, a document longer than ``--tokens-per-sample`` cut into pieces that
-are documents of their own. ``--sample-break-mode complete`` packs whole documents into blocks of
-at most ``--tokens-per-sample`` tokens (§3.1, footnote 3); ``eos`` puts one per block.
-
-**The objective of a document** ``x_0 .. x_{n-1}`` (0-based here; ``x_{n-1}`` is ``</s>``, or the
-last token of a piece), Figure 3 (:func:`arrange_document`):
-
-1. every position's output is the next token of the document; the last token has no next token
-   inside its document (documents are processed on their own, §3.1), so its output is
-   ``<pad>``: no loss. A document thus gives at most ``n - 1`` next-token targets, and its first
-   token is never a next-token target.
-2. ``n_mask`` positions, drawn uniformly without replacement, get input ``<mask>`` and output
-   the original token (a masked ``</s>`` too).
-3. the masked (input, output, position) triples move to the end of the document in their
-   original order; every token keeps its original position id.
-4. only the last ``n_predict`` positions keep their output (the others become ``<pad>``); the
-   model lets position ``i`` attend to ``j`` of its document iff ``j <= i`` or ``j < n_bidir``
-   (§2), and to every token of the earlier documents of its row (footnote 4) unless
-   ``--no-cross-document-attention``.
-
-``n_mask``, ``n_bidir`` and ``n_predict`` are drawn per document by
-:class:`~fairseq_ext.data.bidirectional_sampling.ObjectiveSampler` (Table 1). A ``<mask>`` input
-is always a masked token, and a masked token in the loss window has its original token as
-target, so the model tells masked-token targets from next-token targets by
-``src_tokens == <mask>`` at positions whose target is not ``<pad>``; a block containing a
-literal ``<mask>`` is refused.
-
-**Randomness** is a function of ``(seed, epoch, index)``: item ``index`` of epoch ``epoch``
-draws from ``numpy.random.default_rng((seed, epoch, index))``, so a batch is the same whatever
-was read before it (resuming, other workers) and differs across epochs. (fairseq's
-``data_utils.numpy_seed(seed, epoch, index)``, which ``MaskTokensDataset`` uses, folds the triple
-into ``hash(...) % 1e6``: at most a million streams, and in fact far fewer: the 2,000,000
-indices of epoch 1 under seed 1 get 47,978 distinct seeds, so blocks share their draws ~40-fold;
-``SeedSequence`` hashes the whole triple. It also leaves numpy's global state alone.)
-
-**The batch** (:meth:`BidirectionalLMDataset.collater`, right-padded, ``T`` = longest row)::
-
-    id           (B,)   block indices
-    nsentences   int    rows (blocks) in the batch
-    ntokens      int    real (non-pad) tokens in the batch, as fairseq's LM datasets count them
-    net_input:
-      src_tokens    (B, T) long  reordered inputs (masked tokens as <mask>, at the document's end); pad: <pad>
-      src_lengths   (B,)   long  real tokens per row
-      src_positions (B, T) long  each token's 0-based index in its document before reordering; pad: 0
-      doc_ids       (B, T) long  the token's document within its row, 0, 1, ...; pad: -1
-      bidir_lens    (B, T) long  n_bidir of the token's document; pad: 0
-    target       (B, T) long  outputs at the last n_predict positions of each document, <pad> elsewhere
+Documents are the items :func:`fairseq_ext.data.documents.read_documents` makes of a data-bin
+split (``--document-format``), packed into rows of at most ``--tokens-per-sample`` tokens
+(``--sample-break-mode complete``, §3.1 footnote 3). Per document ``x_0 .. x_{n-1}``, with
+``n_mask``, ``n_bidir`` and ``n_predict`` drawn by
+:class:`~fairseq_ext.data.bidirectional_sampling.ObjectiveSampler` (Table 1), Figure 3
+(:func:`arrange_document`): each output is the next token (``<pad>`` for the last token);
+``n_mask`` positions get input ``<mask>`` and their own token as output and move to the end
+with their position ids; only the last ``n_predict`` outputs are kept. A ``<mask>`` input always
+marks a masked token, so a block holding a literal ``<mask>`` is refused. Item ``index`` of epoch
+``epoch`` draws from ``numpy.random.default_rng((seed, epoch, index))``, whatever was read before
+it. The batch: :func:`collate_rows`. Choices where the paper is silent: docs/bidirectional.md.
 """
 from __future__ import annotations
 
@@ -115,7 +75,7 @@ class RowSizedDataset(FairseqDataset):
 
 class BidirectionalLMDataset(RowSizedDataset):
     """Rows of packed documents with the objective of generalized bidirectionality applied to
-    each document on its own (module docstring: documents, objective, randomness, batch).
+    each document on its own (module docstring; the batch: :func:`collate_rows`).
 
     Args:
         blocks: a ``TokenBlockDataset`` (``complete``, ``complete_doc`` or ``eos`` mode) over
@@ -223,15 +183,27 @@ class BidirectionalLMDataset(RowSizedDataset):
         return [objective for objective, _ in self.draw_objectives(index, self.document_lengths(index))]
 
     def collater(self, samples: List[Dict]) -> Dict:
-        """Right-pad the items into the batch of the module docstring."""
+        """Right-pad the items into the batch of :func:`collate_rows`."""
         return collate_rows(samples, self.pad_idx, self.pad_to_multiple)
 
 
 def collate_rows(samples: List[Dict], pad_idx: int, pad_to_multiple: int = 1) -> Dict:
     """Right-pad items (``id``, ``source``, ``positions``, ``doc_ids``, ``bidir_lens``,
-    ``target``) into the batch of the module docstring, its length a multiple of
-    ``pad_to_multiple`` (``--required-seq-len-multiple``: fewer shapes for
-    ``--torch-compile``); ``{}`` for no items."""
+    ``target``) into a batch, its length ``T`` a multiple of ``pad_to_multiple``
+    (``--required-seq-len-multiple``: fewer shapes for ``--torch-compile``); ``{}`` for no items::
+
+        id           (B,)   block indices
+        nsentences   int    rows (blocks) in the batch
+        ntokens      int    real (non-pad) tokens, as fairseq's LM datasets count them
+        net_input:
+          src_tokens    (B, T)  reordered inputs (masked tokens as <mask>, at the document's end)
+          src_lengths   (B,)    real tokens per row
+          src_positions (B, T)  each token's 0-based index in its document before reordering
+          doc_ids       (B, T)  the token's document within its row, 0, 1, ...
+          bidir_lens    (B, T)  n_bidir of the token's document
+        target       (B, T)  outputs at the last n_predict positions of each document, else <pad>
+
+    Tensors are ``long``, padded with :data:`FIELD_PADDING`."""
     if not samples:
         return {}
 

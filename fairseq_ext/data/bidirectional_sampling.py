@@ -1,43 +1,17 @@
-"""The per-document knobs of "generalized bidirectionality" (Artetxe et al. 2022, "On the Role
-of Bidirectionality in Language Model Pre-Training", §2 and Table 1): how many tokens of a
-document of ``n`` tokens are masked (``n_mask``), how long its bidirectional-attention prefix is
-(``n_bidir``) and over how many of its last tokens the loss is defined (``n_predict``).
+"""The per-document knobs of "generalized bidirectionality" (Artetxe et al. 2022, §2 and
+Table 1): how many tokens of a document of ``n`` tokens are masked (``n_mask``), how long its
+bidirectional-attention prefix is (``n_bidir``) and over how many of its last tokens the loss is
+defined (``n_predict``).
 
-Each knob is a *count expression* over the document length ``n`` and the knobs drawn before it,
-in the vocabulary of Table 1 (:func:`parse_count_expression`)::
-
-    expr  := term (("+" | "-") term)*
-    term  := INTEGER | "n" | "n_mask" | "n_bidir" | "(" expr ")"
-           | "max(" expr "," expr ("," expr)* ")" | "min(" ... ")"
-           | "B(" expr "," prob ")"      binomial draw; prob is "p" (--mask-prob) or a number in [0, 1]
-           | "U(" expr "," expr ")"      discrete uniform draw on low..high, both included
-
-The knobs are drawn in the order ``n_mask``, ``n_bidir``, ``n_predict``; each may name ``n``
-and the knobs before it (``--n-bidir n-n_mask`` is fine, ``--n-mask n_bidir`` is not). A drawn
-value outside ``0..n`` is clamped to it (``--n-mask 3`` masks every token of a 2-token
-document); ``B(k, p)`` with ``k <= 0`` is 0; an empty ``U(low, high)`` (``low > high``) is an
-error. Table 1's variants are :data:`VARIANTS`; ``--n-mask``/``--n-bidir``/``--n-predict``
-override a variant's expressions one by one.
-
-With probability ``--plain-lm-prob`` (Table 1's caption: "We set n_bidir = 0 and n_mask = 0 with
-probability p = 0.1, so that the model gets more exposure to regular language modeling") a
-document is drawn with ``n_mask = n_bidir = 0`` and ``n_predict`` evaluated from its expression
-with those values: plain next-token prediction (``n_predict = n``) for every variant of Table 1
-that predicts next tokens, and *nothing to predict* for ``msk_uni``/``msk_bi``
-(``n_predict = n_mask = 0``), which the paper does not train on next-token prediction
-(footnote 5); such a document is still context for the later documents of its row.
-
-A position must never be asked to predict a token it can attend to (§2, footnote 1). In the
-reordered document (unmasked tokens in their order, then the masked ones) a next-token position
-``i`` sees its target, the next unmasked token at ``i + 1``, exactly when ``i + 1 < n_bidir``;
-masked targets are hidden behind ``<mask>`` everywhere. Over every placement of the masks, the
-loss window (the last ``n_predict`` positions) is safe iff
-``n_predict <= max(n_mask, n - n_bidir) + 1`` (:func:`largest_safe_n_predict`): the window may
-reach back to the last prefix token, whose next token lies outside the prefix. Footnote 1's
-``n_predict <= n - n_bidir + n_mask`` is not sufficient (``n = 10``, ``n_mask = 3``,
-``n_bidir = 6``, ``n_predict = 7`` lets position 3 see position 4) and Table 1's settings satisfy
-both. :meth:`ObjectiveSampler.check_targets_stay_hidden` rejects, at setup, expressions that can
-break the bound; each drawn document is checked again.
+Each knob is a *count expression* in Table 1's vocabulary (:func:`parse_count_expression`), drawn
+in the order ``n_mask``, ``n_bidir``, ``n_predict``, each naming ``n`` and the knobs before it,
+and clamped to ``0..n``. Table 1's variants are :data:`VARIANTS`; ``--n-mask`` / ``--n-bidir`` /
+``--n-predict`` override a variant's expressions one by one. With probability
+``--plain-lm-prob`` (Table 1's caption) a document gets ``n_mask = n_bidir = 0``. No position may
+predict a token it can attend to (§2, footnote 1): :func:`largest_safe_n_predict` states the
+exact bound, :meth:`ObjectiveSampler.check_targets_stay_hidden` rejects expressions that can
+break it when the config is read, and each drawn document is checked again. The choices where
+the paper is silent (plain-LM documents of ``msk_*``, the leak rule): docs/bidirectional.md.
 """
 from __future__ import annotations
 
@@ -246,7 +220,7 @@ _NAMES = ("n", "n_mask", "n_bidir", "n_predict")
 
 
 class _Parser:
-    """Recursive-descent parser of the grammar in the module docstring."""
+    """Recursive-descent parser of the grammar of :func:`parse_count_expression`."""
 
     def __init__(self, text: str):
         self.tokens = []
@@ -341,8 +315,15 @@ class _Parser:
 
 
 def parse_count_expression(text: str) -> CountExpression:
-    """Parse one count expression (grammar in the module docstring); a malformed one raises
-    ``ValueError`` saying what is wrong."""
+    """Parse one count expression; a malformed one raises ``ValueError`` saying what is wrong::
+
+        expr  := term (("+" | "-") term)*
+        term  := INTEGER | "n" | "n_mask" | "n_bidir" | "(" expr ")"
+               | "max(" expr "," expr ("," expr)* ")" | "min(" ... ")"
+               | "B(" expr "," prob ")"      binomial draw; prob is "p" (--mask-prob) or in [0, 1]
+               | "U(" expr "," expr ")"      discrete uniform draw on low..high, both included
+
+    ``B(k, p)`` with ``k <= 0`` is 0; an empty ``U(low, high)`` (``low > high``) is an error."""
     return _Parser(str(text)).parse()
 
 
@@ -397,7 +378,14 @@ class CountRule:
 def largest_safe_n_predict(n: int, n_mask: int, n_bidir: int) -> int:
     """The largest ``n_predict`` for which no position of a document can attend to its own
     target, whichever ``n_mask`` tokens are masked: ``max(n_mask, n - n_bidir) + 1`` (capped at
-    ``n``). See the module docstring for the derivation and footnote 1."""
+    ``n``).
+
+    In the reordered document (unmasked tokens in their order, then the masked ones) a
+    next-token position ``i`` sees its target, the next unmasked token at ``i + 1``, exactly when
+    ``i + 1 < n_bidir``; masked targets are hidden behind ``<mask>`` everywhere. So the loss
+    window may reach back to the last prefix token, whose next token lies outside the prefix.
+    Footnote 1's ``n_predict <= n - n_bidir + n_mask`` is not sufficient (``n = 10``,
+    ``n_mask = 3``, ``n_bidir = 6``, ``n_predict = 7`` lets position 3 see position 4)."""
     return min(max(n_mask, n - n_bidir) + 1, n)
 
 

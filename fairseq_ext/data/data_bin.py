@@ -1,22 +1,15 @@
 """Checks of a fairseq data-bin made before fairseq reads it, so a wrong one stops the run with
 one line naming the file and what to change.
 
-* A data path that does not exist, or is not a data-bin: fairseq's tasks stop with
-  ``FileNotFoundError: ... 'DATA/dict.txt'`` at the end of a traceback (it names the file; our
-  ``bidirectional_lm`` task says it in one line, :func:`check_data_bin`).
-* An empty split (``valid.bin`` of 0 bytes: ``fairseq-preprocess`` of an empty file, or a corpus
-  too small for a validation split): fairseq crashes in ``np.memmap`` with ``ValueError: cannot
-  mmap an empty file``, which names neither file nor fix (:func:`check_split_not_empty`).
-* A truncated split (a ``train.bin`` or ``.idx`` cut short by a killed ``fairseq-preprocess`` or
-  copy, a full disk): fairseq maps it and reads past its end only when a batch reaches the lost
-  sequences, deep in training or scoring, with ``ValueError: offset must be non-negative and no
-  greater than buffer length (5000)`` from numpy. :func:`check_split` compares each ``.bin``
-  with what its ``.idx`` indexes when the split is loaded (:func:`indexed_bytes` reads the
-  index's header and last entry only, in both of fairseq's binary formats).
-
-:func:`check_split` makes all the checks of one split; the tasks call it where they load one
-(our ``bidirectional_lm``; fairseq's ``masked_lm`` from our archs' config check,
-:mod:`fairseq_ext.models.validation`).
+fairseq itself stops on a missing data-bin with a traceback (``FileNotFoundError: ...
+'DATA/dict.txt'``; :func:`check_data_bin`), on an empty split with ``cannot mmap an empty
+file``, which names neither file nor fix (:func:`check_split_not_empty`), and on a truncated
+``.bin`` or ``.idx`` (a killed ``fairseq-preprocess`` or copy, a full disk) only when a batch
+reaches the lost sequences, deep in training, with numpy's ``offset must be non-negative``.
+:func:`check_split` makes all the checks of one split when it is loaded (:func:`indexed_bytes`
+reads the index's header and last entry only, in both of fairseq's binary formats); our
+``bidirectional_lm`` task calls it, and fairseq's ``masked_lm`` through our archs' config check
+(:mod:`fairseq_ext.models.validation`). The errors and their fixes: docs/troubleshooting.md.
 """
 import itertools
 import os

@@ -2,38 +2,16 @@
 al. 2022 apply their objective "to each document separately", §3.1, and score "each document as
 a separate sequence", §3.2).
 
-fairseq's binarizer ends every line with ``</s>``, so a data-bin is a list of lines, and an
-empty line is a lone ``</s>`` (one token). ``--document-format`` says how lines make documents:
-
-``blank_line_separated`` (the default)
-    The layout ``scripts/prepare_corpus.sh`` writes and fairseq's RoBERTa pre-training
-    instructions ask for (one sentence or paragraph per line, an empty line between documents),
-    read the way fairseq's ``--sample-break-mode complete_doc`` reads it: consecutive non-empty
-    lines form a document, and an empty line ends it and is not a document itself (nor are
-    several empty lines in a row, or empty lines at the start or end of the split). The
-    ``</s>`` of every line stays in the document as a token, as in ``complete_doc``, so a
-    document of lines ``a b </s>`` and ``c </s>`` is ``a b </s> c </s>``: a line break is a
-    token the model reads and predicts. (fairseq's own tokens mean the same here as under
-    ``complete_doc``; no separator token is added or removed.)
-``lines``
-    Every line is a document, ``</s>`` included; an empty line is then a 1-token document.
-
-**Long documents.** A document longer than ``--tokens-per-sample`` (``L``) is cut into pieces of
-at most ``L`` tokens, each then a document of its own (nothing is truncated or dropped): a line
-longer than ``L`` is first cut into ``ceil(s / L)`` near-equal pieces (:func:`split_lengths`; no
-piece shorter than half a block), and then consecutive lines (or line pieces) are packed
-greedily into pieces of at most ``L`` tokens, never across an empty line: exactly fairseq's
-``complete_doc`` blocks (its ``_get_slice_indices_fast``, which :func:`read_documents` calls).
-Under ``lines`` only the first step applies.
-
-**A data-bin in the other layout** is noticed (:func:`format_mismatch`) and logged once per split
-as a warning naming the option to change: under ``lines``, any empty line (a 1-token document
-says nothing, so in a one-document-per-line data-bin an empty line is a separator or an
-accident; a rule such as "more than a tenth of the documents are a single token" would miss our
-own data-bins, whose documents are tens to hundreds of lines: 13 empty lines in 2,975 in the
-embedded corpus's valid split); under ``blank_line_separated``, a split of several lines without
-a single empty line (each line is then likely a document, and the whole split would be read as
-one).
+fairseq's binarizer ends every line with ``</s>``, so an empty line is a lone ``</s>``.
+``--document-format blank_line_separated`` (the default; the layout ``scripts/prepare_corpus.sh``
+writes) reads the data-bin as fairseq's ``--sample-break-mode complete_doc`` does: consecutive
+non-empty lines form a document, every line's ``</s>`` kept as a token, and empty lines end it;
+``lines`` makes every line a document. A document longer than ``--tokens-per-sample`` is cut
+into pieces of at most that many tokens, each a document of its own (a long line first into
+near-equal pieces, :func:`split_lengths`; then lines packed greedily, as ``complete_doc``
+blocks); nothing is truncated. A data-bin that looks like the other layout gets one warning per
+split naming the flag (:func:`format_mismatch`). Why, and the embedded corpus's figures:
+docs/bidirectional.md, "Choices where the paper is silent".
 """
 from __future__ import annotations
 
@@ -169,8 +147,12 @@ def whole_document_count(sizes: Sequence[int], document_format: str) -> int:
 
 
 def format_mismatch(sizes: Sequence[int], document_format: str) -> Optional[str]:
-    """Why the lines of ``sizes`` do not look like ``document_format`` (module docstring), with
-    the option to change; ``None`` when they do."""
+    """Why the lines of ``sizes`` do not look like ``document_format``, with the option to
+    change; ``None`` when they do. Under ``lines``, any empty line (a 1-token document says
+    nothing, so it is a separator or an accident; a share-based rule would miss our own
+    data-bins, 13 empty lines in 2,975 in the embedded corpus's valid split); under
+    ``blank_line_separated``, several lines without one empty line (the whole split would be
+    read as one document)."""
     sizes = np.asarray(sizes)
     empty = int((sizes == EMPTY_LINE_SIZE).sum())
     if document_format == LINES:

@@ -3,33 +3,13 @@
 A model that packs a batch's tokens by what masking did to them (3ML's encoder runs on the
 kept tokens, its cross decoder on the [MASK] slots; every masked LM predicts only the
 corrupted tokens) needs their counts to size its tensors. Read from the batch, each count is a
-device-to-host read, a host sync on a GPU, and a shape that changes from batch to batch, which
-``torch.compile`` must recompile for. :class:`MaskingCapacity` gives instead, from the batch's
-shape ``(B, T)`` and the masking settings alone, sizes the counts cannot exceed (or exceed with
-a stated, negligible probability), rounded up to a few buckets.
-
-``MaskTokensDataset`` (fairseq 0.12) with token-level masking (no ``--mask-whole-words``,
-``--mask-multiple-length 1``, ``--mask-stdev 0``) corrupts ``c = int(m n + U)`` of a row's
-``n`` tokens, ``U ~ U[0, 1)``, ``m`` = ``--mask-prob``; each of them independently stays
-unchanged or becomes a random token with probability ``r`` = ``--leave-unmasked-prob`` +
-``--random-token-prob``, and is ``<mask>`` otherwise. So, for a batch of rows of at most
-``T`` tokens:
-
-* **corrupted** (predicted) tokens per row: at most ``floor(m T) + 1``, exactly;
-* **[MASK]** tokens per row: at most ``floor(m T) + 1``, exactly;
-* **kept** tokens (neither padding nor ``<mask>``) per row: ``n - M`` with
-  ``M ~ Binomial(c, 1 - r)``. No size short of ``T`` bounds it surely (every corrupted token
-  may draw "unchanged"), so the bound is ``T - k`` with ``k`` the largest count that
-  ``M ~ Binomial(floor(m T), 1 - r)`` falls to or below with probability at most
-  ``OVERFLOW_PROBABILITY / (2 B)`` (Chernoff's bound ``exp(-n KL(k/n || p))``, an upper bound
-  on the tail, not an approximation); and for the whole batch, ``B T - k'`` with ``k'`` the
-  same for ``Binomial(B floor(m T), 1 - r)`` at ``OVERFLOW_PROBABILITY / 2``. A batch exceeds
-  either with probability below :data:`OVERFLOW_PROBABILITY` (1e-9: once in a billion
-  updates). The model that uses them says what happens then (3ML leaves the excess tokens out
-  of its encoder and counts them; :mod:`fairseq_ext.models.three_ml`).
-
-Other masking settings (whole words, spans) have no such bound here:
-:meth:`MaskingCapacity.from_task` returns ``None`` and the models size by the counts.
+host sync on a GPU and a shape that changes from batch to batch, which ``torch.compile`` must
+recompile for. :class:`MaskingCapacity` gives instead, from the batch's shape ``(B, T)`` and the
+masking settings alone, sizes the counts cannot exceed (the kept tokens: exceed with probability
+below :data:`OVERFLOW_PROBABILITY` a batch, by Chernoff's tail bound), rounded up to a few
+buckets. Whole-word or span masking has no such bound here (:meth:`MaskingCapacity.from_task`
+returns ``None``). The bound, its padding cost and what 3ML does in the rare batch beyond it:
+docs/training_step.md ("3ML's sizes").
 """
 import dataclasses
 import functools
@@ -97,10 +77,19 @@ def _binomial_lower_bound(trials: int, p: float, probability: float) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class MaskingCapacity:
-    """Static sizes for batches masked by ``MaskTokensDataset`` (see the module docs).
+    """Static sizes for batches masked by ``MaskTokensDataset`` (module docstring).
 
-    ``mask_prob`` is ``--mask-prob``; ``unmask_prob`` is ``--leave-unmasked-prob`` +
-    ``--random-token-prob`` (a corrupted token that is not ``<mask>``)."""
+    ``mask_prob`` is ``--mask-prob`` (``m``); ``unmask_prob`` is ``--leave-unmasked-prob`` +
+    ``--random-token-prob`` (``r``: a corrupted token that is not ``<mask>``). With token-level
+    masking, fairseq 0.12 corrupts ``c = int(m n + U)`` of a row's ``n`` tokens, ``U ~ U[0, 1)``,
+    each independently ``<mask>`` with probability ``1 - r``. So for rows of at most ``T`` tokens:
+
+    * corrupted (predicted) and [MASK] tokens per row: at most ``floor(m T) + 1``, exactly;
+    * kept tokens (neither padding nor ``<mask>``) per row: ``T - k``, ``k`` the largest count
+      that ``Binomial(floor(m T), 1 - r)`` falls to or below with probability at most
+      ``OVERFLOW_PROBABILITY / (2 B)`` (Chernoff's ``exp(-n KL(k/n || p))``, an upper bound on
+      the tail); for the whole batch ``B T - k'``, the same for ``Binomial(B floor(m T), 1 - r)``
+      at ``OVERFLOW_PROBABILITY / 2``."""
 
     mask_prob: float
     unmask_prob: float

@@ -2,72 +2,15 @@
 directory that loads with its tokenizer (``scripts/export_encoder.py`` is the command line).
 
 After pre-training, 3ML's decoder is dropped and only the encoder is fine-tuned (Liao et al.,
-2022, §2.2 "Fine-tuning and Inference"). ::
-
-    python scripts/export_encoder.py checkpoints/3ml/checkpoint_last.pt exports/3ml_encoder.pt
-    python scripts/export_encoder.py --print-finetune-args exports/3ml_encoder.pt
-
-Input: a checkpoint of ``3ml_self_*`` / ``3ml_cross_*`` written by ``fairseq-train`` (its
-``cfg.model`` is an ``argparse.Namespace``) or ``fairseq-hydra-train`` (a dict).
-
-Output: a checkpoint of fairseq's own ``roberta`` model that loads with
-``checkpoint_utils.load_model_ensemble_and_task`` and with ``fairseq-train --restore-file OUT
---reset-optimizer --reset-dataloader --reset-meters`` (how fairseq's RoBERTa fine-tuning README
-uses a pretrained model; ``recipes/3ml/finetune_glue.sh`` does this):
-
-* ``cfg``: plain dicts and lists only, as ``fairseq-hydra-train`` writes it (a ``fairseq-train``
-  checkpoint's ``argparse.Namespace`` model config becomes a dict with its ``_name``), so the
-  export loads with torch's weights-only unpickling in stock fairseq, without the plugin.
-* ``cfg.model``: arch ``roberta_base`` / ``roberta_large`` when the encoder has those sizes,
-  otherwise ``roberta``, with every encoder dimension written out explicitly, and
-  ``encoder_normalize_before`` / ``layernorm_embedding`` of the 3ML ``--normalization`` (pre-LN:
-  True / False, as ``roberta_prenorm``). The 3ML-only fields (``decoder_*``,
-  ``normalization``) are removed. ``cfg.task`` (``masked_lm``, with its data directory) is kept,
-  as in any fairseq RoBERTa checkpoint.
-* ``model``: the encoder, ``encoder.sentence_encoder.*``, unchanged; no ``mask_decoder.*``.
-  RoBERTa's strict loading also needs an MLM head, ``encoder.lm_head.*``:
-
-  - ``weight``: the token embedding (tied, as in RoBERTa);
-  - ``bias`` and ``layer_norm``: from 3ML's head ``mask_decoder.lm_head`` (they live in
-    encoder-dim / vocabulary space);
-  - ``dense``: copied from ``mask_decoder.lm_head.dense`` when that is (encoder dim x encoder
-    dim), i.e. the decoder dim equals the encoder dim; otherwise it maps decoder dim -> encoder
-    dim and has no encoder-side counterpart, so it is **freshly initialised** (normal, std
-    0.02, zero bias, as BERT initialises it; seeded, so exports are reproducible). The log says
-    which. Fine-tuning (``sentence_prediction``) does not use the MLM head, so this does not
-    affect GLUE; masked-LM scores of the export are only meaningful when the head was copied.
-* No optimizer state, no criterion state, no meters, no best score; ``optimizer_history`` has
-  one entry at 0 updates and ``extra_state`` only a training iterator at the start of epoch 1.
-  fairseq needs both keys to read a checkpoint, and with these values it starts a fresh run
-  even if the ``--reset-*`` flags are forgotten. ``export`` records where the weights came from.
-
-**Hub directories.** ``export_encoder.py CKPT DIR`` (an OUT that does not end in ``.pt``)
-writes ``DIR/model.pt`` (the export above, with ``cfg.bpe`` set to sentencepiece),
-``DIR/dict.txt`` and ``DIR/sentencepiece.bpe.model``, copied from the checkpoint's data-bin
-(``spm.model``, as ``scripts/prepare_corpus.sh`` writes it) or given with ``--dict`` /
-``--sentencepiece-model``; the dictionary is checked against the embedding. These are the names
-fairseq's ``hub_utils.from_pretrained`` looks for, so, offline and without the plugin::
-
-    from fairseq.models.roberta import RobertaModel
-    roberta = RobertaModel.from_pretrained("exports/3ml-hub")
-    roberta.fill_mask("The <mask> module provides regular expressions.", topk=3)
-
-``--keep-decoder`` writes the whole 3ML model instead (encoder *and* decoder, Liao et al. §2.2:
-infilling may be better with the decoder kept); ``ThreeMLModel.from_pretrained(DIR)`` (or
-``RobertaModel.from_pretrained`` after ``import fairseq_ext``) loads it, and ``fill_mask`` then
-appends the [MASK]s after the encoder as in pre-training. A RoBERTa checkpoint (``roberta_*``,
-``recipes/roberta/``) exports to a hub directory as it is, under a stock arch name.
-:mod:`fairseq_ext_lab.evaluation.fill_mask` compares such directories on held-out text.
-
-OUT is never overwritten unless ``--force``; it is written to a temporary file in the same
-directory and renamed, so an interrupted export leaves no partial file. Errors are one line on
-stderr and exit status 2.
-
-``--print-finetune-args EXPORT.pt`` prints the ``fairseq-train`` model flags that rebuild the
-exported encoder (``--arch`` of a registered RoBERTa size with the same dimensions and
-normalisation, or ``roberta`` / ``roberta_prenorm`` with explicit dimensions, then
-``--max-positions``): on the command line ``--arch roberta_base`` cannot be made pre-LN, because
-``--layernorm-embedding`` can only be switched on. The fine-tuning recipe reads them.
+2022, §2.2 "Fine-tuning and Inference"). The export is fairseq's own ``roberta`` model with the
+encoder unchanged, plain-dict ``cfg`` (stock fairseq loads it without the plugin) and no training
+state; RoBERTa's MLM head is assembled from 3ML's, its dense layer freshly initialised (seeded)
+when the decoder dim differs from the encoder's. ``OUT`` ending in ``.pt`` is a checkpoint,
+otherwise a hub directory (``model.pt``, ``dict.txt``, ``sentencepiece.bpe.model``);
+``--keep-decoder`` keeps the whole 3ML model, ``--print-finetune-args`` prints the
+``fairseq-train`` flags that rebuild the encoder. Outputs are written atomically and never
+overwritten without ``--force``. Details and measurements: docs/three_ml.md ("Fine-tuning: the
+decoder is dropped", "Infilling with the decoder kept") and docs/exports.md.
 """
 import argparse
 import logging
@@ -102,7 +45,7 @@ HEAD = "mask_decoder.lm_head."
 LM_HEAD = "encoder.lm_head."
 #: RoBERTa arch names written into the exported cfg (loadable by stock fairseq): fairseq's
 #: ``roberta_base`` and ``roberta_large`` have our table's base and large sizes.
-STOCK_SIZES = {f"roberta_{size}": ENCODER_SIZES[size].as_args() for size in ("base", "large")}
+STOCK_SIZES = {f"roberta_{size}": ENCODER_SIZES[size].as_args("encoder") for size in ("base", "large")}
 #: Registered RoBERTa archs tried, in order, for ``--print-finetune-args`` (the last three are
 #: fairseq-ext's, available with ``--user-dir fairseq_ext``).
 FINETUNE_ARCHS = ("roberta_base", "roberta_large", "roberta_prenorm", "roberta_large_prenorm",
@@ -115,20 +58,6 @@ DIM_FLAGS = {"encoder_layers": "--encoder-layers", "encoder_embed_dim": "--encod
              "encoder_attention_heads": "--encoder-attention-heads"}
 HEAD_INIT_STD = 0.02
 HEAD_INIT_SEED = 0
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def three_ml_arch_of(state: dict, path: Path) -> str:
@@ -338,11 +267,6 @@ def stock_roberta_config(model_cfg, weights: dict, source: Path) -> dict:
 # --- hub directories -----------------------------------------------------------------------------
 
 
-
-
-
-
-
 def with_sentencepiece(exported: dict) -> dict:
     """``cfg.bpe`` of a hub directory's model: sentencepiece, with the directory's model file.
     (fairseq's ``RobertaModel.from_pretrained`` passes ``bpe="gpt2"`` as an override, but an
@@ -498,8 +422,6 @@ def export_hub_directory(args) -> dict:
                 args.output, HUB_MODEL, HUB_DICT, HUB_SENTENCEPIECE, sentencepiece_model,
                 exported["export"]["arch"], loader, str(args.output))
     return exported
-
-
 
 
 def main(argv=None) -> int:

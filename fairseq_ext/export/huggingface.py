@@ -1,84 +1,16 @@
 """Export fairseq checkpoints to Hugging Face ``transformers`` directories
-(``scripts/export_hf.py`` is the command line). ::
+(``scripts/export_hf.py`` is the command line; needs the ``hf`` extra). ::
 
-    python scripts/export_encoder.py checkpoints/3ml/checkpoint_last.pt exports/3ml_encoder.pt
     python scripts/export_hf.py exports/3ml_encoder.pt exports/3ml_hf
     python scripts/export_hf.py checkpoints/nxt_uni/checkpoint_last.pt exports/nxt_uni_hf
 
-Needs the ``hf`` extra (``pip install -e .[hf]``, pinned in ``requirements-hf.txt``).
-
-**Input**: a fairseq hub directory (``DIR/model.pt``, ``DIR/dict.txt``,
-``DIR/sentencepiece.bpe.model``, the names fairseq's ``hub_utils.from_pretrained`` reads), or a
-checkpoint file; ``--dict`` and ``--sentencepiece-model`` override the dictionary and the
-sentencepiece model, which default to the directory's files, or for a checkpoint file to
-``dict.txt`` / ``spm.model`` in its ``cfg.task.data`` (where ``scripts/prepare_corpus.sh`` writes
-them).
-
-**Output** ``OUT/``: ``config.json`` and ``model.safetensors`` of a stock ``transformers`` class,
-``tokenizer.json`` + ``tokenizer_config.json`` (a fast tokenizer: ``AutoTokenizer.from_pretrained
-(OUT)``), and ``fairseq_export.json`` (source, class, the measured logit difference, vocabulary
-notes). Before writing, the export runs the fairseq model and the converted one on the same
-batch and refuses to write when their logits differ by more than ``--max-logit-diff``.
-
-What maps onto what:
-
-* **RoBERTa** (fairseq's ``roberta`` model: ``scripts/export_encoder.py`` output, ``roberta_*``
-  checkpoints) -> ``RobertaForMaskedLM`` for the post-LN encoder
-  (``encoder_normalize_before=False`` with ``layernorm_embedding=True``, RoBERTa's own),
-  ``RobertaPreLayerNormForMaskedLM`` for a pre-LN encoder *with* an embedding LayerNorm, and
-  ``XLMRobertaXLForMaskedLM`` for a pre-LN encoder *without* one (3ML's ``--normalization
-  pre-ln``, ``roberta_large_prenorm``, fairseq's ``roberta_prenorm``): that is how fairseq's
-  pre-LN XLM-R XL was ported, embeddings without a LayerNorm, a LayerNorm before attention
-  (``self_attn_layer_norm``) and before the FFN (``LayerNorm``) of each layer, and a final
-  ``encoder.LayerNorm``, as fairseq's ``TransformerEncoder`` with ``normalize_before``. Learned
-  positions are fairseq's ``padding_idx + 1 + index`` with ``padding_idx = 1``, which the three
-  HF classes compute the same way (``max_position_embeddings = max_positions + 2``); the one
-  token-type embedding is zero; the LM head is dense -> GELU -> LayerNorm -> the tied embedding
-  + bias in all three (HF's GELU there is fixed). fairseq's ``gelu`` is the exact (erf) GELU,
-  HF's ``"gelu"`` too; every LayerNorm has fairseq's epsilon (``layer_norm_eps``).
-* **bidirectional_lm NxtUni** (``--variant nxt_uni``: next-token prediction, causal attention,
-  no masks) -> ``OPTForCausalLM``: fairseq's pre-LN decoder layers with a final LayerNorm,
-  learned positions with offset 2 (fairseq's ``padding_idx + 1``), the same parameter layout.
-  fairseq multiplies token embeddings by ``sqrt(d)`` and OPT does not, so the export stores the
-  scaled embedding as OPT's input embedding and the unscaled one as its (then untied) output
-  projection; the logits are the same. Each row is one document: its positions count from 0,
-  as fairseq's causal layout gives them (packed rows of several documents restart positions
-  per document in fairseq, which a stock causal class cannot).
-
-What is refused, and why (one-line errors naming the reason):
-
-* A post-LN RoBERTa encoder without an embedding LayerNorm: ``RobertaForMaskedLM`` always
-  normalises the embeddings and no LayerNorm can be made the identity.
-* An activation other than GELU in a RoBERTa encoder: HF's RoBERTa LM head always applies GELU,
-  fairseq's applies the encoder's activation.
-* A raw 3ML checkpoint: its MLM head lives in the decoder; export the encoder first
-  (``scripts/export_encoder.py``).
-* The other bidirectional_lm variants (``nxt_pre``, ``msk_uni``, ``msk_bi``, ``hyb_uni``,
-  ``hyb_pre``, and any ``--n-mask`` / ``--n-bidir`` override that trains masks or a prefix) and
-  models fine-tuned with ``--r-bidir`` > 0: their attention is bidirectional over a prefix
-  (``j < n_bidir``) and/or their masked tokens are moved to the end of the document with their
-  original positions; a stock causal class attends strictly causally and derives positions from
-  the token order, so neither can be expressed. Only NxtUni's computation is exactly causal.
-
-Tokenizer: the fairseq side is ``RobertaHubInterface.encode`` (sentencepiece pieces looked up in
-``dict.txt``; ``<s> ... </s>``, a pair as ``<s> A </s> </s> B </s>``) for RoBERTa, and
-``pieces </s>`` (as ``fairseq-preprocess`` binarizes a line) for the causal LM. The fast tokenizer
-is the sentencepiece model (Unigram, or BPE with its merges) with its vocabulary re-indexed in
-the dictionary's order (``dict.txt`` need not be in sentencepiece order) and the model's own
-normalisation (its precompiled NFKC map, whitespace handling and ``▁`` prefix). Differences left:
-
-* a piece of the sentencepiece model that ``dict.txt`` lacks becomes ``<unk>`` in fairseq; a
-  tokenizer cannot map a piece it can produce to another id, so the HF vocabulary leaves it out
-  and segments such text into other pieces. The export lists those pieces (log and
-  ``fairseq_export.json``); a dictionary written from the sentencepiece model
-  (``scripts/prepare_corpus.sh``) lacks none.
-* the literal strings of special symbols (``<s>``, ``</s>``, ``<pad>``, ``<unk>``, ``<mask>``,
-  ``madeupwordNNNN``) in the text are those tokens in HF (``<mask>`` swallowing the space before
-  it, as fairseq's ``fill_mask`` splits at ``<mask>``), while ``encode`` segments them into
-  pieces.
-
-``OUT`` is never overwritten unless ``--force``; it is written to a temporary directory beside it
-and renamed into place, so an interrupted export leaves no partial directory.
+The input is a fairseq hub directory or a checkpoint file; the output ``OUT/`` holds a stock
+``transformers`` class (``RobertaForMaskedLM``, ``RobertaPreLayerNormForMaskedLM``,
+``XLMRobertaXLForMaskedLM`` or ``OPTForCausalLM``), a fast tokenizer and ``fairseq_export.json``.
+Both models run on the same batch first, and nothing is written when their logits differ by more
+than ``--max-logit-diff``. What maps onto what, what is refused and why, the tokenizer's
+remaining differences and the measured logit differences: docs/exports.md, "Hugging Face
+``transformers``".
 """
 import argparse
 import json

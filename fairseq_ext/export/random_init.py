@@ -2,20 +2,13 @@
 
 ``python -m fairseq_ext.export.random_init CKPT OUT.pt --seed S`` writes a checkpoint that is
 ``CKPT`` in every respect (its ``cfg``: arch, sizes, normalisation, task and data) except its
-weights, which are drawn afresh by the model's own initialisation, as ``fairseq-train`` draws
-them at update 0 with ``--seed S`` (RoBERTa, BERT-rab, SwishRNN-BERT: fairseq's
-``init_bert_params``, normal(0, 0.02), zero biases, unit LayerNorm; each family's own
-otherwise). It carries no training state (0 updates), so every route that fine-tunes ``CKPT``
-(``PRETRAINED=OUT.pt recipes/*/finetune_glue.sh``, the studies' fine-tuning stage, the demo's
-table, :mod:`fairseq_ext_lab.evaluation.transfer_diagnosis`) fine-tunes the random control the same
-way: what pre-training buys is the difference. A 3ML checkpoint is controlled through its
-exported encoder (``scripts/export_encoder.py`` first), which is what fine-tuning reads.
-
-The model is rebuilt through fairseq (``checkpoint_utils.load_model_ensemble_and_task`` on
-``CKPT``, then ``task.build_model`` under the seed), so its task's dictionary must be where the
-checkpoint's ``cfg.task.data`` says. The new weights must have exactly ``CKPT``'s names and
-shapes, or nothing is written. ``OUT`` is written atomically and never over an existing file
-unless ``--force``.
+weights, drawn afresh by the model's own initialisation as ``fairseq-train`` draws them at
+update 0 with ``--seed S``, and with no training state, so every route that fine-tunes ``CKPT``
+fine-tunes the random control the same way: what pre-training buys is the difference. The model
+is rebuilt through fairseq (``load_model_ensemble_and_task``, then ``task.build_model`` under
+the seed), and nothing is written unless the new weights have exactly ``CKPT``'s names and
+shapes. ``OUT`` is written atomically and never over an existing file unless ``--force``. Usage
+(3ML through its exported encoder): docs/transfer.md, "The control".
 """
 import argparse
 import logging

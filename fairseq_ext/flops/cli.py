@@ -21,6 +21,12 @@ from fairseq_ext.flops.formulas import check_mask_prob, format_flops
 
 ROBERTA_VOCAB_SIZE = 50265
 
+#: The size flags of model A the calculator takes, each passed to the arch as an override: the
+#: stacks the FLOPs formulas read and the attention heads the arch's size check reads
+#: (:func:`~fairseq_ext.models.validation.check_attention_heads`).
+SIZE_FLAGS = ("encoder-layers", "encoder-embed-dim", "encoder-ffn-embed-dim", "encoder-attention-heads",
+              "decoder-layers", "decoder-embed-dim", "decoder-ffn-embed-dim", "decoder-attention-heads")
+
 
 # --- the calculator CLI -------------------------------------------------------------------------
 
@@ -33,8 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "convention while speedups and budgets agree.",
     )
     parser.add_argument("--arch", required=True, help="registered arch, e.g. 3ml_self_base")
-    for name in ("encoder-layers", "encoder-embed-dim", "encoder-ffn-embed-dim",
-                 "decoder-layers", "decoder-embed-dim", "decoder-ffn-embed-dim"):
+    for name in SIZE_FLAGS:
         parser.add_argument(f"--{name}", type=int, help=f"override the arch's --{name} (model A)")
     parser.add_argument("--tokens-per-sample", type=int, default=512, help="sequence length L")
     parser.add_argument("--mask-prob", type=float, default=0.15, help="masking rate of model A")
@@ -102,9 +107,7 @@ def run(args) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive; got {value}")
-    overrides = {k: getattr(args, k) for k in (
-        "encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
-        "decoder_layers", "decoder_embed_dim", "decoder_ffn_embed_dim")}
+    overrides = {name.replace("-", "_"): getattr(args, name.replace("-", "_")) for name in SIZE_FLAGS}
     vocab = vocab_size_of(args)
     length = args.tokens_per_sample
     spec_a = spec_for_arch(args.arch, **overrides)

@@ -476,6 +476,23 @@ def exact_forward_flops(spec: ModelSpec, length: float, mask_tokens: float,
                                 other_predicted_tokens, vocab_size)
 
 
+def training_flops_of_rows(spec: ModelSpec, sequences: float, length: float,
+                           mask_per_sequence: float, other_per_sequence: float, vocab_size: int,
+                           run_lengths: Optional[Tuple[float, float]] = None) -> float:
+    """Training FLOPs (:data:`TRAINING_MULTIPLIER` x forward) of ``sequences`` rows of
+    ``length`` tokens, each with ``mask_per_sequence`` ``<mask>`` and ``other_per_sequence``
+    other predicted tokens; each part on ``run_lengths`` ``(encoder, decoder)`` when given,
+    else on the family's :meth:`~FlopsFamily.run_lengths`. The criteria count their batches
+    with it (:class:`~fairseq_ext.flops.training_metrics.TrainingFlops`) and a run's planned
+    updates too (:func:`~fairseq_ext.flops.run_flops.update_training_flops`)."""
+    family = flops_family(spec.family)
+    if run_lengths is None:
+        run_lengths = family.run_lengths(spec, length, mask_per_sequence)
+    per_sequence = family.forward_flops(spec, *run_lengths, mask_per_sequence,
+                                        other_per_sequence, vocab_size)
+    return TRAINING_MULTIPLIER * per_sequence * sequences
+
+
 def expected_forward_flops(spec: ModelSpec, length: int, mask_prob: float, vocab_size: int,
                            mask_fraction: float = 0.8) -> float:
     """Forward FLOPs of one sequence of ``length`` tokens at masking rate ``mask_prob``, of

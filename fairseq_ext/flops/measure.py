@@ -2,18 +2,14 @@
 and set them beside :mod:`fairseq_ext.flops`' analytic count (``python -m fairseq_ext.flops
 --measure``).
 
-FlopCounterMode counts matrix products (``mm``, ``addmm``, ``bmm``, attention kernels) with a
-multiply-add as 2 FLOPs and ignores element-wise work, the same convention as the analytic
-formulas; the backward pass counts the products for input and weight gradients (2 x forward).
-The batch is corrupted with exact counts (``round(m L)`` corrupted positions per sequence, of
-which ``round(f m L)`` become ``<mask>``), and the analytic count is evaluated at those lengths.
-
-``scaled_dot_product_attention`` runs on its math backend while counting (:func:`flop_counter`):
-its matrix products are then counted as written (2 x forward in the backward, the analytic
-convention), whatever kernel the device would pick. (FlopCounterMode has no formula for the CPU
-fused kernel, so it would count nothing there; fused kernels recompute the attention scores in
-the backward, 0.5 x the attention map's forward FLOPs more, which the analytic convention does
-not count.)
+FlopCounterMode counts matrix products with a multiply-add as 2 FLOPs and ignores element-wise
+work, the analytic formulas' convention; the backward counts input and weight gradients (2 x
+forward). The batch is corrupted with exact counts (``round(m L)`` corrupted positions per
+sequence, ``round(f m L)`` of them ``<mask>``), and the analytic count is evaluated at those
+lengths. ``scaled_dot_product_attention`` runs on its math backend while counting
+(:func:`flop_counter`), so its products are counted as written whatever kernel the device would
+pick: FlopCounterMode has no formula for the CPU fused kernel, and fused kernels recompute the
+scores in the backward, which the analytic convention does not count. See docs/flops.md.
 """
 import contextlib
 from typing import Dict, Iterator, Tuple

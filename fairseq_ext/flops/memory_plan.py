@@ -2,44 +2,14 @@
 
 ``python -m fairseq_ext.flops.memory_plan [--world-size N] -- fairseq-train DATA --arch ... [flags]``
 prints, before the run starts (every ``recipes/*/pretrain*.sh`` calls it through
-``recipes/lib/common.sh``):
-
-* **parameters**: :meth:`~fairseq_ext.flops.families.FlopsFamily.parameters` of the arch, with
-  the data-bin's dictionary (``DATA/dict.txt`` + 4 specials + ``<mask>``; 50,265 without one)
-  and the run's positions;
-* **weights** and **gradients**: 4 bytes each per parameter in fp32; 2 each under ``--fp16`` /
-  ``--bf16``, which also keep an fp32 master copy (4 bytes) unless ``--memory-efficient-*``;
-* **optimizer state**: Adam's two fp32 moments, 8 bytes per parameter (``adam``,
-  ``fused_adamw``; 0 for ``sgd``, 4 for the others as an estimate);
-* **activations**: one micro-batch (``--batch-size`` rows of ``--tokens-per-sample``, or
-  ``--max-tokens`` tokens) through
-  :meth:`~fairseq_ext.flops.families.FlopsFamily.activation_bytes`: Korthikanti et al. (2022)
-  per block, ``s b h (34 + 5 a s / h)`` bytes at 16-bit without recomputation, on the lengths the
-  family runs each stack on, and the logits of the predicted tokens; ``--update-freq`` does not
-  add to it (gradients accumulate in place). With ``--checkpoint-activations`` (full activation
-  recomputation, Korthikanti et al. Sec. 4: fairseq's ``checkpoint_wrapper`` around every layer)
-  each block keeps only its input, ``s b h`` elements (``2 s b h L`` bytes at 16-bit), plus one
-  block's full activations while the backward pass recomputes it. Under ``fairseq-train`` only
-  ``bidirectional_lm`` takes the flag (fairseq 0.12's RoBERTa flags, which BERT-rab, SwishRNN-BERT
-  and 3ML share, lack it), and none of these models takes ``--offload-activations``, which the
-  plan does not read;
-* **sharding** over the data-parallel world (``--world-size``, the recipes' ``NUM_GPUS`` x
-  ``NNODES``): ``--zero-sharding os`` divides the optimizer state (fairscale's ``OSS`` wraps the
-  optimizer fairseq built, so the fp32 master copy of ``--fp16`` stays whole on every GPU),
-  ``--ddp-backend fully_sharded`` (ZeRO-3) divides weights, gradients and optimizer state;
-* **DDP gradient buckets**: on more than one GPU, torch's ``DistributedDataParallel``
-  (``--ddp-backend pytorch_ddp`` / ``c10d``, fairseq's default) all-reduces through bucket
-  buffers that hold a second copy of every gradient, unless ``--gradient-as-bucket-view`` (see
-  fairseq's help for that flag); ``legacy_ddp`` and ``no_c10d`` use fairseq's own fixed-size
-  buffer (``--bucket-cap-mb``, counted as 0 here);
-* the **total per GPU**, without the framework's own buffers, the allocator's fragmentation
-  and the CUDA context (budget a few GB more).
-
-E.g. ``bidir_lm_6_7b`` (6.654B parameters) needs 6.654e9 x 16 = 106.5 GB for weights,
-gradients and Adam state in fp32, or with ``--fp16``, without sharding; its activations for
-2 x 1024 tokens in fp32 are 40.6 GB without recomputation (32 layers of 1.24 GB and 0.8 GB of
-logits) and 3.1 GB with ``--checkpoint-activations`` (32 layer inputs of 34 MB, one layer, the
-logits).
+``recipes/lib/common.sh``): the arch's parameters
+(:meth:`~fairseq_ext.flops.families.FlopsFamily.parameters`), weights, gradients, the fp32 master
+copy under ``--fp16`` / ``--bf16``, optimizer state, DDP's gradient buckets, the activations of
+one micro-batch (:meth:`~fairseq_ext.flops.families.FlopsFamily.activation_bytes`: Korthikanti
+et al. (2022), ``s b h (34 + 5 a s / h)`` bytes per block at 16-bit, or each block's input plus
+one block under ``--checkpoint-activations``), each divided as ``--zero-sharding os`` or
+``--ddp-backend fully_sharded`` shards it, and the total per GPU. What each term counts and the
+large recipes' plans: docs/scaling.md ("Memory plan", "Activation recomputation").
 """
 import argparse
 import dataclasses
@@ -58,7 +28,7 @@ OPTIMIZER_STATE_BYTES = {"adam": 8, "fused_adamw": 8, "adamw": 8, "cpu_adam": 8,
 
 @dataclasses.dataclass(frozen=True)
 class MemoryPlan:
-    """Bytes per GPU of one training run (see the module doc for each term)."""
+    """Bytes per GPU of one training run (each term: docs/scaling.md, "Memory plan")."""
 
     arch: str
     parameters: int
@@ -211,7 +181,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m fairseq_ext.flops.memory_plan",
         description="Memory per GPU of a fairseq-train command: weights, gradients, optimizer "
-                    "state, activations (module doc of fairseq_ext.flops.memory_plan).",
+                    "state, activations (docs/scaling.md, \"Memory plan\").",
         usage="%(prog)s [--world-size N] -- fairseq-train DATA --arch ARCH [flags]")
     parser.add_argument("--world-size", type=int, default=1,
                         help="data-parallel processes (GPUs x nodes); default 1")

@@ -2,29 +2,20 @@
 
 A criterion holds a :class:`TrainingFlops` and, in ``forward``, puts
 :meth:`TrainingFlops.of_batch` into its logging output under :data:`TRAIN_FLOPS_KEY` (training
-batches only); its ``reduce_metrics`` calls :func:`log_training_flops`. That logs, in PFLOPs
-(1e15), in the progress bar, json logs and tensorboard:
-
-* ``pflops``: training FLOPs per update (averaged over the log interval);
-* ``total_pflops``: the running total since the start of training. It is kept in fairseq's
-  ``default`` metrics aggregator, which fairseq saves in the checkpoint's extra state
-  (``extra_state["metrics"]``) and restores on ``--restore-file`` resume, so the total
-  survives save/resume (``--reset-meters`` starts it again from 0);
-* ``total_tokens``: the running total of training tokens (the batches' ``ntokens``, padding
-  excluded), kept the same way, so curves can be drawn against tokens as well as FLOPs
-  (``scripts/plot_curves.py``).
-
-FLOPs follow :mod:`fairseq_ext.flops` (multiply-add = 2, training = 3 x forward, which is what
-``FlopCounterMode`` measures; the 3ML paper counts 2 x forward, so absolute figures are 1.5 x
-the paper's convention while ratios are the same).
+batches only); its ``reduce_metrics`` calls :func:`log_training_flops`, which logs ``pflops``
+(training PFLOPs per update), ``total_pflops`` and ``total_tokens`` (running totals since the
+start of training, padding excluded). The totals live in fairseq's ``default`` metrics
+aggregator, which fairseq saves in the checkpoint and restores on resume (``--reset-meters``
+starts them again from 0). FLOPs follow :mod:`fairseq_ext.flops` (training = 3 x forward, 1.5 x
+the 3ML paper's convention; ratios the same). The metrics and the curves drawn from them:
+docs/flops.md.
 """
 from typing import Optional, Tuple
 
 from fairseq import metrics, utils
 from fairseq.logging.meters import SumMeter
 
-from fairseq_ext.flops.families import ModelSpec, flops_family, spec_from_args
-from fairseq_ext.flops.formulas import TRAINING_MULTIPLIER
+from fairseq_ext.flops.families import ModelSpec, spec_from_args, training_flops_of_rows
 
 TRAIN_FLOPS_KEY = "train_flops"
 _TOTAL_KEY = "_train_pflops_total"  # leading "_": kept (and checkpointed) but not printed
@@ -58,14 +49,9 @@ class TrainingFlops:
         family's
         :meth:`~fairseq_ext.flops.families.FlopsFamily.run_lengths`.
         """
-        spec = self.model_spec(model)
-        family = flops_family(spec.family)
-        mask_per_sequence = mask_tokens / sequences
-        if run_lengths is None:
-            run_lengths = family.run_lengths(spec, length, mask_per_sequence)
-        per_sequence = family.forward_flops(spec, *run_lengths, mask_per_sequence,
-                                            other_predicted_tokens / sequences, self.vocab_size)
-        return TRAINING_MULTIPLIER * per_sequence * sequences
+        return training_flops_of_rows(self.model_spec(model), sequences, length,
+                                      mask_tokens / sequences, other_predicted_tokens / sequences,
+                                      self.vocab_size, run_lengths)
 
 
 def log_training_flops(logging_outputs) -> None:

@@ -37,7 +37,7 @@ from fairseq_ext.models.roberta_pooled import (
     set_finetuning_defaults,
 )
 from fairseq_ext.models.roberta_sizes import roberta_size_defaults
-from fairseq_ext.models.sizes import ENCODER_SIZES, EncoderSize, register_sized_architecture
+from fairseq_ext.models.sizes import ENCODER_SIZES, StackSize, register_sized_architecture
 from fairseq_ext.models.validation import check_attention_heads
 from fairseq_ext.modules.relative_attention import RelativeBiasSelfAttention, check_bucket_config
 
@@ -82,6 +82,7 @@ class RelativeBiasTransformerEncoder(TransformerEncoder):
             for layer in self.layers[1:]:
                 layer.self_attn.position_bias = shared
 
+    # A copy of fairseq's TransformerEncoderBase.build_encoder_layer, which names its layer class.
     def build_encoder_layer(self, cfg):
         """As fairseq's, with our layer: activation checkpointing and FSDP wrapping honoured."""
         layer = self.layer_class(self.args)
@@ -96,6 +97,7 @@ class BertRabEncoder(RobertaEncoder):
 
     transformer_class = RelativeBiasTransformerEncoder
 
+    # A copy of fairseq's RobertaEncoder.build_encoder, which names TransformerEncoder.
     def build_encoder(self, args, dictionary, embed_tokens):
         encoder = self.transformer_class(args, dictionary, embed_tokens)
         encoder.apply(init_bert_params)
@@ -148,7 +150,7 @@ class BertRabModel(DictionaryCheckedLoading, PooledClassificationMixin, RobertaM
 
 # --- architectures (Table 3 sizes; small and tiny for CPU demos and tests) ----------------------
 
-def bert_rab_architecture(args, size: EncoderSize = ENCODER_SIZES["base"]):
+def bert_rab_architecture(args, size: StackSize = ENCODER_SIZES["base"]):
     """T5 bias defaults (``--rab-num-buckets 32``, ``--rab-max-distance 128``, a table per
     layer), then ``size`` and RoBERTa's BERT defaults: post-LN, GeLU, learned positions,
     dropout 0.1 (Table 3). Only where not set: CLI and hydra overrides win."""

@@ -1,90 +1,13 @@
-"""Generalized bidirectionality (Artetxe et al., 2022, "On the Role of Bidirectionality in
-Language Model Pre-Training"): the ``bidirectional_lm`` model and its ``bidir_lm_*`` archs.
+"""Generalized bidirectionality (Artetxe et al., 2022): the ``bidirectional_lm`` model and its
+``bidir_lm_*`` archs (Table 2).
 
-One decoder-only Transformer serves every variant of Table 1 (NxtUni ... HybPre): the variants
-differ only in the data (which tokens are masked and moved to the end, which are predicted, the
-length ``n_bidir`` of each document's bidirectional prefix), which the ``bidirectional_lm``
-task prepares, and in the attention mask, which this model builds from the batch:
-
-* **Attention** (§2, §3.1 footnote 4, Figure 3): within a document, token ``i`` attends to
-  token ``j`` iff ``j <= i`` or ``j < n_bidir``; every token also attends to all tokens of the
-  earlier documents of its row (footnote 4) unless ``no_cross_document_attention``; never to
-  later documents or padding (:mod:`fairseq_ext.modules.bidirectional_attention_mask`). The
-  mask is built once per batch, shared by all layers, and applied by
-  ``scaled_dot_product_attention`` as a dense mask, or by FlexAttention as a block mask that
-  skips the empty blocks (:mod:`fairseq_ext.modules.block_sparse_attention`), both through
-  :class:`~fairseq_ext.modules.sdpa_attention.MaskedSelfAttention`; ``--attention-impl``
-  (below) picks the path.
-* **Positions** (§2: masked tokens move "along with their positional embeddings"): learned
-  positional embeddings looked up at each token's index in its original document
-  (``src_positions``), fairseq's convention ``padding_idx + 1 + index``.
-* **Blocks**: fairseq's Transformer decoder layers without cross-attention, pre-LN with a final
-  LayerNorm, GELU, FFN ``4 d``, dropout 0.1 (fairseq's ``transformer_lm_gpt``, the architecture
-  of Artetxe et al., 2021, whose settings §3.1 follows); token embeddings scaled by
-  ``sqrt(d)`` and initialised ``N(0, d^-1/2)``, attention projections Xavier-uniform, FFN
-  layers torch's default ``nn.Linear`` initialisation (all fairseq's ``transformer_lm``
-  initialisation, not BERT's ``N(0, 0.02)``); the output projection is tied to the token
-  embedding.
-* **Sizes** (Table 2; :data:`~fairseq_ext.models.sizes.DECODER_LM_SIZES`): ``bidir_lm_125m``
-  (12 x 768, 12 heads), ``bidir_lm_355m`` (24 x 1024, 16), ``bidir_lm_1_3b`` (24 x 2048, 32),
-  ``bidir_lm_2_7b`` (32 x 2560, 32), ``bidir_lm_6_7b`` (32 x 4096, 32); ``bidir_lm_small``
-  (4 x 256), ``bidir_lm_mini`` (2 x 128, the CPU demo) and ``bidir_lm_tiny`` (2 x 64). With
-  fairseq's GPT-2 dictionary (50,265 symbols with ``<mask>``) and 1,024 positions they have
-  124.4M, 354.8M, 1.314B, 2.649B and 6.654B parameters (Table 2: 125M, 355M, 1.3B, 2.7B,
-  6.7B; GPT-3 rounds its 2.65B model to 2.7B too).
-
-Choices where the paper is silent: Artetxe et al. (2021) trained with *sinusoidal* positions
-(following Shortformer; fairseq's ``transformer_lm_gpt`` default), while this model learns its
-positions (§2 moves masked tokens "along with their positional embeddings"; 1,026 x d more
-parameters, 0.6% at 125M); pre-LN, the initialisation and the embedding scale are fairseq's
-``transformer_lm`` defaults, as in the fairseq code both papers used.
-
-The batch (the ``bidirectional_lm`` task's ``net_input``): ``src_tokens`` ``(B, T)``
-right-padded; ``src_positions`` each token's index in its original document; ``doc_ids`` which
-document of the row it belongs to (``-1`` at padding); ``bidir_lens`` ``n_bidir`` of its
-document. Without the last three the model is a plain causal LM over each row (positions
-``0 .. len - 1``; with the default ``--r-bidir 0``, see "Classification" below), so fairseq's
-``language_modeling`` task, ``fairseq-eval-lm`` and the sequence generator (incremental decoding
-through fairseq's own attention path) work unchanged.
-
-Attention path (``--attention-impl``, default ``auto``): ``sdpa`` (the dense mask) or ``flex``
-(FlexAttention). FlexAttention computes no attention dropout and has no CPU backward, so it runs
-on CUDA and, without gradients, on CPU (``fairseq-validate``, ``scripts/infill_rescore.py``,
-``scripts/score_choices.py``, fairseq-train's validation), while attention dropout is inactive.
-``auto`` picks ``flex`` for each batch where it runs, the rows span more than one block of 128
-tokens and it pays off (on CUDA always; on CPU where its block mask skips at least 80% of the
-scores in fp32, 90% in bf16: :mod:`fairseq_ext.modules.block_sparse_attention`), ``sdpa``
-elsewhere; ``flex`` where it cannot run is refused: when ``fairseq-train``
-or ``fairseq-hydra-train`` reads the config (training on CPU: ``--cpu`` or no CUDA device;
-``--attention-dropout`` above 0), else at the batch. Both paths compute the same attention with
-the same parameters, so the state dict does not depend on the choice and a checkpoint runs on
-either (``fairseq-validate --model-overrides "{'attention_impl': 'sdpa'}"`` changes it).
-
-``no_cross_document_attention`` is not a flag of this model: it is read from the run's
-arguments (where the ``bidirectional_lm`` task's ``--no-cross-document-attention`` lands under
-``fairseq-train``), else from the task's config (``fairseq-hydra-train``), and stored in the
-model's args so a checkpoint keeps it.
-
-Classification (§3.2 "Fine-tuning"): :meth:`BidirectionalLanguageModel.register_classification_head`
-adds a RoBERTa-style head reading the features of each row's last token (the final ``</s>``),
-used by fairseq's ``sentence_prediction`` task and criterion. A batch without a layout (as
-``sentence_prediction`` gives: ``src_tokens`` and ``src_lengths`` only) is one example per row,
-attended with ``n_bidir = round(R x n)`` over its ``n`` real tokens, ``R`` the model's
-``--r-bidir`` (default 0: causal; 1: fully bidirectional over the example; left or right
-padding; :func:`example_layout`), so ``fairseq-train --task sentence_prediction --arch
-bidir_lm_* --r-bidir 1 --restore-file PRETRAINED.pt`` fine-tunes with bidirectional attention
-(§3.2: "fully unidirectional attention (r_bidir = 0) and fully bidirectional attention
-(r_bidir = 1)"). ``R`` is stored in the model's args, so a fine-tuned checkpoint is evaluated
-with the attention it was trained with; a pre-training checkpoint has none, which reads as 0.
-``--task bidirectional_lm`` has an ``--r-bidir`` of its own (the evaluation modes' R, one value
-or a list): fairseq-train puts both on one parser, keeps the first declaration (the model's,
-declared as a string so it takes the task's lists too), and the task's batches always carry a
-layout, so under that task the value is the task's and the model does not read it. The head
-reads each row's last real token: the ``</s>`` fairseq's binarizer ends every example with
-(§3.2: "we place a special </s> token at the end of the sequence"), unless
-``--shorten-method truncate`` cut the example, whose head then reads its last kept token
-(``recipes/bidirectional/finetune_glue.sh`` truncates at the whole position table, 1,024 tokens;
-RoBERTa's GLUE runs cut at 512).
+A decoder-only Transformer (fairseq's decoder layers, pre-LN, learned positions looked up at each
+token's ``src_positions``) whose attention follows the batch's layout: within a document token
+``i`` attends to ``j`` iff ``j <= i`` or ``j < n_bidir``, and to the earlier documents of its row
+unless ``no_cross_document_attention`` (§2, footnote 4, Figure 3). The ``bidirectional_lm`` task
+builds the layout and puts its settings into the model's args (its ``build_model``); a batch
+without one is one example per row with ``n_bidir = round(R x n)`` (``--r-bidir``, §3.2).
+Details: docs/bidirectional.md ("What is built", "Attention paths"), docs/bidirectional_finetuning.md.
 """
 import argparse
 import logging
@@ -106,16 +29,11 @@ from fairseq_ext.data.bidirectional_eval_dataset import parse_r_bidir
 from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
 from fairseq_ext.models.sizes import (
     DECODER_LM_SIZES,
-    DecoderSize,
+    StackSize,
     register_sized_architecture,
-    set_encoder_size,
+    set_stack_size,
 )
-from fairseq_ext.models.validation import (
-    BIDIRECTIONAL_LM_TASK,
-    check_attention_heads,
-    fairseq_training_program,
-    run_config_of,
-)
+from fairseq_ext.models.validation import check_attention_heads
 from fairseq_ext.modules.bidirectional_attention_mask import (
     additive_attention_mask,
     causal_layout,
@@ -125,7 +43,6 @@ from fairseq_ext.modules.block_sparse_attention import (
     ATTENTION_IMPLS,
     choose_attention_impl,
     flex_pays_off,
-    flex_unsupported_reason,
     layout_blocks,
     min_skipped,
 )
@@ -143,7 +60,8 @@ CLASSIFICATION_POOLINGS = ("last", "mean")
 
 #: The batch fields that describe the packed documents (all or none of them).
 LAYOUT_FIELDS = ("src_positions", "doc_ids", "bidir_lens")
-#: Where fairseq-train puts the task's --no-cross-document-attention.
+#: The model's args key of the ``bidirectional_lm`` task's --no-cross-document-attention, which
+#: the task puts there (``BidirectionalLMTask.build_model``).
 NO_CROSS_DOCUMENT_ATTENTION = "no_cross_document_attention"
 DEFAULT_MAX_TARGET_POSITIONS = 1024
 #: The model's args key of ``--r-bidir`` (batches without a layout).
@@ -170,63 +88,12 @@ def validate_bidirectional_lm_config(args) -> None:
     check_attention_impl(args)
 
 
-def trains_on_cpu(args) -> bool:
-    """Whether the run trains on the CPU: ``--cpu`` (``common.cpu`` under hydra) or no CUDA
-    device, as fairseq-train decides."""
-    cpu = safe_getattr(args, "cpu", None)
-    if cpu is None and OmegaConf.is_config(args):
-        root = args._get_parent()
-        common = root.get("common") if root is not None and "common" in root else None
-        cpu = safe_getattr(common, "cpu", None)
-    return bool(cpu) or not torch.cuda.is_available()
-
-
-def check_attention_impl(args, program=None) -> None:
-    """``--attention-impl``: one of :data:`ATTENTION_IMPLS`; ``flex`` is refused where the run
-    trains and FlexAttention cannot (CPU training, attention dropout), as fairseq-train reads
-    the config. ``program``: the running fairseq CLI (default: :func:`fairseq_training_program`)."""
+def check_attention_impl(args) -> None:
+    """``--attention-impl``: one of :data:`ATTENTION_IMPLS`. (Where ``flex`` cannot train, the
+    run's check refuses it: :func:`fairseq_ext.models.validation.check_flex_trains`.)"""
     impl = safe_getattr(args, ATTENTION_IMPL, None) or "auto"
     if impl not in ATTENTION_IMPLS:
         raise ConfigError(f"--attention-impl {impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
-    program = fairseq_training_program() if program is None else program
-    if impl != "flex" or program is None:
-        return
-    device = torch.device("cpu" if trains_on_cpu(args) else "cuda")
-    dropout = safe_getattr(args, "attention_dropout", 0.0) or 0.0
-    reason = flex_unsupported_reason(device, needs_grad=True, attention_dropout=dropout)
-    if reason is not None:
-        raise ConfigError(f"--attention-impl flex cannot train here ({program} on "
-                          f"{device.type.upper()}): {reason}. Use --attention-impl auto "
-                          "(FlexAttention where it runs: on CUDA without attention dropout, "
-                          "and for evaluation) or sdpa")
-
-
-def no_cross_document_attention(args, task=None) -> bool:
-    """``no_cross_document_attention`` of the run: the model's args (``fairseq-train`` puts the
-    task's flag there; a checkpoint keeps it), else the run's task config
-    (``fairseq-hydra-train``), else the task object's config; ``False`` (footnote 4: tokens
-    attend to earlier documents) when none sets it."""
-    value = safe_getattr(args, NO_CROSS_DOCUMENT_ATTENTION, None)
-    if value is None:
-        task_cfg = run_config_of(args).task_cfg
-        if task_cfg is not None and task_cfg is not args:
-            value = safe_getattr(task_cfg, NO_CROSS_DOCUMENT_ATTENTION, None)
-    if value is None and task is not None:
-        for cfg in (getattr(task, "cfg", None), getattr(task, "args", None)):
-            if cfg is not None and value is None:
-                value = safe_getattr(cfg, NO_CROSS_DOCUMENT_ATTENTION, None)
-    return bool(value)
-
-
-def task_gives_layouts(args, task=None) -> bool:
-    """Whether the run's batches carry their own layout: the ``bidirectional_lm`` task's do
-    (and its ``--r-bidir`` is its evaluation R, not the model's)."""
-    from fairseq.tasks import TASK_REGISTRY
-
-    task_class = TASK_REGISTRY.get(BIDIRECTIONAL_LM_TASK)
-    if task is not None and task_class is not None and isinstance(task, task_class):
-        return True
-    return run_config_of(args).task == BIDIRECTIONAL_LM_TASK
 
 
 def model_r_bidir(value) -> float:
@@ -271,7 +138,7 @@ class BidirectionalDecoderLayer(TransformerDecoderLayerBase):
 
 class BidirectionalTransformerDecoder(TransformerDecoder):
     """fairseq's ``TransformerDecoder`` (no encoder attention) on packed documents: explicit
-    positions and the generalized-bidirectionality mask (module doc)."""
+    positions and the generalized-bidirectionality mask."""
 
     def __init__(self, args, dictionary, embed_tokens, cross_document: bool = True,
                  r_bidir: float = 0.0, attention_impl: str = "auto"):
@@ -281,6 +148,7 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
         self.attention_impl = attention_impl  # auto | sdpa | flex (choose_attention_impl)
         self._logged_paths = set()
 
+    # A copy of fairseq's TransformerDecoderBase.build_decoder_layer, which names its layer class.
     def build_decoder_layer(self, cfg, no_encoder_attn=True):
         """As fairseq's, with our layer: activation checkpointing and FSDP wrapping honoured."""
         cfg = TransformerConfig.from_namespace(cfg)
@@ -339,7 +207,7 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
 
     def attention_path(self, tokens) -> str:
         """``"sdpa"`` or ``"flex"`` for this batch as far as where FlexAttention runs decides
-        (``--attention-impl``; module doc): whether the call needs gradients, the device,
+        (``--attention-impl``; docs/bidirectional.md): whether the call needs gradients, the device,
         attention dropout in effect, the row length. (``auto`` on CPU then also asks whether
         it pays off: :meth:`attention_mask`.)"""
         dropout = max((m.dropout_module.p for m in self.modules()
@@ -370,7 +238,7 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
         return additive_attention_mask(allowed, dtype)
 
     # not traced by torch.compile: a guard on the set of logged paths would recompile the
-    # training graph once validation has logged its own path (issue 56)
+    # training graph once validation has logged its own path
     @torch.compiler.disable
     def log_attention_path(self, path: str, device: torch.device, why: str) -> None:
         needs_grad = self.needs_grad()
@@ -381,6 +249,8 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
                         self.attention_impl, device.type,
                         "with gradients" if needs_grad else "no gradients", why)
 
+    # A copy of fairseq's TransformerDecoderBase.extract_features_scriptable, which takes the
+    # positions from the token order and one (T, T) mask: no hook for a per-example layout.
     def extract_features_with_layout(self, tokens, positions, doc_ids, bidir_lens):
         """The decoder on ``tokens`` ``(B, T)`` at 0-based ``positions``, attending as the
         layout ``doc_ids`` / ``bidir_lens`` ``(B, T)`` allows (the mask built once, for every
@@ -413,7 +283,7 @@ class BidirectionalTransformerDecoder(TransformerDecoder):
 @register_model("bidirectional_lm")
 class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel):
     """Generalized bidirectionality (Artetxe et al., 2022): a decoder-only LM whose attention
-    follows each batch's documents, bidirectional prefixes and moved masks (module doc)."""
+    follows each batch's documents, bidirectional prefixes and moved masks."""
 
     def __init__(self, args, decoder: BidirectionalTransformerDecoder):
         super().__init__(decoder)
@@ -454,24 +324,17 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
         parser.add_argument("--load-checkpoint-heads", action="store_true",
                             help="(re-)register the checkpoint's classification heads")
         parser.add_argument("--attention-impl", choices=ATTENTION_IMPLS,
-                            help="attention path (default auto): sdpa, a dense mask through "
-                                 "scaled_dot_product_attention; flex, FlexAttention's block "
-                                 "mask, which skips empty blocks (CUDA; CPU without gradients; "
-                                 "no attention dropout); auto, flex where it runs, rows "
-                                 "span more than 128 tokens and it pays off (CPU: its block "
-                                 "mask skips >= 80%% of the scores in fp32), else sdpa. Same "
-                                 "results and state dict either way")
+                            help="sdpa (a dense mask), flex (FlexAttention's block mask: CUDA, "
+                                 "or CPU without gradients; no attention dropout) or auto "
+                                 "(default: flex where it runs and pays off); same results")
         # No default (not even None): fairseq-train declares the model's flags and then the
         # task's on one parser and keeps the first declaration, so under --task
         # bidirectional_lm this flag is the task's evaluation --r-bidir, which must stay unset
         # unless typed; a string, so that it takes the task's lists too.
         parser.add_argument("--r-bidir", type=str, metavar="R", default=argparse.SUPPRESS,
-                            help="batches without a document layout (fine-tuning with fairseq's "
-                                 "sentence_prediction, §3.2): n_bidir = round(R x each "
-                                 "example's length): 0 (default) causal attention, 1 fully "
-                                 "bidirectional over the example; kept in the checkpoint. With "
-                                 "--task bidirectional_lm: the task's evaluation R (one or a "
-                                 "list), which the model does not read")
+                            help="batches without a layout (fine-tuning, §3.2): n_bidir = "
+                                 "round(R x the example's length), 0 (default) causal, 1 fully "
+                                 "bidirectional; under --task bidirectional_lm the task's R")
 
     @classmethod
     def build_model(cls, args, task):
@@ -485,12 +348,10 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
                                              else None)
                                          or DEFAULT_MAX_TARGET_POSITIONS)
         validate_bidirectional_lm_config(args)
-        no_cross = no_cross_document_attention(args, task)
-        setattr(args, NO_CROSS_DOCUMENT_ATTENTION, no_cross)
-        r_bidir = 0.0
-        if not task_gives_layouts(args, task):
-            r_bidir = model_r_bidir(safe_getattr(args, R_BIDIR, None))
-            setattr(args, R_BIDIR, r_bidir)  # the checkpoint keeps it
+        no_cross = bool(safe_getattr(args, NO_CROSS_DOCUMENT_ATTENTION, False))
+        r_bidir = model_r_bidir(safe_getattr(args, R_BIDIR, None))
+        setattr(args, NO_CROSS_DOCUMENT_ATTENTION, no_cross)  # the checkpoint keeps both
+        setattr(args, R_BIDIR, r_bidir)
         dictionary = task.source_dictionary
         embed_tokens = Embedding(len(dictionary), args.decoder_embed_dim, dictionary.pad())
         decoder = BidirectionalTransformerDecoder(args, dictionary, embed_tokens,
@@ -525,6 +386,8 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
                             bidir_lens=bidir_lens, features_only=features_only,
                             masked_tokens=masked_tokens, **kwargs)
 
+    # This and upgrade_state_dict_named copy fairseq's RobertaModel methods: this model is a
+    # FairseqLanguageModel (a decoder), not a RobertaModel.
     def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
         """Add (or replace) a head ``name``: RoBERTa's dense -> activation -> projection on the
         features of one position per row (§3.2: the final ``</s>``)."""
@@ -575,12 +438,12 @@ class BidirectionalLanguageModel(DictionaryCheckedLoading, FairseqLanguageModel)
 
 # --- architectures (Table 2; small, mini and tiny for CPU runs and tests) -----------------------
 
-def bidirectional_lm_defaults(args, size: DecoderSize) -> None:
+def bidirectional_lm_defaults(args, size: StackSize) -> None:
     """``size``, then the GPT-3-style settings of Artetxe et al. (2021) as fairseq's
     ``transformer_lm_gpt`` has them (GELU, dropout 0.1, attention dropout 0.1), learned
     positions, tied input/output embeddings, classification-head defaults, and fairseq's
     ``base_lm_architecture`` for the rest (pre-LN with a final LayerNorm). Only where unset."""
-    set_encoder_size(args, size)
+    set_stack_size(args, "decoder", size)
     args.activation_fn = safe_getattr(args, "activation_fn", "gelu")
     args.dropout = safe_getattr(args, "dropout", 0.1)
     args.attention_dropout = safe_getattr(args, "attention_dropout", 0.1)

@@ -8,12 +8,12 @@ hydra config win over these defaults.
 from fairseq.models.roberta.model import base_architecture
 from fairseq.utils import safe_getattr
 
-from fairseq_ext.models.sizes import register_sized_architecture, set_encoder_size
+from fairseq_ext.models.sizes import register_sized_architecture, set_stack_size
 
 
 def roberta_size_defaults(args, size) -> None:
     """``size``'s encoder, then fairseq's RoBERTa defaults."""
-    set_encoder_size(args, size)
+    set_stack_size(args, "encoder", size)
     base_architecture(args)
 
 

@@ -33,7 +33,7 @@ from fairseq_ext.models.bert_rab import (
     RelativeBiasTransformerEncoder,
     bert_rab_architecture,
 )
-from fairseq_ext.models.sizes import ENCODER_SIZES, EncoderSize, register_sized_architecture
+from fairseq_ext.models.sizes import ENCODER_SIZES, StackSize, register_sized_architecture
 from fairseq_ext.modules.swish_rnn import DIRECTIONS, SwishRNN
 
 
@@ -69,6 +69,8 @@ class SwishRNNEncoderLayer(RelativeBiasEncoderLayer):
     def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
         return None
 
+    # A copy of fairseq's TransformerEncoderLayerBase.forward, which runs fc1/fc2 inline: no hook
+    # to replace the FFN block.
     def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor],
                 attn_mask: Optional[Tensor] = None) -> Tensor:
         """fairseq's encoder layer (Add+Norm after each block, or before with
@@ -156,7 +158,7 @@ def matched_hidden_dim(dim: int, ffn_dim: int) -> int:
 SWISHRNN_HIDDEN_DIMS = {ENCODER_SIZES["base"]: 2048, ENCODER_SIZES["large"]: 2752}
 
 
-def swishrnn_bert_architecture(args, size: EncoderSize = ENCODER_SIZES["base"]):
+def swishrnn_bert_architecture(args, size: StackSize = ENCODER_SIZES["base"]):
     """BERT-rab's defaults with ``--encoder-ffn-embed-dim`` = SwishRNN's ``d'`` (Table 3), step
     sizes 1,2,4 cycled over the layers, left-to-right recurrence."""
     hidden = SWISHRNN_HIDDEN_DIMS.get(size) or matched_hidden_dim(size.dim, size.ffn)

@@ -1,40 +1,13 @@
 """3ML, "Mask More and Mask Later" (Liao et al., 2022): ``3ml_self_*`` and ``3ml_cross_*``.
 
-A RoBERTa encoder that sees only the non-[MASK] tokens, each at its original learned position,
-and a small decoder that appends the [MASK]s later (§2.2, Figure 2). Trained with fairseq's
-stock ``masked_lm`` task (dynamic masking: ``--mask-prob``, ``--leave-unmasked-prob``,
-``--random-token-prob``); ``forward`` returns the logits of the corrupted positions in the
-order fairseq's ``roberta`` does, so the stock ``masked_lm`` criterion, our
-``masked_lm_categories`` criterion and ``fairseq-validate`` work unchanged.
-
-* **Encoder** (both variants): fairseq's RoBERTa encoder, run on the kept tokens (unchanged
-  and randomly replaced ones) only, so it really runs on ``L_e = L (1 - 0.8 m)`` tokens
-  (App. D, Eq. 3): its linear layers on the batch's kept tokens packed without padding, its
-  attention on each row's kept tokens (:mod:`fairseq_ext.modules.packed_encoder_layer`).
-  Padding every row to the longest kept row would cost 3-4% more encoder work at 40-50%
-  masking than App. D counts.
-* **3ML-self** (:class:`ThreeMLSelfDecoder`): encoder output projected to the decoder dim
-  (a linear layer when the dims differ), scattered back to the original positions; [MASK]
-  slots get a learned mask embedding in decoder space (disentangled from the word embedding);
-  the decoder's own learned positional embedding (untied from the encoder's) is added to the
-  whole sequence; ``decoder_layers`` self-attention blocks; every corrupted position is
-  predicted from the decoder.
-* **3ML-cross** (:class:`ThreeMLCrossDecoder`): the decoder queries are the [MASK] slots only
-  (mask embedding + decoder positions): self-attention among them and cross-attention to the
-  projected encoder output, no causal mask. [MASK]s are predicted from the decoder; replaced
-  and unchanged tokens from the projected encoder output, with the same head (§2.2: "We use
-  the same prediction layer for the randomly replaced, unchanged and masked tokens ... we
-  predict the randomly replaced and unchanged tokens after the encoder").
-* **Prediction head** (App. D): dense -> activation -> LayerNorm -> vocabulary projection tied
-  to the encoder's token embedding; its dense layer maps decoder dim -> encoder dim so the
-  tying still works. Only corrupted tokens go through it. One head per model, which gives
-  Table 3's parameter counts (50,265-symbol dictionary, 512 positions): 3ml_self_base 128.4M
-  (Table 3: 129M), 3ml_cross_base 129.6M (130M), 3ml_self_large 362.0M (362M),
-  3ml_cross_large 364.1M (364M); a second, encoder-side 1024x1024 head would make the last
-  365.1M.
-
-After pre-training the decoder is dropped: ``scripts/export_encoder.py`` writes a plain
-fairseq RoBERTa checkpoint for fine-tuning.
+A RoBERTa encoder that runs on the non-[MASK] tokens only, each at its original learned position
+(``L_e = L (1 - 0.8 m)`` tokens, App. D, Eq. 3), and a small decoder that appends the [MASK]s
+later (§2.2, Figure 2): 3ML-self over the whole re-assembled sequence, 3ML-cross over the [MASK]
+slots with cross-attention to the encoder output. One prediction head tied to the encoder's
+token embedding (App. D) gives Table 3's parameter counts. Trained with fairseq's stock
+``masked_lm`` task: ``forward`` returns the logits of the corrupted positions as fairseq's
+``roberta`` does, with one :class:`~fairseq_ext.models.masked_lm_run.MaskedLmRun` in ``extra``
+whatever the sizing. Details: docs/three_ml.md, "The model".
 """
 import argparse
 import contextlib
@@ -68,11 +41,12 @@ from omegaconf import OmegaConf
 from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.data.masking_capacity import MaskingCapacity
 from fairseq_ext.models.dictionary_check import DictionaryCheckedLoading
+from fairseq_ext.models.masked_lm_run import MASKED_LM_RUN, MaskedLmRun
 from fairseq_ext.models.sizes import (
     ENCODER_SIZES,
-    EncoderSize,
+    StackSize,
     register_sized_architecture,
-    set_encoder_size,
+    set_stack_size,
 )
 from fairseq_ext.models.validation import check_attention_heads, check_masking
 from fairseq_ext.modules.packed_encoder_layer import grid_encoder_layer, packed_layer_unsupported
@@ -342,17 +316,13 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
                             help="3ML-cross: add the decoder's position embedding of each kept "
                                  "token to the encoder output its cross-attention reads")
         parser.add_argument("--static-sizes", choices=STATIC_SIZES,
-                            help="size the kept tokens, [MASK] queries and predicted tokens "
-                                 "statically from the batch shape and the masking settings "
-                                 "(no device-to-host read, fixed shapes for torch.compile) when "
-                                 "the criterion passes them (ours do): 'auto' on CUDA and "
-                                 "under torch.compile, where a read is a host sync; exact "
-                                 "counts (one read each) elsewhere")
+                            help="size kept tokens, [MASK] queries and predictions from the "
+                                 "batch shape and masking settings (no device read, fixed "
+                                 "shapes): auto (default) on CUDA and under torch.compile")
         parser.add_argument("--normalization", choices=NORMALIZATIONS,
-                            help="pre-LN or post-LN for encoder and decoder (Table 4: pre-ln "
-                                 "for large and 3ML-cross, post-ln for 3ML-self base); sets "
-                                 "--encoder-normalize-before, and --layernorm-embedding for "
-                                 "post-ln (pre-ln takes --layernorm-embedding to add one)")
+                            help="pre-ln or post-ln, encoder and decoder (Table 4: pre-ln for "
+                                 "large and 3ML-cross); sets --encoder-normalize-before, and "
+                                 "--layernorm-embedding for post-ln")
 
     @classmethod
     def build_model(cls, args, task):
@@ -377,11 +347,12 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
 
         ``masking_capacity`` (passed by our criteria; fairseq's models ignore it) says the
         batch was masked by the task's ``MaskTokensDataset``: with static sizes in use
-        (:meth:`uses_static_sizes`), the logits are those of ``extra["prediction_index"]``
-        (see :meth:`static_masked_lm_logits`). A criterion that passes none (fairseq's own
+        (:meth:`uses_static_sizes`), the logits are those of the run's ``prediction_index``
+        (:meth:`static_masked_lm_logits`). A criterion that passes none (fairseq's own
         ``masked_lm``) gets the task's capacity (:attr:`task_masking_capacity`) for the
         encoder and decoder, and the logits of exactly the ``masked_tokens`` positions, in
-        row-major order, as fairseq's RoBERTa returns them."""
+        row-major order, as fairseq's RoBERTa returns them. Either way ``extra`` holds one
+        :class:`~fairseq_ext.models.masked_lm_run.MaskedLmRun`, the contract our criteria read."""
         if features_only or classification_head_name is not None:
             return super().forward(src_tokens, features_only, return_all_hiddens,
                                    classification_head_name, **kwargs)
@@ -419,24 +390,23 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         """:meth:`masked_lm_logits` with static sizes: nothing is read from the device, and
         every shape follows from ``src_tokens.shape`` and ``capacity``.
 
-        The logits ``(P, V)`` are those of the flat positions ``extra["prediction_index"]``
+        The logits ``(P, V)`` are those of the flat positions of the run's ``prediction_index``
         (``P`` = :meth:`~MaskingCapacity.predicted_total`): the asked positions
         (``masked_tokens`` minus padding) in row-major order, then unasked ones, whose targets
         are padding (ignored by the loss). The encoder runs on a static number of kept tokens
         (:func:`~fairseq_ext.modules.token_selection.pack_tokens_bounded`); a kept token beyond
         it (probability below 1e-9 a batch) is left out of the encoder, as if masked, and
-        counted in ``extra["kept_tokens_dropped"]``; asked positions beyond
+        counted in ``kept_tokens_dropped``; asked positions beyond
         :meth:`~MaskingCapacity.predicted_total` (none where ``MaskTokensDataset`` masked the
-        batch: that bound is exact) are not predicted and counted in
-        ``extra["predictions_dropped"]``. Otherwise the logits equal the exact path's, row for
-        row.
+        batch: that bound is exact) are not predicted and counted in ``predictions_dropped``.
+        Otherwise the logits equal the exact path's, row for row.
 
         ``every_asked`` (for a criterion that indexes the targets with ``masked_tokens``
         itself, as fairseq's ``masked_lm`` does): the logits ``(N, V)`` of every
         ``masked_tokens`` position instead, padding included where asked, in row-major order,
         as fairseq's RoBERTa head selects them (``features[masked_tokens]``, the one
         data-dependent size, which ``torch.compile`` keeps inside the graph); the encoder and
-        decoder keep their static sizes, and there is no ``prediction_index``."""
+        decoder keep their static sizes, and ``prediction_index`` is ``None``."""
         batch, length = src_tokens.shape
         pad = self.encoder.sentence_encoder.padding_idx
         real = src_tokens.ne(pad)
@@ -461,20 +431,17 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
             prediction_index = selected_first(asked.flatten())[
                 :capacity.predicted_total(batch, length)]
             logits = self.mask_decoder.lm_head(features.index_select(0, prediction_index))
-        extra = {
-            "inner_states": None,
-            "encoder_lengths": packed.counts,
-            "encoder_padded_length": packed.width,
+        if every_asked:
+            prediction_index, predictions_dropped = None, packed.dropped.new_zeros(())
+        else:  # asked positions beyond the predictions' capacity (none under fairseq's masking)
+            predictions_dropped = (asked.sum() - prediction_index.numel()).clamp(min=0)
+        run = MaskedLmRun(
+            prediction_index=prediction_index, encoder_lengths=packed.counts,
+            encoder_padded_length=packed.width,
             # the FLOP criteria count the kept tokens, as on the exact path (a 0-dim tensor)
-            "encoder_length": packed.counts.sum() / batch,
-            "decoder_padded_length": decoder_length,
-            "kept_tokens_dropped": packed.dropped,
-        }
-        if not every_asked:
-            extra["prediction_index"] = prediction_index
-            # asked positions beyond the predictions' capacity (none under fairseq's masking)
-            extra["predictions_dropped"] = (asked.sum() - prediction_index.numel()).clamp(min=0)
-        return logits, extra
+            encoder_length=packed.counts.sum() / batch, decoder_padded_length=decoder_length,
+            kept_tokens_dropped=packed.dropped, predictions_dropped=predictions_dropped)
+        return logits, {"inner_states": None, MASKED_LM_RUN: run}
 
     def _static_cross_features(self, encoder_out, packed: PackedTokens, is_mask, positions,
                                mask_width: int) -> torch.Tensor:
@@ -499,7 +466,8 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         """Logits for the positions ``masked_tokens``, shaped as fairseq's ``roberta`` returns
         them: ``(N, V)`` in row-major order for a mask (one that broadcasts to the batch
         included), ``(B, T, V)`` for ``None`` (every position, zero logits at padding); and
-        extras for metrics and FLOP counting."""
+        the :class:`~fairseq_ext.models.masked_lm_run.MaskedLmRun` (no ``prediction_index``,
+        nothing dropped)."""
         pad = self.encoder.sentence_encoder.padding_idx
         predict, expand_to = self._positions_to_predict(src_tokens, masked_tokens, pad)
         is_mask = src_tokens.eq(self.mask_idx)
@@ -518,16 +486,15 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
             logits = full
         if masked_tokens is None:  # RoBERTa's (B, T, V), e.g. for the hub's fill_mask
             logits = logits.view(*src_tokens.shape, logits.size(-1))
-        extra = {
-            "inner_states": None,
-            "encoder_lengths": packed.counts,  # kept tokens per sequence
-            "encoder_padded_length": packed.width,  # the grid its attention runs on
-            # what its linear layers run on, per sequence (the FLOP criteria count this)
-            "encoder_length": (packed.tokens / packed.batch if self.encoder.runs_packed
-                               else packed.width),
-            "decoder_padded_length": decoder_length,
-        }
-        return logits, extra
+        nothing_dropped = packed.counts.new_zeros(())
+        run = MaskedLmRun(
+            prediction_index=None, encoder_lengths=packed.counts,
+            encoder_padded_length=packed.width,
+            encoder_length=(packed.tokens / packed.batch if self.encoder.runs_packed
+                            else packed.width),
+            decoder_padded_length=decoder_length, kept_tokens_dropped=nothing_dropped,
+            predictions_dropped=nothing_dropped)
+        return logits, {"inner_states": None, MASKED_LM_RUN: run}
 
     def _cross_logits(self, encoder_out, packed: PackedTokens, is_mask, positions, predict):
         """[MASK]s from the decoder, replaced/unchanged tokens from the projected encoder
@@ -554,7 +521,7 @@ class ThreeMLModel(DictionaryCheckedLoading, RobertaModel):
         fairseq's ``masked_lm`` criterion (and ours) asks for padding in a batch without
         corrupted tokens: ``None`` on CPU (every position), and on GPU
         ``torch.where(masked.any(), masked, masked.new([True]))``, which broadcasts to an
-        all-True ``(B, T)`` mask, padding included (issue 10). Any other mask is honoured the
+        all-True ``(B, T)`` mask, padding included. Any other mask is honoured the
         same way; the one check costs one device-to-host sync, like the packing does."""
         if masked_tokens is None:
             asked = torch.ones_like(src_tokens, dtype=torch.bool)
@@ -592,7 +559,7 @@ class ThreeMLCrossModel(ThreeMLModel):
     variant = "cross"
 
 
-def three_ml_architecture(args, size: EncoderSize = ENCODER_SIZES["base"],
+def three_ml_architecture(args, size: StackSize = ENCODER_SIZES["base"],
                           normalization: str = "post-ln"):
     """Defaults of one size (only where not set, so CLI and hydra overrides win).
 
@@ -601,7 +568,7 @@ def three_ml_architecture(args, size: EncoderSize = ENCODER_SIZES["base"],
     ``layernorm_embedding`` (pre-LN as ``roberta_prenorm``; ``--layernorm-embedding`` adds the
     embedding LayerNorm to pre-LN, as ``roberta --encoder-normalize-before`` has it).
     """
-    set_encoder_size(args, size)
+    set_stack_size(args, "encoder", size)
     args.decoder_layers = safe_getattr(args, "decoder_layers", 2)
     args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", args.encoder_embed_dim // 2)
     args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim",

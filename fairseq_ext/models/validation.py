@@ -1,39 +1,14 @@
 """Checks of the run a fairseq-ext architecture is built in, made when fairseq reads the config.
 
-Every architecture fairseq-ext registers (:func:`~fairseq_ext.models.sizes.register_sized_architecture`:
-``3ml_*``, ``roberta_{small,mini,tiny,large_prenorm}``, ``bert_orig_*``, ``bert_rab*``,
-``swishrnn_bert*``) calls :func:`check_run_config` before it fills its defaults. fairseq runs an
-arch's function when ``fairseq-train`` parses its flags and again when it builds the model, both
-before any data is read, so a mistake stops the run with a message that names the flag to change:
-
-* ``--task masked_lm`` with fairseq's ``cross_entropy`` criterion, the one ``fairseq-train`` uses
-  when ``--criterion`` is forgotten: it divides the masked-LM loss by *every* token instead of
-  the predicted ones, so loss and ppl look several times too good (``ppl 3.8`` at
-  initialisation instead of the vocabulary size). Always wrong for a masked LM, so an error,
-  not a warning. (fairseq's own archs, e.g. ``roberta_base``, are left alone.) Likewise
-  ``--task bidirectional_lm`` with ``cross_entropy``: its batches count every token in
-  ``ntokens`` but predict only some (Artetxe et al., 2022, Table 1), so ``--criterion
-  bidirectional_lm`` is named.
-* masking settings fairseq's ``MaskTokensDataset`` would reject with a bare ``AssertionError``
-  (:func:`check_masking`, shared with 3ML's ``validate_three_ml_config``).
-
-What the arch function sees of the run: under ``fairseq-train`` the model config is the whole
-``argparse.Namespace`` of the command line (``task``, ``criterion``, ``mask_prob`` ...); under
-``fairseq-hydra-train`` (and when a hydra checkpoint is loaded) it is the ``model`` node of the
-run's ``DictConfig``, whose parent holds ``task`` and ``criterion`` (:func:`run_config_of`).
-
-``fairseq-validate`` builds the criterion from the checkpoint's saved config and silently
-ignores ``--criterion``; that flag reaches no plugin code, so
-:func:`fairseq_validate_arguments` reads it off ``sys.argv`` (:func:`fairseq_program`, the one
-place fairseq-ext reads the command line) and :func:`warn_if_validate_ignores_criterion` says
-so, naming the saved criterion where it is known (from our criteria's constructors, when the
-checkpoint's criterion is ours, and from a hydra checkpoint's config; a ``fairseq-train``
-checkpoint's Namespace has had its ``criterion`` overwritten by the flag by then), and how to
-score with the flag's criterion after all: ``--model-overrides "{'criterion': {'_name':
-X}}"`` replaces the saved criterion's name (:func:`criterion_override`; between criteria with
-the same config fields, as ``masked_lm``, ``masked_lm_categories`` and ``masked_lm_flops``).
-Under ``fairseq-validate`` the criterion check above is a warning: the saved criterion cannot be
-changed there.
+Every arch registered by :func:`~fairseq_ext.models.sizes.register_sized_architecture` runs
+:func:`check_run_config` before it fills its defaults (a criterion that divides a masked-LM loss
+by every token, masking settings fairseq would reject with a bare ``AssertionError``, data
+splits that cannot be read whole) and :func:`check_flex_trains` after. It sees the whole
+``argparse.Namespace`` under ``fairseq-train``, the ``model`` node of the run's ``DictConfig``
+under hydra (:func:`run_config_of`). What fairseq hands no plugin code, the running program and
+fairseq-validate's ``--criterion`` (which it ignores: :func:`warn_if_validate_ignores_criterion`),
+is read from ``sys.argv`` (:func:`~fairseq_ext.cli.programs.fairseq_program`). The errors and
+warnings: docs/troubleshooting.md.
 """
 import argparse
 import dataclasses
@@ -41,12 +16,14 @@ import logging
 import sys
 from typing import Any, List, Optional, Sequence
 
+import torch
 from fairseq.utils import safe_getattr, split_paths
 from omegaconf import OmegaConf
 
 from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.cli.programs import FAIRSEQ_PROGRAMS, fairseq_program  # noqa: F401
 from fairseq_ext.data.data_bin import check_data_bin, check_split, check_splits
+from fairseq_ext.modules.block_sparse_attention import flex_unsupported_reason
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +106,35 @@ def check_attention_heads(model_cfg) -> None:
         if isinstance(dim, int) and isinstance(heads, int) and (heads < 1 or dim % heads):
             raise ConfigError(f"--{side}-embed-dim ({dim}) must be divisible by "
                               f"--{side}-attention-heads ({heads}): change one of the two")
+
+
+def trains_on_cpu(model_cfg) -> bool:
+    """Whether the run trains on the CPU: ``--cpu`` (``common.cpu`` under hydra) or no CUDA
+    device, as fairseq-train decides."""
+    cpu = safe_getattr(model_cfg, "cpu", None)
+    if cpu is None and OmegaConf.is_config(model_cfg):
+        root = model_cfg._get_parent()
+        common = root.get("common") if root is not None and "common" in root else None
+        cpu = safe_getattr(common, "cpu", None)
+    return bool(cpu) or not torch.cuda.is_available()
+
+
+def check_flex_trains(model_cfg, program: Optional[str] = None) -> None:
+    """Under a training program (``program``, default :func:`fairseq_training_program`; not
+    under fairseq-validate), refuse ``--attention-impl flex`` where FlexAttention cannot train:
+    on the CPU (:func:`trains_on_cpu`) or with attention dropout. Run after the arch's defaults
+    (the default attention dropout counts)."""
+    program = fairseq_training_program() if program is None else program
+    if program is None or safe_getattr(model_cfg, "attention_impl", None) != "flex":
+        return
+    device = torch.device("cpu" if trains_on_cpu(model_cfg) else "cuda")
+    dropout = safe_getattr(model_cfg, "attention_dropout", 0.0) or 0.0
+    reason = flex_unsupported_reason(device, needs_grad=True, attention_dropout=dropout)
+    if reason is not None:
+        raise ConfigError(f"--attention-impl flex cannot train here ({program} on "
+                          f"{device.type.upper()}): {reason}. Use --attention-impl auto "
+                          "(FlexAttention where it runs: on CUDA without attention dropout, "
+                          "and for evaluation) or sdpa")
 
 
 def check_criterion(arch: str, task: Optional[str], criterion: Optional[str]) -> None:

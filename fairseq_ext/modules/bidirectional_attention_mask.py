@@ -1,32 +1,17 @@
 """The attention mask of "generalized bidirectionality" (Artetxe et al., 2022, §2, §3.1,
 Appendix A / Figure 3), for rows of packed documents.
 
-Within a document (after its masked tokens were moved to the end, Figure 3 step 3), the
-``i``-th token may attend to the ``j``-th "if and only if ``j <= max(i, n_bidir)``" (§2, with
-1-based indices): with 0-based indices within the document, iff ``j <= i`` or ``j < n_bidir``.
-The first ``n_bidir`` tokens attend to each other bidirectionally, the rest causally.
-
-Documents are packed into rows (§3.1, ``--sample-break-mode complete``), and the procedure is
-applied "to each document separately": footnote 4, "a given token cannot attend to tokens in
-future documents even when ``n_bidir = n``, but all tokens can attend to tokens in previous
-documents" (all of their tokens). ``cross_document=False`` (``--no-cross-document-attention``)
-confines each token to its own document instead. Padding is never attended.
-
-A batch describes its layout with two ``(B, T)`` tensors: ``doc_ids`` (which document of its row
-a token belongs to, ``0, 1, ...``, ``-1`` at padding; the documents of a row contiguous and in
-order) and ``bidir_lens`` (``n_bidir`` of the token's document). A token's index within its
-document is its column minus the column where its document starts.
-
-The rule is stated once, elementwise, in :func:`attention_rule`; :func:`layout_mask_mod` reads a
-layout through it as a FlexAttention ``mask_mod(b, h, q_idx, kv_idx)``, and :func:`may_attend`
-evaluates it on broadcast views of the layout (the mask_mod's values on index grids): the
-boolean ``(B, 1, T, T)`` mask, with tensor operations only (no Python loop over positions),
-once per batch, shared by every layer. :func:`additive_attention_mask` turns it into the float
-mask ``torch.nn.functional.scaled_dot_product_attention`` adds to its logits;
-:mod:`fairseq_ext.modules.block_sparse_attention` turns the same ``mask_mod`` into
-FlexAttention's block mask. A padding query attends to itself only, so no softmax row is empty
-(an empty row gives NaN, which a backward pass would spread even though padding outputs are
-never read).
+Within a document (its masked tokens moved to the end, Figure 3 step 3), token ``i`` may attend
+to token ``j`` iff ``j <= i`` or ``j < n_bidir`` (0-based; §2's ``j <= max(i, n_bidir)``), and
+to every token of the earlier documents of its row (footnote 4) unless ``cross_document=False``
+(``--no-cross-document-attention``). A batch gives its layout as two ``(B, T)`` tensors:
+``doc_ids`` (the token's document in its row, ``0, 1, ...``, ``-1`` at padding) and
+``bidir_lens`` (``n_bidir`` of the token's document). The rule is stated once, in
+:func:`attention_rule`; :func:`layout_mask_mod` is it as a FlexAttention ``mask_mod``, and
+:func:`may_attend` evaluates it on broadcast index grids: the boolean ``(B, 1, T, T)`` mask, once
+per batch, which :func:`additive_attention_mask` turns into SDPA's float mask. A padding query
+attends to itself only, so no softmax row is empty (which would give NaN in the backward pass).
+Both attention paths: docs/bidirectional.md, "Attention paths (``--attention-impl``)".
 """
 from typing import Optional
 

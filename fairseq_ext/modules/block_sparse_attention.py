@@ -1,64 +1,17 @@
 """FlexAttention for the attention mask of generalized bidirectionality (Artetxe et al., 2022,
 §2, §3.1 footnote 4): the same rule as the dense mask SDPA takes, with the empty blocks skipped.
 
-With a dense ``(B, 1, T, T)`` mask, ``scaled_dot_product_attention`` computes every score, even
-where a whole block of queries may attend to none of a block of keys: later documents, and the
-part above the diagonal outside each document's bidirectional prefix. FlexAttention
-(:func:`torch.nn.attention.flex_attention.flex_attention`) takes a ``BlockMask``: per block of
-``BLOCK_SIZE`` queries, the blocks of keys to compute, those that are *full* (every pair allowed:
-no mask evaluated) apart from the *partial* ones (the ``mask_mod`` decides each pair). Every
-other block is skipped; :meth:`DocumentBlockMask.skipped_fraction` is the share of the dense
-work skipped, the bound on the gain.
-
-**One rule.** The ``mask_mod`` is
-:func:`~fairseq_ext.modules.bidirectional_attention_mask.layout_mask_mod`, which states the rule
-once (:func:`~fairseq_ext.modules.bidirectional_attention_mask.attention_rule`); the dense mask
-(:func:`~fairseq_ext.modules.bidirectional_attention_mask.may_attend`) is that function evaluated
-on broadcast index grids, and so are the block flags here.
-
-**The packed layout.** The ``B`` rows of a batch are laid end to end, each padded to
-``T_pad``, the next multiple of ``BLOCK_SIZE``, and the whole to ``L``, a number of blocks
-rounded up to the next of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (:func:`packed_blocks`; fewer than
-half as many blocks again, of padding that attends to itself only: one block of scores each).
-FlexAttention sees one sequence ``(1, H, L, d)``, and the ``mask_mod`` also requires query and
-key to share their row.
-Padding queries attend to themselves only (the rule's padding case), so no row of the softmax is
-empty and no NaN can arise; their outputs are dropped.
-
-**Compilation.** ``flex_attention`` is compiled once per process
-(:func:`compiled_flex_attention`; uncompiled, it is PyTorch's dense reference), with static
-shapes: each packed length ``L`` compiles once, and the rounding above keeps the lengths few
-(batches of ``B`` rows of ``T`` tokens, whatever ``B`` and ``T``, give one length per bucket of
-``B x T_pad``). A new dtype, head layout or ``--no-cross-document-attention`` setting, or
-switching between calls that need gradients and calls that do not, compiles again. A compile
-takes about 3-12 s on 2 CPU cores (torch 2.13; inductor's on-disk cache shortens the next
-process's). The recompile limit is raised (to at least :data:`RECOMPILE_LIMIT`, once, when the
-compiled function is made), so that a run with many lengths keeps the compiled kernel rather
-than falling back to the dense reference. Not symbolic shapes: in torch 2.13 the CPU kernel
-compiled with a symbolic length or batch size fails to build (a C++ compile error in
-inductor's FlexAttention template).
-
-**Where it runs** (:func:`flex_unsupported_reason`). FlexAttention computes no attention dropout
-and, in the torch this project pins, has no CPU backward (``NotImplementedError``). So it runs on
-CUDA, and on CPU for calls that need no gradient (``fairseq-validate``,
-``scripts/infill_rescore.py``, ``scripts/score_choices.py``, fairseq-train's validation), in
-both cases only while attention dropout is inactive (evaluation, or ``--attention-dropout 0``).
-:func:`choose_attention_impl` turns ``--attention-impl auto | sdpa | flex`` into the path of a
-batch.
-
-**Where it pays** (:func:`flex_pays_off`). FlexAttention computes only the blocks its BlockMask
-keeps, but each block costs more than in SDPA's dense flash kernel, so it gains only where the
-mask skips most of them. On CPU (torch 2.13, 2 threads of a Xeon with AVX-512 and AMX;
-``scripts/bench_bidirectional.py --part flex``, ``docs/benchmarks.md``), its kernel computes a
-block of scores 2.5-5 times slower than SDPA's flash kernel does (fp32; the partial blocks, which
-evaluate the ``mask_mod``, cost the most): at 87.5% skipped, 1.5x in fp32 and 1.0x in bf16; at
-84%, 1.3x in fp32; at 70%, 0.6x; at 44% (one causal document per row, what the evaluation modes
-score), 0.65x and 0.7x. On an H200 (torch 2.11, bf16, 125m; ``docs/benchmarks.md``, "GPU run
-2026-11-26") it was slower than SDPA at every sparsity measured: 0.26-0.49x for attention alone
-at 35-55% skipped, 0.54-0.57x for fairseq-validate's forward, 0.72-0.75x for a training step;
-scaling those by the share kept puts the break-even at 73-84% skipped. So ``auto`` takes
-FlexAttention only for a batch whose BlockMask skips at least :data:`MIN_SKIPPED` of the scores
-(by device and dtype), and SDPA otherwise; ``flex`` takes it regardless.
+The ``mask_mod`` is :func:`~fairseq_ext.modules.bidirectional_attention_mask.layout_mask_mod`,
+the one statement of the rule that the dense mask and the block flags here also evaluate. The
+``B`` rows of a batch are packed end to end into one sequence ``(1, H, L, d)``, each row padded
+to a multiple of :data:`BLOCK_SIZE` and the whole to :func:`packed_blocks` blocks, so that few
+lengths compile; padding queries attend to themselves only (no empty softmax row), and their
+outputs are dropped. :func:`compiled_flex_attention` compiles once per process and shape.
+FlexAttention computes no attention dropout and has no CPU backward, so it runs on CUDA and on
+CPU without gradients (:func:`flex_unsupported_reason`); ``--attention-impl auto`` takes it only
+where the BlockMask skips at least :data:`MIN_SKIPPED` of the scores (:func:`flex_pays_off`).
+Which path runs where, and the measured CPU and H200 speeds: docs/bidirectional.md, "Attention
+paths (``--attention-impl``)", and docs/benchmarks.md.
 """
 import dataclasses
 import functools
@@ -83,9 +36,9 @@ BLOCK_SIZE = 128
 #: Distinct compiled shapes allowed for ``flex_attention`` (torch's default is 8).
 RECOMPILE_LIMIT = 64
 #: ``auto``: the least share of the dense scores a batch's BlockMask must skip for FlexAttention
-#: to be taken, by device type and dtype (module doc, "Where it pays": the measured break-even is
-#: about 80% in fp32 and 87% in bf16 on CPU, 73-84% in bf16 on an H200; fp32 on CUDA was not
-#: measured and takes the bf16 threshold).
+#: to be taken, by device type and dtype (the measured break-even is about 80% in fp32 and 87% in
+#: bf16 on CPU, 73-84% in bf16 on an H200: docs/bidirectional.md, "Attention paths"; fp32 on CUDA
+#: is not measured and takes the bf16 threshold).
 MIN_SKIPPED = {
     "cpu": {torch.float32: 0.8, torch.bfloat16: 0.9, torch.float16: 0.9},
     "cuda": {torch.float32: 0.85, torch.bfloat16: 0.85, torch.float16: 0.85},
@@ -105,9 +58,10 @@ def flex_attention_available() -> bool:
 @functools.lru_cache(maxsize=None)
 def compiled_flex_attention() -> Callable:
     """``torch.compile(flex_attention)``, made on first use and kept for the process, with
-    dynamo's recompile limit raised to at least :data:`RECOMPILE_LIMIT` once, here (module
-    doc, "Compilation"; patching the config around every call cost each call a config
-    snapshot and guard check, issue 43)."""
+    dynamo's recompile limit raised to at least :data:`RECOMPILE_LIMIT` once, here (a config
+    patched around every call would cost each call a config snapshot and guard check), so that
+    a run with many packed lengths keeps the compiled kernel. Static shapes: in torch 2.13 the
+    CPU kernel compiled with a symbolic length or batch size fails to build."""
     import torch._dynamo
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -118,7 +72,7 @@ def compiled_flex_attention() -> Callable:
 
 
 def run_flex_attention(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float) -> Tensor:
-    """The compiled ``flex_attention`` (module doc)."""
+    """The compiled ``flex_attention`` (:func:`compiled_flex_attention`)."""
     return compiled_flex_attention()(q, k, v, block_mask=block_mask, scale=scale)
 
 
@@ -165,8 +119,8 @@ def choose_attention_impl(requested: str, device: torch.device, needs_grad: bool
 
 
 def flex_pays_off(blocks, device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether ``auto`` takes FlexAttention for a batch it can run (module doc, "Where it
-    pays"): where ``blocks`` (a :class:`LayoutBlocks` or :class:`DocumentBlockMask`) skip at
+    """Whether ``auto`` takes FlexAttention for a batch it can run (docs/bidirectional.md,
+    "Attention paths"): where ``blocks`` (a :class:`LayoutBlocks` or :class:`DocumentBlockMask`) skip at
     least :data:`MIN_SKIPPED` of the scores for ``device``'s type and ``dtype``."""
     return blocks.skipped_fraction() >= min_skipped(device, dtype)
 

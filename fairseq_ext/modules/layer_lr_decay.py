@@ -1,22 +1,15 @@
 """Layer-wise learning-rate decay for fine-tuning (``--layer-lr-decay D``).
 
-ELECTRA's fine-tuning setting (Clark et al. 2020, appendix A, Table 7: 0.8 for its small and
-base models, 0.9 for large), which the 3ML paper names among
-those it did not use (Limitations): the layers nearer the input keep more of what pre-training
-put there by learning more slowly. With ``L`` encoder layers, a parameter at depth ``d`` learns
-at ``lr x D^(L + 1 - d)``: the embeddings (token, position, their LayerNorm) are depth 0, layer
-``i`` (0-based) is depth ``i + 1``, and everything above the last layer (the final LayerNorm of
-a pre-LN encoder, the LM head, the classification heads) is depth ``L + 1``, at the full rate.
-The depth-scaled rates are BEiT's and data2vec's (``D^(L + 1 - d)``).
-
-The model tags each encoder parameter as fairseq's data2vec models do,
-``p.optim_overrides = {"optimizer": {"lr_scale": s}}``; parameters without a tag (heads
-registered later) learn at the full rate. ``--optimizer fused_adamw`` honours the tags (one
-parameter group per scale, :mod:`fairseq_ext.optim.fused_adamw`); fairseq's ``composite``
-optimizer reads the same tags with ``dynamic_groups`` (not tested here); its ``adam`` ignores
-them. Under
-``--fp16`` the flattened fp32 copy has no tags: add ``--fp16-no-flatten-grads``; under
-``--ddp-backend fully_sharded`` the flattened parameters have none either (not supported).
+ELECTRA's fine-tuning setting (Clark et al. 2020, appendix A, Table 7: 0.8 for base, 0.9 for
+large), which the 3ML paper names among those it did not use (Limitations). With ``L`` encoder
+layers, a parameter at depth ``d`` learns at ``lr x D^(L + 1 - d)`` (BEiT's and data2vec's
+scaling): the embeddings (token, position, their LayerNorm) are depth 0, layer ``i`` (0-based)
+depth ``i + 1``, and everything above the last layer (a pre-LN final LayerNorm, the LM and
+classification heads) depth ``L + 1``, at the full rate. The model tags each encoder parameter
+as fairseq's data2vec does, ``p.optim_overrides = {"optimizer": {"lr_scale": s}}``; untagged
+parameters learn at the full rate, and ``--optimizer fused_adamw`` honours the tags
+(:mod:`fairseq_ext.optim.fused_adamw`). Usage and limits (``--fp16``, ``fully_sharded``):
+docs/recipes.md.
 """
 import logging
 import re
@@ -39,10 +32,8 @@ EMBEDDING_NAMES = ("embed_tokens", "embed_positions", "layernorm_embedding", "em
 
 def add_layer_lr_decay_args(parser) -> None:
     parser.add_argument("--layer-lr-decay", type=float, metavar="D",
-                        help="fine-tuning: a parameter at depth d of L layers learns at "
-                             "lr x D^(L+1-d) (embeddings d=0, layer i d=i+1, heads d=L+1; "
-                             "ELECTRA's layer-wise decay; honoured by --optimizer fused_adamw); "
-                             f"default {NO_DECAY} (off)")
+                        help="fine-tuning: a parameter at depth d of L layers learns at lr x "
+                             f"D^(L+1-d) (ELECTRA's; with --optimizer fused_adamw); default {NO_DECAY} (off)")
 
 
 def layer_lr_decay(args) -> float:

@@ -1,23 +1,16 @@
 """fairseq's ``TransformerEncoderLayer`` run on packed tokens: no FLOP spent on padding.
 
 3ML's encoder (Liao et al., 2022, §2.2, App. D Eq. 3) runs on the ``L_e = L (1 - 0.8 m)`` kept
-tokens of each sequence. Packed to the left and padded to the batch's longest kept row, its
-layers would run on ``max`` instead of the mean: 4% more encoder work at 50% masking, batch 8
-(the kept counts are binomial), which the App. D speedup does not pay for. Here the layer's
-linear parts (the Q/K/V and output projections, the FFN, LayerNorms, dropout, residuals) run on
-the ``N`` kept tokens of the whole batch as one ``(N, C)`` matrix, and only the
-``softmax(Q K^T / sqrt(d)) V`` core runs on the padded ``(B, W)`` grid
-(:class:`~fairseq_ext.modules.token_selection.PackedTokens`).
-
-:func:`packed_encoder_layer` is the computation of fairseq's
-``TransformerEncoderLayerBase.forward`` (fairseq 0.12) step by step, with the layer's own
-modules, so parameters, names and initialisation are fairseq's and a checkpoint runs on either
-path; its attention is what fairseq's ``MultiheadAttention`` computes on its fast path
-(``F.multi_head_attention_forward``: separate Q/K/V projections, ``head_dim ** -0.5`` scaling,
-dropout on the probabilities, padded keys excluded), through
-``F.scaled_dot_product_attention``. The tests compare both with fairseq's own layer on the
-padded batch. :func:`packed_layer_unsupported` names the layer features this does not mirror;
-a model checks it once, when it is built.
+tokens of each sequence; padded to the batch's longest kept row, it would run on the max instead
+of the mean (4% more encoder work at 50% masking, batch 8). Here the layer's linear parts (Q/K/V
+and output projections, FFN, LayerNorms, dropout, residuals) run on the ``N`` kept tokens of the
+whole batch as one ``(N, C)`` matrix, and only the attention core on the padded ``(B, W)`` grid
+(:class:`~fairseq_ext.modules.token_selection.PackedTokens`). :func:`packed_encoder_layer` is
+fairseq 0.12's ``TransformerEncoderLayerBase.forward`` step by step with the layer's own modules
+(so a checkpoint runs on either path), its attention fairseq's fast path through
+``F.scaled_dot_product_attention``. :func:`packed_layer_unsupported` names the layer features
+this does not mirror; a model checks it when it is built. See docs/three_ml.md and
+docs/training_step.md.
 """
 from typing import Callable, Optional
 
@@ -102,6 +95,8 @@ def packed_self_attention(attn: MultiheadAttention, x: torch.Tensor, packed: Pac
     return attn.out_proj(out.reshape(-1, heads * head_dim))
 
 
+# A copy of fairseq's TransformerEncoderLayerBase.forward, which takes (T, B, C) with a padding
+# mask, not packed tokens, and calls its attention itself.
 def encoder_layer_forward(layer: TransformerEncoderLayerBase, x: torch.Tensor,
                           self_attention: Callable[[MultiheadAttention, torch.Tensor],
                                                    torch.Tensor]) -> torch.Tensor:

@@ -39,6 +39,8 @@ class PositionedTransformerEncoder(TransformerEncoder):
     """A :class:`fairseq.models.transformer.TransformerEncoder` that can also run on tokens
     with explicit positions. Its ordinary ``forward`` is fairseq's, untouched."""
 
+    # A copy of fairseq's TransformerEncoderBase.forward_embedding, which takes the positions
+    # from the tokens (make_positions); forward_positioned copies forward_scriptable likewise.
     def embed_positioned(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """fairseq's ``forward_embedding`` (scaled token embedding, positions, embedding
         LayerNorm, dropout, quant noise) with the positions given; any leading shape."""

@@ -1,27 +1,16 @@
 """T5-style relative attention bias (Raffel et al., 2020, §2.1) for fairseq's self-attention.
 
 BERT-rab in "Simple Recurrence Improves Masked Language Models" (Lei et al., §4 "Baselines") is
-BERT "adding the relative attention bias to each attention layer, following the T5 model".
-T5 adds to every attention logit a learned scalar per head that depends only on the bucket of
-the key's offset from the query, ``j - i``:
-
-* the offset's sign takes half of the buckets (bidirectional attention);
-* within a half, the first ``num_buckets / 4`` buckets hold the exact distances
-  ``0 .. num_buckets/4 - 1``; the rest cover distances up to ``max_distance`` on a log scale;
-  every distance ``>= max_distance`` shares the last bucket.
-
-:func:`relative_position_bucket` is that map, :class:`RelativePositionBias` its learned table
-(``num_buckets x heads``), and :class:`RelativeBiasSelfAttention` fairseq's
-:class:`~fairseq.modules.MultiheadAttention` with the bias added to the logits:
-``softmax(Q K^T / sqrt(d_head) + bias + padding) V``. It runs through
-``torch.nn.functional.scaled_dot_product_attention`` (a fused kernel with an additive mask on
-GPU), keeps fairseq's parameter names (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``) and
-scaling, and with a zero table computes exactly what fairseq's attention computes.
-
-Per layer or shared: T5 computes the bias in its first layer and reuses it in every layer; the
-SwishRNN paper says "to each attention layer". ``--rab-shared-across-layers`` picks T5's
-sharing; the default is a table per layer (12 x 32 x 12 = 4,608 parameters at base size, so
-the parameter counts hardly differ).
+BERT "adding the relative attention bias to each attention layer, following the T5 model": a
+learned scalar per head added to every attention logit, by the bucket of the key's offset
+``j - i`` (:func:`relative_position_bucket`: half the buckets per sign; in each half, exact
+distances up to ``num_buckets / 4``, then log-spaced up to ``max_distance``).
+:class:`RelativePositionBias` is the learned ``num_buckets x heads`` table, and
+:class:`RelativeBiasSelfAttention` fairseq's :class:`~fairseq.modules.MultiheadAttention` with
+the bias added, ``softmax(Q K^T / sqrt(d_head) + bias + padding) V``, through
+``scaled_dot_product_attention``, with fairseq's parameter names and scaling (a zero table gives
+fairseq's attention exactly). A table per layer by default; ``--rab-shared-across-layers`` shares
+one, as T5 does. The archs and flags: docs/swishrnn.md.
 """
 import math
 from typing import Optional, Tuple
@@ -132,6 +121,8 @@ class RelativeBiasSelfAttention(MultiheadAttention):
         if (key is not None and key is not query) or (value is not None and value is not query):
             raise ValueError("RelativeBiasSelfAttention is self-attention: pass the same tensor "
                              "as query, key and value")
+        # fairseq's MultiheadAttention.forward (projections, scaling, weights) copied, since it
+        # has no hook to add a per-head bias to the logits
         length, bsz, embed_dim = query.shape
         heads, head_dim = self.num_heads, self.head_dim
 

@@ -2,22 +2,14 @@
 per-example attention mask, or through FlexAttention with a block mask.
 
 fairseq's :class:`~fairseq.modules.MultiheadAttention` takes one ``(T, T)`` mask for the whole
-batch. Masks that differ per row (the packed documents of generalized bidirectionality,
-:mod:`fairseq_ext.modules.bidirectional_attention_mask`) need a ``(B, 1, T, T)`` one.
-:class:`MaskedSelfAttention` keeps fairseq's parameters (``q_proj``, ``k_proj``, ``v_proj``,
-``out_proj``, their names and initialisation) and scaling, and, given a 4-D float ``attn_mask``
-(added to the logits, broadcast over heads), computes
-``softmax(Q K^T / sqrt(d_head) + mask) V`` with
-``torch.nn.functional.scaled_dot_product_attention`` (fused kernels on GPU), the pattern of
-:class:`~fairseq_ext.modules.relative_attention.RelativeBiasSelfAttention`. Given instead a
-:class:`~fairseq_ext.modules.block_sparse_attention.DocumentBlockMask` (the same mask as
-FlexAttention's ``BlockMask``), it computes the same attention with the compiled
-``flex_attention``, skipping the empty blocks; the parameters are the same, so a checkpoint runs
-on either path.
-
-Anything else (no mask, fairseq's ``(T, T)`` mask, incremental decoding with its key/value
-cache) is fairseq's own ``MultiheadAttention.forward``, so fairseq's sequence generator works
-unchanged.
+batch; the packed documents of generalized bidirectionality
+(:mod:`fairseq_ext.modules.bidirectional_attention_mask`) need a ``(B, 1, T, T)`` one.
+:class:`MaskedSelfAttention` keeps fairseq's parameters, names, initialisation and scaling, and
+computes ``softmax(Q K^T / sqrt(d_head) + mask) V`` through ``scaled_dot_product_attention`` for
+a 4-D float ``attn_mask``, or the same attention through the compiled ``flex_attention`` for a
+:class:`~fairseq_ext.modules.block_sparse_attention.DocumentBlockMask`, so a checkpoint runs on
+either path. Anything else (no mask, a ``(T, T)`` mask, incremental decoding) is fairseq's own
+``MultiheadAttention.forward``, so fairseq's sequence generator works unchanged.
 """
 from typing import Optional, Tuple
 
@@ -60,6 +52,8 @@ class MaskedSelfAttention(MultiheadAttention):
                                    before_softmax=before_softmax,
                                    need_head_weights=need_head_weights)
         self.check_plain_self_attention(query, key, value, static_kv, before_softmax)
+        # fairseq's MultiheadAttention.forward (projections, scaling, weights) copied, since it
+        # takes one (T, T) mask, not a per-example (B, H, T, T) one
         length, bsz, embed_dim = query.shape
         if attn_mask.size(-1) != length or attn_mask.size(-2) != length:
             raise ValueError(f"attn_mask must be (B, 1 or H, {length}, {length}); got "

@@ -3,28 +3,15 @@ al.), which replaces each feed-forward block of BERT-rab.
 
 * Eq. 2: ``X1 = X W1``, ``X2 = X W2`` (``d -> d'``, no bias).
 * Eq. 3: ``c[i] = Swish(c[i-k] - x1[i]) + x1[i]``, ``Swish(z) = sigmoid(alpha * z + beta) * z``
-  (footnote 2; ``alpha`` and ``beta`` are learned vectors of size ``d'`` initialised to 1 and 0),
-  ``c[i] = 0`` for ``i <= 0``. With step size ``k`` (§3 "Speeding up recurrence") position ``i``
-  depends on ``i - k``: ``k`` interleaved independent chains, ``ceil(T / k)`` sequential steps;
-  ``T`` need not be a multiple of ``k``.
-* Eq. 4: ``H = W3 ((C + b_c) * GeLU(X2 + b_sigma)) + b3`` (the paper found GeLU better than a
-  sigmoid gate).
+  (footnote 2; learned ``alpha``, ``beta`` of size ``d'``, initialised to 1 and 0), ``c[i] = 0``
+  for ``i <= 0``; step size ``k`` (§3) gives ``k`` interleaved chains.
+* Eq. 4: ``H = W3 ((C + b_c) * GeLU(X2 + b_sigma)) + b3``.
 
-Layout is fairseq's: time-major ``(T, B, C)``, optional ``(B, T)`` padding mask. Padding never
-changes the outputs at real positions: ``x1`` is zeroed at padded positions, so a run of
-padding before a sequence (left padding) keeps ``c = Swish(0 - 0) + 0 = 0``, exactly the
-initial state, and padding after it (right padding) comes after every real position of the
-left-to-right recurrence (the same argument holds mirrored for the reverse direction).
-
-Direction (not in the paper, off by default): ``"forward"`` is the paper's left-to-right
-recurrence; ``"reverse"`` runs it right to left; ``"bidirectional"`` runs the first
-``d' / 2`` channels left to right and the other ``d' - d'/2`` right to left, so the
-parameter count and FLOPs do not change.
-
-:func:`~fairseq_ext.ops.swish_recurrence.swish_recurrence` runs the recurrence: the custom op
-``fairseq_ext::swish_recurrence`` (C++/CUDA kernels in ``fairseq_ext/ops/csrc/``; loading, fake
-kernels and autograd in :mod:`fairseq_ext.ops.swish_recurrence`), or its pure-PyTorch reference
-where the op has no kernel.
+Layout is fairseq's: time-major ``(T, B, C)``, optional ``(B, T)`` padding mask; ``x1`` is zeroed
+at padding, which keeps the initial state, so left or right padding never changes real positions.
+``direction`` ``"reverse"`` / ``"bidirectional"`` (half the channels each way) go beyond the
+paper. :func:`~fairseq_ext.ops.swish_recurrence.swish_recurrence` runs the recurrence (the custom
+op, or its pure-PyTorch reference). Details: docs/swishrnn.md, "The layer and the op".
 """
 from typing import Optional
 

@@ -1,20 +1,16 @@
 """Select a subset of each row's tokens and pack them to the left (3ML's shorter sequences).
 
 3ML (Liao et al., 2022, §2.2) runs its encoder on the unmasked tokens only and its cross
-decoder on the [MASK] slots only. Both need, per row, the columns of the selected tokens in
-their original order, packed to the left and padded to the longest row of the batch, so the
-layers really run on the shorter length (:func:`pack_selected`). The encoder goes one step
-further (:class:`PackedTokens`): its linear layers run on the selected tokens alone, with no
-padding at all, and only attention sees the padded grid.
-
-Both come in two kinds of size. **Exact** (:func:`pack_selected`, :func:`pack_tokens`): the
-widest row and the total are read from the device, one device-to-host read, a host sync on a
-GPU. **Static** (``width=`` / :func:`pack_tokens_bounded`): the caller gives sizes that the
-counts do not exceed (:class:`~fairseq_ext.data.masking_capacity.MaskingCapacity`), so nothing
-is read back and every shape depends on the batch's shape alone (``torch.compile`` then
-compiles once); entries past a row's count, or past the batch's, are padding slots, which point
-at *distinct* unselected positions, so every scatter and gather stays one-to-one, and a
-selected token beyond the capacity is left out (``PackedTokens.dropped`` counts them).
+decoder on the [MASK] slots only: per row, the selected columns in their original order, packed
+to the left and padded to the batch's longest row (:func:`pack_selected`); the encoder's linear
+layers run on the selected tokens alone, only attention on the padded grid
+(:class:`PackedTokens`). Sizes are **exact** (:func:`pack_selected`, :func:`pack_tokens`: read
+from the device, a host sync on a GPU) or **static** (``width=`` / :func:`pack_tokens_bounded`:
+bounds from :class:`~fairseq_ext.data.masking_capacity.MaskingCapacity`, so every shape depends
+on the batch's shape alone and ``torch.compile`` compiles once). Static padding slots point at
+*distinct* unselected positions, so every scatter and gather stays one-to-one; a selected token
+beyond the capacity is left out (``PackedTokens.dropped`` counts them). See
+docs/training_step.md.
 """
 import dataclasses
 from typing import Optional, Tuple

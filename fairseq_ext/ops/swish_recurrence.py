@@ -1,22 +1,14 @@
 """``fairseq_ext::swish_recurrence``: the recurrence of SwishRNN (Lei et al., Eq. 3) as a custom
 op, laid out as pytorch/extension-cpp does.
 
-* The C++/CUDA kernels (``fairseq_ext/ops/csrc/``) register the op and its backward,
-  ``fairseq_ext::swish_recurrence_backward``, with ``TORCH_LIBRARY`` when the compiled
-  extension ``fairseq_ext.ops._C`` is imported (here, once).
-* This module registers their fake kernels (``torch.library.register_fake``, shapes checked
-  with ``torch._check``, contiguous outputs as the real kernels return) and the autograd
-  formula (``torch.library.register_autograd``), so autograd, ``torch.compile`` (inductor
-  included) and ``torch.library.opcheck`` work.
-* :func:`swish_recurrence` is the entry the layer calls: it checks its inputs, runs the op
-  where it has a kernel for the device and otherwise :func:`swish_recurrence_reference`, with a
-  one-time warning that names the implementation in use.
-* :func:`swish_recurrence_reference` is the pure-PyTorch recurrence: the fallback, and the
-  oracle of the tests. It walks the ``ceil(T / k)`` steps once with ``split`` (so its backward is
-  O(T), one concatenation, not a full-size zero-filled gradient per step).
-
 Eq. 3: ``c[i] = Swish(c[i-k] - x1[i]) + x1[i]``, ``Swish(z) = sigmoid(alpha z + beta) z``,
-``c[i] = 0`` for ``i <= 0``; ``x1`` ``(T, B, d')`` time-major, ``alpha``, ``beta`` ``(d',)``.
+``c[i] = 0`` for ``i <= 0``; ``x1`` ``(T, B, d')`` time-major, ``alpha``, ``beta`` ``(d',)``. The
+C++/CUDA kernels (``csrc/``) register the op and its backward with ``TORCH_LIBRARY`` when
+``fairseq_ext.ops._C`` is imported (here, once); this module registers their fake kernels and
+the autograd formula, so autograd, ``torch.compile`` and ``torch.library.opcheck`` work.
+:func:`swish_recurrence` is the entry the layer calls: the op where it has a kernel for the
+device, else :func:`swish_recurrence_reference` (the pure-PyTorch recurrence, also the tests'
+oracle), with a one-time warning naming the implementation. Build and speed: docs/swishrnn.md.
 """
 import functools
 import logging
@@ -58,7 +50,8 @@ def swish_recurrence_reference(x1: torch.Tensor, alpha: torch.Tensor, beta: torc
 
     ``x1``: ``(T, B, d')``; ``alpha``, ``beta``: ``(d',)``. Returns ``c`` ``(T, B, d')``. The
     ``k`` chains advance together, ``k`` positions per step (``ceil(T / k)`` steps, ``x1`` split
-    once); the arithmetic runs in fp32 at least (fp16/bf16 inputs come back in their dtype).
+    once, so its backward is one concatenation, not a zero-filled gradient per step); the
+    arithmetic runs in fp32 at least (fp16/bf16 inputs come back in their dtype).
     """
     check_recurrence_inputs(x1, alpha, beta, step_size)
     if x1.size(0) == 0:

@@ -1,22 +1,14 @@
 """``--optimizer fused_adamw``: fairseq's Adam semantics on fused kernels.
 
 fairseq's ``--optimizer adam`` is AdamW (decoupled weight decay, Loshchilov & Hutter) and uses
-apex's ``FusedAdam`` on CUDA when apex is installed; without apex it runs a per-parameter Python
-loop. This optimizer keeps the same flags (``--adam-betas``, ``--adam-eps``, ``--weight-decay``)
-and update rule, and runs:
-
-* apex ``FusedAdam`` (through fairseq's own wrapper) when NVIDIA apex is importable and the
-  parameters are on CUDA;
-* otherwise ``torch.optim.AdamW(fused=True)``, torch's single-kernel implementation (CUDA and
-  CPU).
-
-The choice is logged when the optimizer is built.
-
-Parameters tagged as fairseq's data2vec models tag them, ``p.optim_overrides = {"optimizer":
-{"lr_scale": s, "weight_decay_scale": w}}`` (``--layer-lr-decay``,
-:mod:`fairseq_ext.modules.layer_lr_decay`), get one parameter group per pair of scales; the
-schedule's rate is multiplied by the group's ``lr_scale`` whenever fairseq sets it, and
-``get_lr`` reports the unscaled rate.
+apex's ``FusedAdam`` on CUDA when apex is installed, else a per-parameter Python loop. This
+optimizer keeps its flags (``--adam-betas``, ``--adam-eps``, ``--weight-decay``) and update rule,
+and runs apex ``FusedAdam`` (through fairseq's wrapper) when apex is importable and the
+parameters are on CUDA, otherwise ``torch.optim.AdamW(fused=True)`` (CUDA and CPU); the log says
+which. Parameters tagged as fairseq's data2vec tags them, ``p.optim_overrides = {"optimizer":
+{"lr_scale": s, "weight_decay_scale": w}}`` (``--layer-lr-decay``), get one parameter group per
+pair of scales, each group's rate the schedule's times its ``lr_scale``; ``get_lr`` reports the
+unscaled rate. See docs/install.md ("NVIDIA apex") and docs/recipes.md (``--layer-lr-decay``).
 """
 import logging
 from dataclasses import dataclass, field

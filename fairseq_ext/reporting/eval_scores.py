@@ -1,24 +1,17 @@
 """``--eval-scores-out FILE``: every row ``fairseq-validate --task bidirectional_lm --eval-mode
-M`` scored, so that two models can be compared row by row (paired standard errors,
-:mod:`fairseq_ext.reporting.uncertainty`; :mod:`fairseq_ext_lab.evaluation.bidirectional_report`).
+M`` scored, so that two models can be compared row by row (:mod:`.uncertainty`'s paired errors).
 
-The file is JSON lines: a header ``{"format", "version", "settings"}`` (``settings``: the task's
-evaluation settings, :meth:`BidirectionalLMTask.eval_settings`: two files with equal settings on
-the same data score the same rows), then one line per row::
+The file is JSON lines: a header ``{"format", "version", "settings"}`` (the task's evaluation
+settings, :meth:`BidirectionalLMTask.eval_settings`: equal settings on the same data score the
+same rows), then one line per row::
 
     {"split": "valid", "document": 12, "position": 37, "r": "r1", "tokens": 1,
      "loss": 5.213, "correct": 0, "target": 417}
 
-``document`` is the document's index in the split (after long documents are cut into pieces),
-``position`` the masked position (``infill``; ``null`` otherwise), ``r`` the group label of the
-row's ``--r-bidir`` value (``full`` for ``full_doc_ppl``), ``tokens`` the predicted tokens,
-``loss`` their summed loss in nats, ``correct`` whether the argmax was right and ``target`` the
-id of the masked token (``infill``; ``null`` otherwise; files written before ``target`` was
-added lack it). A row is identified across files by ``(split, document, position, r)``.
-
-The file is never overwritten: an existing one is refused when the config is read
-(:func:`check_eval_scores_path`), and the rows are written at the end of the evaluation, whole,
-through a temporary file (:mod:`fairseq_ext.training.output_files`).
+``position`` and ``target`` are ``null`` outside ``infill`` (``target`` may be absent), ``r`` is
+``full`` for ``full_doc_ppl``, ``loss`` is summed over ``tokens`` in nats; ``(split, document,
+position, r)`` identifies a row across files. An existing file is refused when the config is
+read (:func:`check_eval_scores_path`); the rows are written whole at the end, atomically.
 """
 from __future__ import annotations
 

@@ -1,41 +1,16 @@
 """Standard errors of the evaluation figures of generalized bidirectionality (Tables 3-6 of
 Artetxe et al. 2022), and of differences between two models scored on the same rows.
 
-**Perplexity** is ``exp(R)``, ``R = sum_d l_d / sum_d n_d`` the token-weighted mean loss (nats)
-over the scored documents ``d`` (``l_d`` the summed loss of document ``d``, ``n_d`` its predicted
-tokens): a ratio estimator, whose standard error we take by the **delta method over documents**
-(the documents are the sampled units; the tokens of a document are not independent draws). With
-``D`` documents and residuals ``e_d = l_d - R n_d``::
-
-    SE(R) = sqrt(D / (D - 1) * sum_d e_d^2) / sum_d n_d,      SE(exp R) = exp(R) * SE(R)
-
-``sum_d e_d^2 = sum l^2 - 2 R sum l n + R^2 sum n^2``, so the error follows from five sums,
-which add up across batches and workers as fairseq's logging outputs do
-(:func:`ratio_standard_error_from_sums`).
-
-**Accuracy** (infilling) is ``c / N`` over ``N`` masked positions; its standard error is the
-binomial ``sqrt(p (1 - p) / N)`` over positions (:func:`binomial_standard_error`). Positions of
-one document are not independent (``--infill-positions K`` > 1 scores several per document), so
-this is the textbook figure, slightly optimistic when K > 1.
-
-**Masked-LM losses** (``make demo``, :mod:`fairseq_ext_lab.evaluation.masked_lm_scores`) are the
-same ratio estimator over validation sequences, in nats per predicted token
-(:func:`mean_loss`); two models scored on the same sequences are paired by the delta method on
-``u_d = e_{A,d} / N_A - e_{B,d} / N_B``, which also holds when their predicted positions differ
-(:func:`paired_mean_loss_difference`).
-
-**Differences** between models A and B scored on the *same* rows (same documents and positions,
-read from ``--eval-scores-out`` files) are paired: ``SE(acc_A - acc_B) = sd(c_A - c_B) / sqrt(N)``
-over positions, and for perplexities the delta method on the linearised difference
-``u_d = (exp(R_A) e_{A,d} - exp(R_B) e_{B,d})`` (same ``n_d`` for both models). Where the models
-agree on most rows the paired error is far below either model's own error. A difference is
-*resolved* when ``|difference| > 2 SE`` (:data:`RESOLVED_AT`, about a 95% two-sided interval).
-
-**Over seeds** (the studies, :func:`mean_over_seeds`) the standard error comes from ``S`` values
-and has ``S - 1`` degrees of freedom: the estimate carries them (``Estimate.degrees_of_freedom``)
-and its 95% interval and "resolved" use Student's t quantile instead of 2 (4.30 SE for 3 seeds,
-2.78 for 5; :func:`t_critical`), so that a claim read from three seeds is not resolved on a
-2-SE rule that assumes a known error.
+A perplexity is ``exp(R)``, ``R = sum_d l_d / sum_d n_d`` the token-weighted mean loss over the
+scored documents ``d`` (the sampled units), whose error is the delta method's: with residuals
+``e_d = l_d - R n_d``, ``SE(R) = sqrt(D / (D - 1) * sum_d e_d^2) / sum_d n_d`` and
+``SE(exp R) = exp(R) SE(R)``, from five sums that add up across batches and workers
+(:func:`ratio_standard_error_from_sums`). Accuracy has the binomial error over positions
+(:func:`binomial_standard_error`); two models scored on the same rows are paired (the delta
+method on the linearised difference for losses and perplexities); a difference is resolved
+beyond :data:`RESOLVED_AT` standard errors, or Student's t quantile for an estimate over ``S``
+seeds (:func:`mean_over_seeds`, :func:`t_critical`). Each estimator and its caveats:
+docs/bidirectional.md, "Error bars"; over seeds: docs/studies.md.
 """
 from __future__ import annotations
 
@@ -146,7 +121,8 @@ def paired_accuracy_difference(correct_a: Sequence[float], correct_b: Sequence[f
 def paired_perplexity_difference(losses_a: Sequence[float], losses_b: Sequence[float],
                                  tokens: Sequence[float]) -> Estimate:
     """``ppl_A - ppl_B`` over the same documents (same predicted tokens ``tokens``), with the
-    delta-method error of the linearised difference (module docstring)."""
+    delta-method error of the linearised difference ``u_d = exp(R_A) e_{A,d} - exp(R_B) e_{B,d}``
+    over documents."""
     losses_a = np.asarray(losses_a, dtype=np.float64)
     losses_b = np.asarray(losses_b, dtype=np.float64)
     tokens = np.asarray(tokens, dtype=np.float64)

@@ -1,29 +1,15 @@
-"""``--task bidirectional_lm``: pre-training with "generalized bidirectionality" (Artetxe et al.
-2022, "On the Role of Bidirectionality in Language Model Pre-Training", §2, Table 1, §3.1,
-Appendix A / Figure 3).
+"""``--task bidirectional_lm``: pre-training with generalized bidirectionality (Artetxe et al.,
+2022, §2, Table 1, §3.1, Appendix A / Figure 3) and its evaluation modes (§3.2, Tables 3-5).
 
-``--variant`` picks a row of Table 1 (``nxt_uni nxt_pre msk_uni msk_bi hyb_uni hyb_pre``);
-``--n-mask``, ``--n-bidir`` and ``--n-predict`` override its count expressions one by one
-(grammar and the plain-LM documents of ``--plain-lm-prob``:
-:mod:`fairseq_ext.data.bidirectional_sampling`). Documents are read from the data-bin by
-``--document-format`` (:mod:`fairseq_ext.data.documents`: by default consecutive non-empty lines,
-ended by an empty line, as fairseq's ``complete_doc`` reads them; or one per line), packed into
-rows of at most ``--tokens-per-sample`` tokens with ``--sample-break-mode complete`` (§3.1,
-footnote 3), and the objective is applied to each on its own
-(:mod:`fairseq_ext.data.bidirectional_lm_dataset`, which also documents the batch).
-
-``--no-cross-document-attention`` is read by the model from the task
-(``task.cfg.no_cross_document_attention``, or :attr:`BidirectionalLMTask.cross_document_attention`);
-off by default: a token attends to every token of the earlier documents of its row, as in the
-paper (footnote 4). The batch carries ``doc_ids``, which is all the model needs for either.
-
-Mistakes stop the run at setup with a message naming the flag: an unknown variant, a
-probability outside ``[0, 1]``, a malformed count expression, one that may let a position attend
-to its own target (footnote 1), ``--sample-break-mode none`` (it cuts documents at block
-boundaries), ``complete_doc`` with blank-line-separated documents (already whole), evaluation
-settings that do not fit the mode, an existing ``--eval-scores-out`` file, and a dictionary that
-already holds ``<mask>`` (the data could then contain the token that marks masked positions).
+``--variant`` picks a row of Table 1 (``--n-mask``, ``--n-bidir``, ``--n-predict`` override it:
+:mod:`fairseq_ext.data.bidirectional_sampling`); whole documents (:mod:`fairseq_ext.data.documents`)
+are packed into rows of at most ``--tokens-per-sample`` tokens (§3.1, footnote 3) and the
+objective is applied to each (:mod:`fairseq_ext.data.bidirectional_lm_dataset`).
+:meth:`BidirectionalLMTask.build_model` hands the model ``--no-cross-document-attention``
+(footnote 4). Settings that cannot work stop the run when the config is read, naming the flag
+(docs/bidirectional.md, "What is built" and "Evaluation").
 """
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -32,9 +18,10 @@ from typing import Optional
 from fairseq import utils
 from fairseq.data import Dictionary, TokenBlockDataset, data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES
-from omegaconf import II, MISSING
+from omegaconf import II, MISSING, OmegaConf, open_dict
 
 from fairseq_ext.cli.errors import ConfigError
 from fairseq_ext.criterions.bidirectional_lm import EVAL_ROWS_KEY, evaluation_report_lines
@@ -74,6 +61,8 @@ EVAL_MODE_CHOICES = ChoiceEnum([*EVAL_MODES, TRAINING_OBJECTIVE])
 #: Break modes that keep documents whole (``none`` cuts them at block boundaries).
 DOCUMENT_BREAK_MODES = ("complete", "complete_doc", "eos")
 MASK_SYMBOL = "<mask>"
+#: The model this task's batches (``src_positions``, ``doc_ids``, ``bidir_lens``) are for.
+BIDIRECTIONAL_LM_MODEL = "bidirectional_lm"
 
 
 @dataclass
@@ -84,15 +73,13 @@ class BidirectionalLMConfig(FairseqDataclass):
         "help": "most tokens in a row of packed documents (§3.1: 1024); longer documents are "
                 "split into pieces, each a document of its own"})
     document_format: DOCUMENT_FORMAT_CHOICES = field(default=BLANK_LINE_SEPARATED, metadata={
-        "help": "what a document is in the data-bin: blank_line_separated (consecutive non-empty "
-                "lines, ended by an empty line, as fairseq's complete_doc reads them; the layout "
-                "scripts/prepare_corpus.sh writes) or lines (each line). Every line's </s> stays "
-                "in its document as a token"})
+        "help": "what a document is in the data-bin: blank_line_separated (non-empty lines "
+                "ended by an empty line, as fairseq's complete_doc reads them) or lines (each "
+                "line); every line's </s> stays in its document"})
     sample_break_mode: SAMPLE_BREAK_MODE_CHOICES = field(default="complete", metadata={
         "help": "how documents are packed into rows: complete (several whole documents per row, "
-                "§3.1 footnote 3) or eos (one per row); with --document-format lines also "
-                "complete_doc (lines packed only within blank-line documents); none is refused: "
-                "it cuts documents"})
+                "§3.1 footnote 3), eos (one per row), or with --document-format lines "
+                "complete_doc (lines packed within blank-line documents)"})
     variant: VARIANT_CHOICES = field(default="hyb_pre", metadata={
         "help": "row of Table 1: nxt_uni nxt_pre msk_uni msk_bi hyb_uni hyb_pre"})
     mask_prob: float = field(default=0.15, metadata={
@@ -112,11 +99,9 @@ class BidirectionalLMConfig(FairseqDataclass):
         "help": "tokens attend only within their own document (default: also to every token of "
                 "the earlier documents of their row, footnote 4)"})
     eval_mode: Optional[EVAL_MODE_CHOICES] = field(default=None, metadata={
-        "help": "score the validation splits with a fixed evaluation, one document per sequence "
-                "(§3.2): full_doc_ppl (Table 3), suffix_ppl (Table 4) or infill (Table 5); or "
-                "training_objective (packed rows, sampled as in training). fairseq-validate "
-                "needs one, with --task bidirectional_lm; fairseq-train's validation uses the "
-                "training objective unless one is set"})
+        "help": "score the validation splits one document per sequence (§3.2): full_doc_ppl "
+                "(Table 3), suffix_ppl (Table 4), infill (Table 5), or training_objective; "
+                "needed by fairseq-validate (fairseq-train's default: training_objective)"})
     r_bidir: Optional[str] = field(default=None, metadata={
         "help": "suffix_ppl and infill: n_bidir = R x the context (the prefix, or the whole "
                 f"document for infill); one R or a list scored in one run, e.g. {PAPER_R_VALUES}"})
@@ -126,23 +111,25 @@ class BidirectionalLMConfig(FairseqDataclass):
         "help": "infill: seeds the masked positions of each document (with the document's index "
                 "only, so every model and R is scored on the same positions)"})
     infill_positions: int = field(default=1, metadata={
-        "help": "infill: masked positions per document, each scored in a row of its own (one "
-                "masked token per row); more positions give a smaller standard error on the same "
-                "documents. The first K are the same for any larger K"})
+        "help": "infill: masked positions per document, each scored in a row of its own; more "
+                "give a smaller standard error (the first K are the same for any larger K)"})
     eval_max_documents: int = field(default=0, metadata={
-        "help": "--eval-mode: score only this many documents of the split, spread evenly over "
-                "it (document floor(i * D / N) of its D, i < N), the same ones for every model "
-                "and R, each with the rows it has in the whole split's scoring; a large split "
-                "then costs a fixed time. 0: every document"})
+        "help": "--eval-mode: score only this many documents, spread evenly over the split "
+                "(document floor(i * D / N) of its D), the same for every model and R; 0: every "
+                "document"})
     eval_scores_out: Optional[str] = field(default=None, metadata={
-        "help": "fairseq-validate --eval-mode: also write each scored row (document, masked "
-                "position, R, tokens, loss, correct) as a JSON line to this new file (never "
-                "overwritten), for paired comparisons of models "
-                "(fairseq_ext_lab.evaluation.bidirectional_report)"})
+        "help": "fairseq-validate --eval-mode: also write each scored row (document, position, "
+                "R, tokens, loss, correct) as a JSON line to this new file, for paired "
+                "comparisons of models"})
     seed: int = II("common.seed")
     #: rows padded to a multiple of this length (``--required-seq-len-multiple``; chosen by
     #: ``--torch-compile`` when left at 1): fewer batch shapes to compile
     required_seq_len_multiple: int = II("dataset.required_seq_len_multiple")
+
+
+def model_name(model_cfg) -> Optional[str]:
+    """The arch a model config builds (hydra's ``_name``, fairseq-train's ``--arch``)."""
+    return getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", None)
 
 
 def objective_sampler(cfg: BidirectionalLMConfig) -> ObjectiveSampler:
@@ -176,7 +163,7 @@ def objective_sampler(cfg: BidirectionalLMConfig) -> ObjectiveSampler:
 
 def check_evaluation(cfg: BidirectionalLMConfig, sampler: ObjectiveSampler) -> None:
     """Refuse, naming the flag, evaluation settings that are malformed, incomplete, or ask the
-    checkpoint for something it was never trained to do (module docstring)."""
+    checkpoint for something it was never trained to do (docs/bidirectional.md, "Evaluation")."""
     if not 0.0 < float(cfg.suffix_fraction) < 1.0:
         raise ConfigError(f"--suffix-fraction {cfg.suffix_fraction} must lie in (0, 1): it is the "
                           "share of each document's tokens to predict (§3.2: 0.2)")
@@ -287,6 +274,17 @@ class BidirectionalLMTask(FairseqTask):
     def cross_document_attention(self) -> bool:
         """Whether a token may attend to the earlier documents of its row (footnote 4)."""
         return not self.cfg.no_cross_document_attention
+
+    def build_model(self, cfg, from_checkpoint=False):
+        """fairseq's, after putting into a ``bidirectional_lm`` model's config what it takes
+        from this task (as fairseq's ``sentence_prediction`` passes ``max_positions``):
+        ``no_cross_document_attention`` (footnote 4), and ``r_bidir = 0``: this task's batches
+        carry their own layout, and its ``--r-bidir`` is the evaluation R, not the model's."""
+        if ARCH_MODEL_REGISTRY.get(model_name(cfg)) is MODEL_REGISTRY.get(BIDIRECTIONAL_LM_MODEL):
+            with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.ExitStack():
+                cfg.no_cross_document_attention = bool(self.cfg.no_cross_document_attention)
+                cfg.r_bidir = 0.0
+        return super().build_model(cfg, from_checkpoint)
 
     @property
     def eval_mode(self) -> Optional[str]:

@@ -1,36 +1,16 @@
 """Load fairseq checkpoints on torch >= 2.6 without giving up safe unpickling.
 
-torch 2.6 made ``torch.load(..., weights_only=True)`` the default. fairseq 0.12 checkpoints
-pickle a few non-tensor Python objects, so ``fairseq-validate --path``, ``fairseq-train
---restore-file`` and ``checkpoint_utils.load_model_ensemble`` stop with
-``Unsupported global: GLOBAL argparse.Namespace``.
-
-We keep ``weights_only=True`` and allow-list exactly the globals that fairseq checkpoints
-contain (found by scanning checkpoints written by ``fairseq-train`` and ``fairseq-hydra-train``
-with ``torch.serialization.get_unsafe_globals_in_checkpoint``; ``tests/test_checkpoints.py``
-re-checks this on every run):
-
-* ``argparse.Namespace``: ``cfg.model`` of every model registered with the legacy
-  ``add_args`` interface (fairseq's ``roberta`` among them), and ``args`` in checkpoints
-  written by older fairseq versions.
-
-Everything else in a fairseq checkpoint (tensors, dicts, lists, ``OrderedDict``, numbers and
-strings of the hydra config, optimizer and meter state) is already accepted by the
-weights-only unpickler. Any other global still raises, as torch intends.
-
-Importing :mod:`fairseq_ext` (``--user-dir fairseq_ext``) installs the allow-list; in a Python
-session, ``import fairseq_ext`` before ``checkpoint_utils.load_model_ensemble``.
-
-fairseq-ext's own loaders (``scripts/export_encoder.py``; :func:`load_checkpoint_to_cpu`) turn
-torch's errors into one line saying what to do (:func:`checkpoint_error_message`): a truncated
-file, a corrupt one (for a file that is not a zip at all torch says e.g. ``KeyError: 101``), or
-a checkpoint loaded without this allow-list. A truncated file is fairseq's own error: our fairseq
-patch (item 6, README "Install") makes ``checkpoint_utils.load_checkpoint_to_cpu`` raise
-``TruncatedCheckpointError`` when the file is a ``torch.save`` zip archive without its index,
-naming the file and the newest complete checkpoint beside it; ``fairseq-train`` (with the
-``--restore-file`` to resume from) and ``fairseq-validate`` print it as their one-line error,
-and so do we, word for word. The other errors reach fairseq's CLIs as torch raised them;
-README, "Troubleshooting", maps their tracebacks to the fix.
+torch 2.6 made ``torch.load(..., weights_only=True)`` the default, and fairseq 0.12 checkpoints
+pickle ``argparse.Namespace`` (``cfg.model`` of every model registered through ``add_args``,
+``args`` of older checkpoints), so ``fairseq-validate --path`` and ``fairseq-train
+--restore-file`` stop with ``Unsupported global: GLOBAL argparse.Namespace``. We keep
+``weights_only=True`` and allow-list exactly that global (``tests/test_checkpoints.py`` re-scans
+fresh checkpoints with ``torch.serialization.get_unsafe_globals_in_checkpoint``); any other
+global still raises. Importing :mod:`fairseq_ext` installs the allow-list. fairseq-ext's own
+loaders (:func:`load_checkpoint_to_cpu`) turn torch's errors into one line saying what to do
+(:func:`checkpoint_error_message`): a truncated file (the words of our fairseq patch's
+``TruncatedCheckpointError``), a corrupt one, or a checkpoint loaded without the allow-list.
+User-facing: docs/install.md, "Checkpoints on torch >= 2.6"; docs/troubleshooting.md.
 """
 import argparse
 import os

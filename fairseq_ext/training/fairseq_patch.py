@@ -1,25 +1,13 @@
 """The fairseq build fairseq-ext needs, checked when the plugin is imported.
 
 ``make install`` installs ve-fairseq 0.12.3 with fairseq-ext's patch series applied
-(``patches/series``: one item per file, in order; docs/install.md). The build
-(``scripts/build_fairseq_wheel.sh``) writes what it applied into ``fairseq/__init__.py``::
-
-    __fairseq_ext_patch__ = {"version": 1, "items": ("0001-item1-keep-last-batch", ...)}
-
-Under a stock fairseq the plugin would import and then silently lose what the series fixes
-(fairseq-validate scoring part of the validation set, each log record written once per epoch,
-checkpoints written in place, ``--torch-compile`` unknown). So importing ``fairseq_ext`` checks
-the marker first (:func:`require_patched_fairseq`) and stops with one line that names ``make
-install`` when it is missing or older than :data:`REQUIRED_PATCH_VERSION`. Under fairseq's tools
-the line prints as the command's error (:mod:`fairseq_ext.cli.errors`)::
-
-    fairseq-train: error: fairseq at .../site-packages/fairseq is not fairseq-ext's patched
-        build (no __fairseq_ext_patch__ marker): run `make install` in the fairseq-ext checkout
-        (docs/install.md)
-
-The series' version is raised whenever an item changes, and this module's
-:data:`REQUIRED_PATCH_VERSION` with it (``tests/test_fairseq_patch_series.py`` holds the two
-together and checks the installed marker against ``patches/series``).
+(``patches/series``), and the build writes what it applied into ``fairseq/__init__.py`` as
+``__fairseq_ext_patch__ = {"version": ..., "items": (...)}``. Under a stock fairseq the plugin
+would silently lose what the series fixes, so importing ``fairseq_ext`` checks the marker first
+(:func:`require_patched_fairseq`) and stops with one line naming ``make install`` when it is
+missing or older than :data:`REQUIRED_PATCH_VERSION`, raised with the series' version
+(``tests/test_fairseq_patch_series.py`` holds the two together). The series, the marker and the
+error: docs/install.md.
 """
 import re
 from pathlib import Path

@@ -1,20 +1,13 @@
 """What the hydra YAMLs (``recipes/config/**.yaml``) need from the plugin before fairseq reads them.
 
-``common.user_dir`` must be a path, and a relative one (``fairseq_ext``) only resolves from the
-repository root. Every YAML therefore says ``user_dir: ${fairseq_ext.user_dir:}``, an OmegaConf
-resolver that gives the folder of the installed ``fairseq_ext`` (the checkout itself for
-``make install``'s editable install), so ``fairseq-hydra-train`` runs from any directory with
-nothing to set. The resolver is registered by the hydra callback each YAML lists::
-
-    hydra:
-      callbacks:
-        fairseq_ext:
-          _target_: fairseq_ext.training.hydra_config.RegisterResolvers
-
-Hydra builds its callbacks after it composes the config and before the job runs;
-fairseq-hydra-train resolves the config in the job, so the resolver is there when it is needed.
-Building the callback imports the installed ``fairseq_ext``, so ``common.user_dir`` cannot name
-another copy of it (fairseq refuses a second package of the same name): install that one.
+``common.user_dir`` must be a path, and a relative one only resolves from the repository root.
+Every YAML therefore says ``user_dir: ${fairseq_ext.user_dir:}``, an OmegaConf resolver giving
+the folder of the installed ``fairseq_ext``, registered by the hydra callback each YAML lists
+(``hydra.callbacks.fairseq_ext._target_: fairseq_ext.training.hydra_config.RegisterResolvers``).
+Hydra builds its callbacks after composing the config and before the job runs, where
+fairseq-hydra-train resolves it. Building the callback imports the installed ``fairseq_ext``, so
+``common.user_dir`` cannot name another copy (fairseq refuses a second package of the same
+name): install that one. See docs/recipes.md.
 """
 from pathlib import Path
 

@@ -3,16 +3,14 @@
 Two promises, shared by every command of the package that writes one:
 
 * **Nothing is overwritten without ``--force``.** A command checks its outputs with
-  :func:`refuse_existing` before any expensive work (loading a checkpoint, scoring, a benchmark),
-  so a refused run costs nothing, and reports the :class:`OutputError` as one line on stderr,
-  ``PROG: error: OUT exists; pass --force to overwrite it`` (:func:`error_line`), exit status 2.
+  :func:`refuse_existing` before any expensive work, so a refused run costs nothing, and reports
+  the :class:`OutputError` as one line on stderr, ``PROG: error: OUT exists; pass --force to
+  overwrite it`` (:func:`error_line`), exit status 2.
 * **Nothing is left half-written.** :func:`atomic_file` and :func:`atomic_directory` write to a
-  temporary file (directory) beside the output and rename it onto the output once complete
-  (``os.replace`` is atomic within a file system), so an interrupted or failed write leaves the
-  earlier file as it was, and no partial one.
+  temporary file (directory) beside the output and rename it onto the output once complete, so
+  an interrupted write leaves the earlier file as it was, and no partial one.
 
-Data-bins have their own rules (:mod:`fairseq_ext.corpus.step_state`: ``--overwrite`` replaces
-only the tool's own files; :mod:`fairseq_ext.corpus.glue`: ``--force`` rebuilds a task's bin).
+Data-bins have their own rules (:mod:`fairseq_ext.corpus.step_state`, :mod:`fairseq_ext.corpus.glue`).
 """
 import contextlib
 import os

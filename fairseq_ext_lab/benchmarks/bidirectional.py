@@ -1,6 +1,6 @@
 """Training throughput (tokens/s) of ``bidirectional_lm`` (generalized bidirectionality,
-Artetxe et al., 2022) against fairseq's causal ``transformer_lm`` of the same size (issue 12,
-"Performance": target ours / transformer_lm >= 0.9 on GPU at 125M).
+Artetxe et al., 2022) against fairseq's causal ``transformer_lm`` of the same size (target: ours /
+transformer_lm >= 0.9 on GPU at 125M).
 
 * **Models**, built as ``fairseq-train`` builds them (:func:`fairseq_ext.training.model_building.build_arch`)
   over one dictionary of ``--vocab-size`` symbols, ``<mask>`` included:
@@ -44,12 +44,12 @@ Example::
     .venv/bin/python scripts/bench_bidirectional.py --arch-size small --seq-len 512 \\
         --batch-size 4 --threads 1 --rounds 5
 
-``--part calls``: what one attention call costs the host (issue 43), FlexAttention with a
+``--part calls``: what one attention call costs the host, FlexAttention with a
 batch's BlockMask against SDPA with the dense mask, at each ``--seq-lens`` T, one row and one
 head of 16 (no gradient), where the compute vanishes; and the BlockMask's build, once per batch.
 
-``--part flex``: FlexAttention against SDPA's dense mask (issue 24;
-:mod:`fairseq_ext.modules.block_sparse_attention`), the same model and batches on both paths, at
+``--part flex``: FlexAttention against SDPA's dense mask
+(:mod:`fairseq_ext.modules.block_sparse_attention`), the same model and batches on both paths, at
 each ``--seq-lens`` T (default 512, 1024, 2048), each figure a ratio (SDPA time / FlexAttention
 time) beside the share of the dense scores the BlockMask skips (``skipped``; the attention's
 gain is bounded by ``1 / (1 - skipped)``):
@@ -149,7 +149,7 @@ def build_models(size: str, task, seq_len: int, seed: int) -> Dict[str, torch.nn
     models["bidirectional_lm"] = build_arch(archs(size)["bidirectional_lm"], task, seq_len)
     torch.manual_seed(seed)
     models["transformer_lm"] = build_arch(archs(size)["transformer_lm"], task, seq_len,
-                                          **DECODER_LM_SIZES[size].as_args(), **BASELINE_SETTINGS)
+                                          **DECODER_LM_SIZES[size].as_args("decoder"), **BASELINE_SETTINGS)
     torch.manual_seed(seed)
     models[ALL_LOGITS] = build_arch(archs(size)[ALL_LOGITS], task, seq_len)
     counts = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}

@@ -73,7 +73,7 @@ SOURCES: Dict[Tuple[str, ...], Optional[Tuple[str, Optional[str]]]] = {
     ("fairseq_ext", "optim"): ("ours", "trainer"),
     ("fairseq_ext", "training"): ("ours", "trainer"),
     # TrainerStep lives with the run plumbing but is the harness, not the trainer
-    ("fairseq_ext", "training", "trainer_step.py"): None,
+    ("fairseq_ext", "training", "trainer_harness.py"): None,
     ("fairseq", "models"): ("fairseq", "model"),
     ("fairseq", "modules"): ("fairseq", "model"),
     ("fairseq", "criterions"): ("fairseq", "criterion"),

@@ -1,6 +1,6 @@
 """Benchmark SwishRNN: the ``fairseq_ext::swish_recurrence`` op (CUDA against the memory-bandwidth
 bound, CPU against the pure-PyTorch reference) and a training step of SwishRNN-BERT against
-BERT-rab (issue: SwishRNN, parts (a), (b), (c)).
+BERT-rab.
 
     python scripts/bench_swishrnn.py --part a                      # CUDA op vs bound, vs reference
     python scripts/bench_swishrnn.py --seq-len 512 --batch-size 16 --hidden 2048 --steps 1,2,4
@@ -17,7 +17,7 @@ BERT-rab (issue: SwishRNN, parts (a), (b), (c)).
   bandwidth of a plain copy of the same bytes (``dst.copy_(src)`` of 3 N elements, which reads
   and writes them) on the same threads, timed in the same interleaved rounds. Also printed:
   the compute bound of the two sigmoids per element (two ``torch.sigmoid`` passes over N, the
-  CPU's vectorized exp). Target (issue 25): >= 10x the fair loop at every k, or, where the loop
+  CPU's vectorized exp). Target: >= 10x the fair loop at every k, or, where the loop
   gains from k (with k chains it vectorises over k times more columns per step), >= 60% of the
   copy bandwidth at every k.
 * ``--part a``: the same on CUDA (the op and its registered backward through autograd against

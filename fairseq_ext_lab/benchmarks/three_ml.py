@@ -47,7 +47,7 @@ Examples::
     .venv/bin/python scripts/bench_3ml.py --size base --seq-len 512 --batch-size 32 \\
         --device cuda --dtype bf16 --mask-rates 0.15,0.4,0.5 --json bench-base-512.json
     .venv/bin/python scripts/bench_3ml.py --size small --profile --profile-rate 0.5
-    # the issue-31 shape: 6 layers of 512, 256 tokens, batch 8, the demo's 8000 pieces
+    # the bisected shape: 6 layers of 512, 256 tokens, batch 8, the demo's 8000 pieces
     .venv/bin/python scripts/bench_3ml.py --size base --encoder-layers 6 --encoder-embed-dim 512 \
         --seq-len 256 --batch-size 8 --vocab-size 8000 --dropout 0 --threads 2 \
         --mask-rates 0.4,0.5 --roberta-rates 0.15 --models roberta,3ml-self --padded-encoder

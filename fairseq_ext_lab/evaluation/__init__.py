@@ -7,6 +7,5 @@ against the encoder-only export (:mod:`.fill_mask`); and for any masked LM, per-
 losses on shared positions beside the training unigram, with delta-method errors and paired
 differences (:mod:`.masked_lm_scores`, :mod:`.uncertainty`), as ``make demo`` reports them.
 
-May import: export (the random-init control and the 3ML export of the transfer diagnosis),
-tasks, modules, data, corpus, reporting, training, cli.
+May import: tasks, modules, data, corpus, reporting, training, cli.
 """

@@ -280,8 +280,7 @@ def read_candidates(path: Path) -> ProposalSet:
 
 def check_fingerprint(proposals: ProposalSet, path: Path, dictionary, data) -> None:
     """The candidate ids mean the same tokens in ``dictionary``: ``DATA``'s ``dict.txt`` plus
-    ``<mask>``, the dictionary every ``--scorer`` scores ``DATA`` with (the bad-input rule of
-    issue 13)."""
+    ``<mask>``, the dictionary every ``--scorer`` scores ``DATA`` with."""
     expected = proposals.header["dictionary_sha256"]
     fingerprint = dictionary_fingerprint(dictionary)
     if expected != fingerprint:

@@ -1,6 +1,6 @@
 """What a study can decide: each claim's minimum detectable effect (MDE) beside the paper's own
 effect (``Claim.paper_effect``), before the runs from a reference run's seed spread and after
-them from the study's own (issue 58).
+them from the study's own.
 
 The MDE of a paired difference with standard error ``SE`` over ``S`` seeds is the true
 difference that the study's 95% two-sided t interval excludes from 0 with probability 80%:

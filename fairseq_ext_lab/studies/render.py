@@ -33,7 +33,7 @@ def format_report(study: Study, report: dict) -> str:
     seeds = len(study.seeds)
     budget = "equal training tokens" if study.budget == EQUAL_TOKENS else (
         "equal analytic training FLOPs")
-    # where the runs trained, as the report recorded it (reports before issue 59: the study's)
+    # where the runs trained, as the report recorded it (a report without a device field: the study's)
     device = report.get("device", study.device)
     lines = [f"{study.title}: {seeds} seeds, {budget}, trained on {device}; mean ± SE "
              f"over seeds (* the 95% t interval over seeds excludes 0)"]
@@ -97,14 +97,14 @@ def interval_text(claim: dict) -> str:
 
 
 def has_power(claim: dict) -> bool:
-    """Whether a claim has a minimum detectable effect to print: a stored one (issue 58 on), or
-    a stored SE to compute it from (a claim judged before)."""
+    """Whether a claim has a minimum detectable effect to print: a stored one, or
+    a stored SE to compute it from (a claim without an ``mde`` field)."""
     return "mde" in claim or claim.get("difference_se") is not None
 
 
 def claim_mde(claim: dict) -> Optional[float]:
-    """A claim's minimum detectable effect: the stored one, or for a claim judged before issue
-    58 (no ``mde`` field) the same formula on its stored SE and degrees of freedom; None for a
+    """A claim's minimum detectable effect: the stored one, or for a claim without an
+    ``mde`` field the same formula on its stored SE and degrees of freedom; None for a
     claim with neither (not testable, or never measured)."""
     if "mde" in claim:
         return claim["mde"]
@@ -181,8 +181,9 @@ def ft_cell(standard_error: float) -> str:
 
 
 def lr_cell(chosen) -> str:
-    """An arm's fine-tuning lr on a task: one rate (a study.json from before issue 58, or every
-    seed chose the same), else each rate with the number of pre-training seeds that chose it."""
+    """An arm's fine-tuning lr on a task: one rate (a study.json with one rate for every
+    seed, or every seed chose the same), else each rate with the number of pre-training seeds
+    that chose it."""
     if isinstance(chosen, str):
         return chosen
     counts: Dict[str, int] = {}

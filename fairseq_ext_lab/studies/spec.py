@@ -9,7 +9,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from fairseq_ext_lab import finetuning
 from fairseq_ext_lab.finetuning import FinetuneProtocol
-from fairseq_ext_lab.recipe_runs import BIDIRECTIONAL_R_VALUES, DemoRun
+from fairseq_ext_lab.recipe_runs import BIDIRECTIONAL_R_VALUES, RecipeRun
 
 #: A study's budget: equal analytic training FLOPs, or equal training tokens (equal updates).
 EQUAL_FLOPS, EQUAL_TOKENS = "flops", "tokens"
@@ -63,9 +63,9 @@ class StudyModel:
     env: Dict[str, str] = dataclasses.field(default_factory=dict)
     args: Tuple[str, ...] = ()
 
-    def run(self, seed: Optional[int] = None) -> DemoRun:
+    def run(self, seed: Optional[int] = None) -> RecipeRun:
         seed_args = () if seed is None else ("--seed", str(seed))
-        return DemoRun(self.name, self.recipe, dict(self.env), args=(*self.args, *seed_args))
+        return RecipeRun(self.name, self.recipe, dict(self.env), args=(*self.args, *seed_args))
 
 
 #: ``Claim.source`` of a comparison the paper does not make: a question of ours, labelled so.
@@ -231,11 +231,9 @@ def check_study(study: Study) -> None:
         raise SystemExit(f"error: study {study.name}: " + "; ".join(problems))
 
 
-
-
 SEEDS = (1, 2, 3)
 #: A study's fine-tuning seeds: one run per (arm, pre-training seed, task, learning rate), the
-#: rate chosen per pre-training seed on the selection split (issue 58); the fine-tuning noise
+#: rate chosen per pre-training seed on the selection split; the fine-tuning noise
 #: is in the spread over pre-training seeds, which the claims' intervals read. Pre-training
 #: seeds buy more than fine-tuning seeds: they carry both noises.
 STUDY_FINETUNE_SEEDS = (1,)
@@ -272,8 +270,6 @@ def finetune_differs(where: str = "on the CPU") -> str:
 FINETUNE_DIFFERS = finetune_differs()
 
 
-
-
 def finetune_claims(*claims: Claim, differs: str = FINETUNE_DIFFERS) -> Tuple[Claim, ...]:
     """Fine-tuning claims, each saying what differs from its paper: ``differs`` (the suite,
     the schedule), then the claim's own difference if it has one."""
@@ -281,9 +277,8 @@ def finetune_claims(*claims: Claim, differs: str = FINETUNE_DIFFERS) -> Tuple[Cl
         part for part in (differs, claim.differs) if part)) for claim in claims)
 
 
-
 #: What the "pre-training helps" claims measure: the control every other fine-tuning claim
-#: needs (issue 55).
+#: needs.
 PRETRAINING_HELPS_DIFFERS = ("each pre-trained arm against the same architecture at random "
                              "initialisation (a fresh draw per pre-training and fine-tuning "
                              "seed), fine-tuned alike, its lr chosen alike; paired on the "

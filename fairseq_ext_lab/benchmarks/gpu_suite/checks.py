@@ -205,7 +205,6 @@ def check_junit_skips(junit: Path, listing: Path, require_cuda: bool) -> bool:
     return ok
 
 
-
 def train_losses(text: str) -> Dict[int, float]:
     """update -> training loss, from the json train_inner records of a fairseq log."""
     losses = {}

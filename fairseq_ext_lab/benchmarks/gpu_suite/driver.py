@@ -37,7 +37,7 @@ KILL_AFTER = 15
 FAILED_TAIL_LINES = 60
 
 #: --help: {stages} and {environment} are filled in by help_text.
-HELP = """The GPU checks of issue 14 in one driver, for the lent GPU machine (Python 3.12, torch 2.11 +
+HELP = """The GPU checks in one driver, for the lent GPU machine (Python 3.12, torch 2.11 +
 CUDA 13, nvcc, no fairseq, no network). docs/benchmarks.md, "GPU suite", gives the device
 calls that run it.
 
@@ -118,8 +118,6 @@ def run_stage(name: str, outdir: Path) -> int:
     except (SuiteError, SettingsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-
-
 
 
 USAGE = (f'usage: {WRAPPER} [--stages "{" ".join(ALL_STAGES)}"] [--tar FILE] [--budget SECONDS] '

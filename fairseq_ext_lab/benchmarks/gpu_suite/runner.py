@@ -160,13 +160,11 @@ def use_env(run: StageRun) -> str:
     return py
 
 
-
 def format_columns(rows: Sequence[Sequence[str]]) -> str:
     """The rows as aligned columns, two spaces apart (column -t)."""
     widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(map(len, rows)))]
     return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
                      for row in rows)
-
 
 
 def tail_lines(path: Path, count: int) -> List[str]:
@@ -176,7 +174,6 @@ def tail_lines(path: Path, count: int) -> List[str]:
     except OSError:
         return []
     return text.splitlines()[-count:] if count > 0 else []
-
 
 
 @dataclasses.dataclass(frozen=True)

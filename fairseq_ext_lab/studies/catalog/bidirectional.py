@@ -94,8 +94,8 @@ BIDIRECTIONAL_NOTES = (
 OWN_R_BIDIR = {"nxt_uni": "0", "nxt_pre": "1", "msk_uni": "0", "msk_bi": "1", "hyb_uni": "0",
                "hyb_pre": "1"}
 #: Every variant with its own attention (Table 10), and the two ends switched (Table 9). The lr
-#: grid is moved up from FINETUNE_LRS (issue 58): in the study's held-out selection before issue
-#: 58 (docs/studies/2026-11-27/bidirectional/study.json, ``finetune.lr_selection``; training
+#: grid sits above FINETUNE_LRS: in the archived study's held-out selection
+#: (docs/studies/2026-11-27/bidirectional/study.json, ``finetune.lr_selection``; training
 #: data, never dev) 3e-4 won 1 of 24 (arm, task) choices and the grid's top, 3e-3, won 17.
 BIDIRECTIONAL_FINETUNE_LRS = ("1e-3", "3e-3", "6e-3")
 BIDIRECTIONAL_FINETUNE = FinetuneProtocol(
@@ -163,7 +163,7 @@ for _name, _budget, _format, _title in (
     ))
 
 
-#: Tables 9-10's largest fine-tuning effects at the power to resolve them (issue 58): NxtUni,
+#: Tables 9-10's largest fine-tuning effects at the power to resolve them: NxtUni,
 #: MskUni and MskBi, each with its own attention, the two ends of Table 9 switched, and a
 #: random-init control per attention, over 16 pre-training seeds (8 left NxtUni's Table 9 row
 #: 1.97 SE from zero). One fine-tuning seed per (learning rate, pre-training seed): its noise

@@ -71,7 +71,7 @@ register_study(Study(
         StudyModel("swishrnn-bert-k1", "recipes/swishrnn/demo.sh", {},
                    SWISHRNN_LAYERS + ("--swishrnn-step-sizes", "1")),
     ),
-    # 5 seeds (issue 58): the fine-tuning claims' effects are 0.9-3.0 points
+    # 5 seeds: the fine-tuning claims' effects are 0.9-3.0 points
     seeds=SWISHRNN_SEEDS,
     baseline_updates=800,
     lr_grid=LR_GRID,

@@ -73,11 +73,7 @@ def smallest_3ml_shape(vocab_size: int, length: int = 64, mask_prob: float = 0.4
     return None if best is None else best[1]
 
 
-
-
 THREE_ML_MODELS = ("roberta-15%", "roberta-40%", "3ml-self-40%", "3ml-cross-40%")
-
-
 
 
 #: 3ML fine-tunes the exported encoder (the decoder dropped, §2.2) with App. B's schedule shape
@@ -222,7 +218,7 @@ register_study(Study(
     finetune_claims=THREE_ML_FINETUNE_CLAIMS,
 ))
 
-#: The GPU study's shape (issue 47): 6 encoder layers of 512 (8 heads, FFN 2048); 3ML-self's
+#: The GPU study's shape: 6 encoder layers of 512 (8 heads, FFN 2048); 3ML-self's
 #: decoder is its architecture's default, 2 layers of half the encoder's width (256, 4 heads,
 #: FFN 1024). At 512-token blocks and an 8,000-piece vocabulary, 3ML-self-40%'s analytic
 #: speedup over RoBERTa-15% is 1.25 (App. D; tests/test_studies.py).
@@ -242,7 +238,7 @@ THREE_ML_GPU_ENV = {"TOKENS_PER_SAMPLE": "512", "SAMPLE_BREAK_MODE": "complete",
 THREE_ML_GPU_DIFFERS = ("one GPU (the paper: 16 V100s), 6 x 512 for 600 updates of 16k tokens "
                         "(about 6.7 epochs of the embedded corpus's 1.46M training tokens, masks "
                         "drawn again each epoch), fairseq fp16")
-#: The GPU study's fine-tuning (issue 59): the 3ML paper's claim is fine-tuned quality at lower
+#: The GPU study's fine-tuning: the 3ML paper's claim is fine-tuned quality at lower
 #: cost, so both models' checkpoints are fine-tuned on the offline suite beside a random-init
 #: control, as the CPU study's are (THREE_ML_FINETUNE's schedule, arms named alike), on the GPU.
 THREE_ML_GPU_FINETUNE = dataclasses.replace(
@@ -255,7 +251,7 @@ THREE_ML_GPU_PAPER = "3MLself-40% 85.0 at speedup 1.34 against 24hBERT-15% 84.3 
 
 register_study(Study(
     name="3ml-gpu",
-    title=("3ML on the GPU (issues 47, 59): RoBERTa-15% against 3ML-self-40%, fine-tuned "
+    title=("3ML on the GPU: RoBERTa-15% against 3ML-self-40%, fine-tuned "
            "accuracy and the wall clock to it"),
     kind=MASKED_LM,
     models=(

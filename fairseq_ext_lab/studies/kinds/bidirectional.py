@@ -14,7 +14,7 @@ from fairseq_ext.reporting.uncertainty import (
     paired_over_seeds,
     perplexity,
 )
-from fairseq_ext_lab.recipe_runs import BIDIRECTIONAL_INFILL_POSITIONS, ONE_THREAD, DemoRun
+from fairseq_ext_lab.recipe_runs import BIDIRECTIONAL_INFILL_POSITIONS, ONE_THREAD, RecipeRun
 from fairseq_ext_lab.recipe_training import train
 from fairseq_ext_lab.studies.kinds.base import Kind
 from fairseq_ext_lab.studies.spec import BIDIRECTIONAL, CURVE_VALID_BATCHES, R_VALUES, Study
@@ -95,8 +95,6 @@ def infill_baseline(result: dict, column: str, piece: int) -> Tuple[Estimate, Es
     if baseline is None:
         raise SystemExit(f"error: no infilling baseline for {path}: {note}")
     return baseline, difference
-
-
 
 
 def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> dict:
@@ -185,7 +183,7 @@ def bidirectional_report(study: Study, results: Dict[str, dict], data: Path) -> 
             "piece": symbol, "baseline_gaps": gaps}
 
 
-def train_and_evaluate(study: Study, run: DemoRun, data: Path, run_dir: Path, updates: int,
+def train_and_evaluate(study: Study, run: RecipeRun, data: Path, run_dir: Path, updates: int,
                        save_every: int, log_every: int, env: Dict[str, str],
                        evaluate: bool = True) -> dict:
     """Train one run through its recipe and evaluate it: its result row."""

@@ -12,7 +12,7 @@ from fairseq_ext.reporting.uncertainty import (
     Estimate,
     mean_over_seeds,
 )
-from fairseq_ext_lab.recipe_runs import DemoRun
+from fairseq_ext_lab.recipe_runs import RecipeRun
 from fairseq_ext_lab.recipe_training import (
     checkpoint_key,
     checkpoints_to_score,
@@ -209,7 +209,7 @@ def stored_curve(result: dict, axis: str = "pflops") -> List[CurvePoint]:
                        p["updates"]) for p in curve]
 
 
-def train_and_evaluate(study: Study, run: DemoRun, data: Path, run_dir: Path, updates: int,
+def train_and_evaluate(study: Study, run: RecipeRun, data: Path, run_dir: Path, updates: int,
                        save_every: int, log_every: int, env: Dict[str, str],
                        evaluate: bool = True) -> dict:
     """Train one run through its recipe and evaluate it: its result row."""

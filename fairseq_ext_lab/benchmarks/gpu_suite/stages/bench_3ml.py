@@ -18,7 +18,6 @@ def check_bench_3ml_runs(settings: Settings) -> None:
                             f"{' '.join(BENCH_3ML_RUNS)}")
 
 
-
 #: The timed runs' common arguments ({iters}: BENCH_3ML_ITERS).
 TIMED = ("--device", "cuda", "--dtype", "bf16", "--mask-rates", "0.15,0.4,0.5", "--warmup", "5",
          "--iters", "{iters}")

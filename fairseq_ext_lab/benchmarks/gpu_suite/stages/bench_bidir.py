@@ -3,7 +3,7 @@
 scripts/bench_bidirectional.py --device cuda at 125m, seq 1024, bf16; then
 its --part flex at 125m, bf16, T = 1024 and 2048: FlexAttention against
 SDPA's dense mask, attention alone, the fairseq-validate forward and the
-training step (issue 24's target: >= 1.3x at 125m, T = 2048), on the
+training step (target: >= 1.3x at 125m, T = 2048), on the
 carried data-bin's valid split (else synthetic documents of 64-1024 tokens).
 """
 import os

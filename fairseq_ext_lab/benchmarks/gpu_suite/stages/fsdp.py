@@ -23,6 +23,7 @@ from .train import train_and_check, train_command, training_data
 #: The fsdp stage's DDP backends: the reference first, then the one checked against it.
 FSDP_BACKENDS = ("legacy_ddp", "fully_sharded")
 
+
 def fsdp_settings(settings: Settings) -> Settings:
     """The train settings of the fsdp stage's runs: FSDP_ARCH for FSDP_UPDATES updates in
     FSDP_PRECISION, a record every update. SettingsError for values fairseq would refuse."""
@@ -64,7 +65,6 @@ def one_process_group(cuda: bool) -> List[str]:
             "distributed_training.distributed_no_spawn=true",
             "distributed_training.distributed_rank=0", "distributed_training.device_id=0",
             f"distributed_training.distributed_backend={'nccl' if cuda else 'gloo'}"]
-
 
 
 def stage_fsdp(run: StageRun) -> int:

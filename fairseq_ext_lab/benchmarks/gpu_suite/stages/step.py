@@ -1,6 +1,6 @@
 """The step stage (scripts/gpu_suite.sh --help):
 
-scripts/bench_step.py on CUDA in bf16 at base/512 (issue 43; STEP_SHAPE): fairseq's own
+scripts/bench_step.py on CUDA in bf16 at base/512 (STEP_SHAPE): fairseq's own
 Trainer.train_step for RoBERTa, 3ML-self and 3ML-cross, eager and
 --torch-compile side by side, at micro-batch 32, 64 and 128 (STEP_BATCHES),
 with --reduce-stats-at-log-interval and fused_adamw: ms per update, MFU over

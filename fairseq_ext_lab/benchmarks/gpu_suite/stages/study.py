@@ -1,6 +1,6 @@
 """The study stage (scripts/gpu_suite.sh --help):
 
-the GPU study of issues 47 and 59 (scripts/study.py GPU_SUITE_STUDY [3ml-gpu],
+the GPU study (scripts/study.py GPU_SUITE_STUDY [3ml-gpu],
 docs/studies.md): RoBERTa-15% against 3ML-self-40% at 6 x 512, 3 seeds of the
 same updates, pre-trained one run at a time in fairseq fp16, then fine-tuned
 on the carried downstream suite (GPU_SUITE_DOWNSTREAM) beside a random-init
@@ -44,7 +44,7 @@ def copy_study_files(runs_dir: Path, target: Path) -> int:
 
 
 def stage_study(run: StageRun) -> None:
-    """scripts/study.py GPU_SUITE_STUDY [3ml-gpu] on the GPU (issue 47, item 5) on the carried
+    """scripts/study.py GPU_SUITE_STUDY [3ml-gpu] on the GPU on the carried
     data-bin, its runs in GPU_SUITE_STUDY_DIR/NAME (carried: finished runs are read back), its
     output in OUTDIR/study-NAME.txt; then (also when the stage is ended at its limit: SIGTERM
     leaves through here) copy_study_files into OUTDIR/study/NAME/."""

@@ -28,6 +28,7 @@ DEFAULT_TEST_FILES = ("tests/test_swish_recurrence_op.py", "tests/test_cuda_sour
                       "tests/test_block_sparse_attention.py")
 CUDA_TEST_PATTERN = re.compile(r"""torch\.cuda|["']cuda["']|nvcc|NATIVE_OP_DEVICES""")
 
+
 def stage_test_files(settings: Settings) -> List[str]:
     """The tests stage's files, relative to the repo: GPU_SUITE_TESTS if set, else
     DEFAULT_TEST_FILES and every tests/test_*.py that mentions CUDA, but this suite's own

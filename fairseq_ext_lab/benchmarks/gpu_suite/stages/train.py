@@ -107,7 +107,6 @@ def check_train_settings(settings: Settings) -> None:
         raise SettingsError(f"GPU_SUITE_PEAK_TFLOPS={settings.peak_tflops}: use a positive number")
 
 
-
 # -------------------------------------------------------------------------- the training
 
 REPO_TEXT_ROOTS = ("README.md", "docs", "fairseq_ext", "recipes", "scripts", "tests")

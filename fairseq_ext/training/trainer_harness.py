@@ -3,8 +3,8 @@ fairseq's :class:`fairseq.trainer.Trainer` from a ``fairseq-train`` command line
 criterion, optimizer, lr scheduler, gradient clipping, logging reduction: all of
 ``Trainer.train_step``) and takes the first batches of its training iterator; :meth:`step` is
 one ``Trainer.train_step``. What times it is ``scripts/bench_step.py``
-(:mod:`fairseq_ext_lab.benchmarks.bench_step`); tests drive it update by update. It needs fairseq's
-APIs only (the arch, task and criterion come registered through ``--user-dir``)."""
+(:mod:`fairseq_ext_lab.benchmarks.trainer_step_timing`); tests drive it update by update. It
+needs fairseq's APIs only (the arch, task and criterion come registered through ``--user-dir``)."""
 from typing import Any, Dict, Sequence, Tuple
 
 import torch

@@ -54,7 +54,7 @@ import torch
 
 import fairseq_ext
 from fairseq_ext.reporting.uncertainty import mean_over_seeds
-from fairseq_ext.training.trainer_step import TrainerStep
+from fairseq_ext.training.trainer_harness import TrainerStep
 from fairseq_ext_lab.benchmarks.common import environment, interleaved_rounds, quartiles, timed
 from fairseq_ext_lab.benchmarks.device_reads import (
     Counts,

@@ -19,9 +19,16 @@ fairseq's ``sentence_prediction`` layout (``scripts/prepare_downstream.sh``,
   regression on standardised features, train -> dev);
 * at the head's features: the frozen probe on the pooled token the head reads (``<s>`` for an
   encoder, the last token for a left-to-right LM) and on the mean over tokens;
-* the **train and dev accuracy after a fixed fine-tune** (:class:`FinetuneSettings`: the whole
-  model and a RoBERTa-style head, AdamW, linear warmup and decay), per seed, with the head on
-  the first/last token or on the mean over tokens;
+* the **train and dev accuracy after a fixed fine-tune**, per seed, with the head on the token
+  the family's head reads or on the mean over tokens: the one fine-tuning path of the demo, the
+  studies and the transfer curve (:func:`fairseq_ext_lab.finetuning.fine_tune_checkpoint`),
+  through the recipe the family's study fine-tunes it with (:data:`FAMILY_FINETUNE`: RoBERTa
+  and 3ML ``recipes/3ml/finetune_glue.sh``, BERT-orig, BERT-rab and SwishRNN-BERT
+  ``recipes/swishrnn/finetune_glue.sh``, ``bidirectional_lm`` ``recipes/bidirectional/
+  finetune_glue.sh`` with its variant's attention), on the schedule of
+  :data:`~fairseq_ext_lab.finetuning.DIAGNOSIS_PROTOCOL` (batch 16, 6% warmup, lr 3e-3 and 10
+  epochs, the levers' choice); dev accuracy as the run logs it, train accuracy by
+  ``fairseq-validate`` of the final model on the ``train`` split;
 * the **weights**: each block's matrices' Frobenius norms and LayerNorm gains (RMS), the token
   embedding's row norms (all rows, and the most frequent pieces of the dev texts).
 
@@ -32,13 +39,12 @@ same rows, the fine-tunes' mean over seeds with the error over seeds and the dif
 on the seed (the same batches, head draw and dropout draws for both). The majority class of the
 training labels is printed beside the accuracies.
 
-A collapsed model (the failure this tool was built to see, issue 55) shows a near-constant
+A collapsed model (the failure this tool looks for) shows a near-constant
 residual stream: mean cosine near 1 and effective rank near 1 from some block on, a block
 update far larger than the embedding, probes at the majority class, and a fine-tune that does
 not fit its training set.
 
-May import: see :mod:`fairseq_ext_lab.evaluation` (and :mod:`fairseq_ext.export`: the 3ML export
-and the random control).
+May import: see :mod:`fairseq_ext_lab`.
 """
 import copy
 import dataclasses
@@ -55,6 +61,10 @@ from fairseq_ext.reporting.uncertainty import (
     mean_over_seeds,
     paired_over_seeds,
 )
+from fairseq_ext_lab import finetuning
+from fairseq_ext_lab.studies.catalog.bidirectional import BIDIRECTIONAL_FINETUNE, OWN_R_BIDIR
+from fairseq_ext_lab.studies.catalog.swishrnn import SWISHRNN_FINETUNE
+from fairseq_ext_lab.studies.catalog.three_ml import THREE_ML_FINETUNE
 
 #: Pooling of the fine-tuned head and of the probes: the token the family's classification
 #: head reads (``<s>`` for encoders, the last real token for left-to-right LMs), or the mean
@@ -200,12 +210,15 @@ def linear_probe(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray,
 @dataclasses.dataclass
 class LoadedModel:
     """A fairseq model for the diagnosis and what it reads: ``head_reads_last`` for a
-    left-to-right LM (its head reads the last real token)."""
+    left-to-right LM (its head reads the last real token); the checkpoint's family (a key of
+    :data:`FAMILY_FINETUNE`, None for none of them) and its config (plain dicts)."""
 
     model: object
     checkpoint: Path
     head_reads_last: bool
     padding_idx: int
+    family: Optional[str] = None
+    config: Optional[dict] = None
 
 
 def load_model(checkpoint: Path, work_dir: Path) -> LoadedModel:
@@ -220,7 +233,8 @@ def load_model(checkpoint: Path, work_dir: Path) -> LoadedModel:
     from fairseq_ext.export.encoder import THREE_ML_MODELS, export
 
     state = load_checkpoint(checkpoint)
-    arch = model_name(plain_config(state["cfg"]).get("model") or {})
+    config = plain_config(state["cfg"])
+    arch = model_name(config.get("model") or {})
     if ARCH_MODEL_REGISTRY.get(arch) in {MODEL_REGISTRY[m] for m in THREE_ML_MODELS}:
         exported = work_dir / "encoder.pt"
         torch.save(export(state, checkpoint), exported)
@@ -228,7 +242,7 @@ def load_model(checkpoint: Path, work_dir: Path) -> LoadedModel:
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)])
     model = models[0].eval()
     return LoadedModel(model, checkpoint, isinstance(model, FairseqLanguageModel),
-                       task.source_dictionary.pad())
+                       task.source_dictionary.pad(), family_of_arch(arch), config)
 
 
 @dataclasses.dataclass
@@ -270,11 +284,12 @@ def read_split(data_bin: Path, split: str, max_positions: int,
     return Split(tokens, np.array(classes))
 
 
-def batches(split: Split, size: int, padding_idx: int, order: Optional[np.ndarray] = None):
-    """``(tokens (B, T) long, lengths, row indices)`` batches, right-padded."""
+def batches(split: Split, size: int, padding_idx: int):
+    """``(tokens (B, T) long, lengths, row indices)`` batches of the rows in order,
+    right-padded."""
     import torch
 
-    order = np.arange(len(split.tokens)) if order is None else order
+    order = np.arange(len(split.tokens))
     for start in range(0, len(order), size):
         rows = order[start:start + size]
         lengths = [len(split.tokens[i]) for i in rows]
@@ -397,83 +412,179 @@ def collect_features(loaded: LoadedModel, split: Split, batch_size: int = 32) ->
 
 
 # ----------------------------------------------------------------------------------------------
-# The fixed fine-tune
+# The fixed fine-tune: each family through its study's recipe, by fairseq_ext_lab.finetuning
 
 @dataclasses.dataclass(frozen=True)
-class FinetuneSettings:
-    """The diagnosis's fine-tune: every weight and a RoBERTa-style head (dropout, dense, tanh,
-    dropout, output) on the pooled features; AdamW (0.9, 0.98), eps 1e-6, weight decay 0.1,
-    ``warmup`` of the updates linear, then linear decay to 0; ``dropout`` in the model's
-    residual and attention dropout (the recipes' 0.1)."""
+class FamilyFinetune:
+    """How the fixed fine-tune takes a family's checkpoints, as the family's study fine-tunes
+    them: the study's ``protocol`` (its recipe, the variable that takes the checkpoint, the
+    export of a 3ML one, its settings; the diagnosis's schedule replaces the study's), the
+    recipe's ``POOLING`` for the token the family's head reads (``head_pooling``), the recipe
+    variable that takes the checkpoint's position table (``positions_env``, the model field of
+    that name in lower case; None: the recipe reads the arch off the checkpoint), and the
+    attention each pre-training ``--variant`` fine-tunes with (``R_BIDIR``, Table 10 of the
+    bidirectionality paper)."""
 
-    lr: float = 1e-3
-    epochs: int = 5
-    batch: int = 16
-    warmup: float = 0.06
-    dropout: float = 0.1
-    weight_decay: float = 0.1
-
-
-def set_dropout(model, p: float) -> None:
-    """The model's residual and attention dropout (fairseq's ``dropout_module``s) to ``p``."""
-    for name, module in model.named_modules():
-        if name.endswith("dropout_module") and not name.endswith("activation_dropout_module"):
-            module.p = p
+    protocol: finetuning.FinetuneProtocol
+    head_pooling: str
+    positions_env: Optional[str] = None
+    attention_by_variant: Optional[Dict[str, str]] = None
 
 
-def fine_tune(loaded: LoadedModel, train: Split, dev: Split, pooling: str, seed: int,
-              settings: FinetuneSettings) -> Tuple[np.ndarray, np.ndarray]:
-    """Fine-tune a copy of ``loaded.model`` on ``train``; returns the 0/1 correctness of the
-    final model (eval mode) on every train row and every dev row. ``seed`` draws the head, the
-    batch order and the dropout."""
-    import torch
-    import torch.nn as nn
+_ENCODER = FamilyFinetune(THREE_ML_FINETUNE, "first")
+_BERT = FamilyFinetune(SWISHRNN_FINETUNE, "first", "MAX_POSITIONS")
+#: Each family the fixed fine-tune takes (:func:`family_of_arch`), with its study's protocol: a
+#: 3ML checkpoint as its exported encoder (:func:`load_model`), as RoBERTa; BERT-orig, BERT-rab
+#: and SwishRNN-BERT through ``recipes/swishrnn/finetune_glue.sh``; ``bidirectional_lm``
+#: through ``recipes/bidirectional/finetune_glue.sh``, its head on the last token.
+FAMILY_FINETUNE: Dict[str, FamilyFinetune] = {
+    "roberta": _ENCODER, "3ml": _ENCODER, "bert_orig": _BERT, "bert_rab": _BERT,
+    "swishrnn_bert": _BERT,
+    "bidirectional_lm": FamilyFinetune(BIDIRECTIONAL_FINETUNE, "last", "MAX_TARGET_POSITIONS",
+                                       OWN_R_BIDIR)}
+#: Model settings the recipe or the run decides, never read off the checkpoint: dropout, the
+#: head, the position table (:attr:`FamilyFinetune.positions_env`), the attention it fine-tunes
+#: with, and how the computation is laid out (the same results on any).
+RECIPE_MODEL_SETTINGS = frozenset({
+    "dropout", "attention_dropout", "activation_dropout", "pooler_dropout",
+    "classification_pooling", "layer_lr_decay", "load_checkpoint_heads", "max_positions",
+    "max_target_positions", "r_bidir", "attention_impl", "checkpoint_activations",
+    "offload_activations"})
 
-    torch.manual_seed(seed)
-    model = copy.deepcopy(loaded.model)
-    set_dropout(model, settings.dropout)
-    classes = int(max(train.labels.max(), dev.labels.max())) + 1
-    dim = int(forward_features(model.eval(), next(batches(train, 1, loaded.padding_idx))[0])[0]
-              .size(-1))
-    head = nn.Sequential(nn.Dropout(settings.dropout), nn.Linear(dim, dim), nn.Tanh(),
-                         nn.Dropout(settings.dropout), nn.Linear(dim, classes))
-    parameters = list(model.parameters()) + list(head.parameters())
-    optimizer = torch.optim.AdamW(parameters, lr=settings.lr, betas=(0.9, 0.98), eps=1e-6,
-                                  weight_decay=settings.weight_decay)
-    per_epoch = math.ceil(len(train.tokens) / settings.batch)
-    total = settings.epochs * per_epoch
-    warmup = max(1, int(total * settings.warmup + 0.5))
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(
-        (step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup))))
-    generator = np.random.default_rng(seed)
-    labels = torch.from_numpy(train.labels)
 
-    def logits(tokens):
-        features, _ = forward_features(model, tokens)
-        return head(pooled(features, tokens, loaded.padding_idx, pooling,
-                           loaded.head_reads_last))
+class DiagnosisError(Exception):
+    """What the diagnosis cannot do with the checkpoint, data-bin or settings it was given."""
 
-    for _ in range(settings.epochs):
-        model.train()
-        head.train()
-        order = generator.permutation(len(train.tokens))
-        for tokens, _, rows in batches(train, settings.batch, loaded.padding_idx, order):
-            loss = nn.functional.cross_entropy(logits(tokens), labels[rows])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-    model.eval()
-    head.eval()
 
-    def correct(split: Split) -> np.ndarray:
-        out = np.zeros(len(split.tokens))
-        with torch.no_grad():
-            for tokens, _, rows in batches(split, 64, loaded.padding_idx):
-                out[rows] = (logits(tokens).argmax(-1).numpy() == split.labels[rows])
-        return out
+def family_of_arch(arch: str) -> Optional[str]:
+    """The key of :data:`FAMILY_FINETUNE` of a checkpoint of ``arch``: its fairseq model's
+    name, ``3ml`` for both 3ML models, ``bert_orig`` for BERT-orig's archs; None for a model
+    the table does not have."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 
-    return correct(train), correct(dev)
+    from fairseq_ext.export.encoder import THREE_ML_MODELS
+
+    model = ARCH_MODEL_REGISTRY.get(arch)
+    name = next((name for name, found in MODEL_REGISTRY.items() if found is model), None)
+    if name in THREE_ML_MODELS:
+        return "3ml"
+    if name in ("roberta", "roberta_pooled") and arch.startswith("bert_orig_"):
+        return "bert_orig"
+    return name if name in FAMILY_FINETUNE else None
+
+
+def recipe_pooling(family: str, pooling: str) -> str:
+    """The recipe's ``POOLING`` for one of :data:`POOLINGS` of a checkpoint of ``family``."""
+    return FAMILY_FINETUNE[family].head_pooling if pooling == "head" else "mean"
+
+
+def checkpoint_model_flags(model_cfg: dict) -> List[str]:
+    """The model flags that rebuild a checkpoint's model on its arch, as a study passes its
+    model's pre-training flags: every flag of the model (its ``add_args``) whose value in
+    ``model_cfg`` differs from the one the arch sets, but :data:`RECIPE_MODEL_SETTINGS`."""
+    import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    from fairseq_ext.export.checkpoints import model_name
+
+    arch = model_name(model_cfg)
+    parser = argparse.ArgumentParser(add_help=False)
+    ARCH_MODEL_REGISTRY[arch].add_args(parser)
+    defaults = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY[arch](defaults)
+    flags = []
+    for action in parser._actions:
+        if action.dest in RECIPE_MODEL_SETTINGS or action.dest not in model_cfg:
+            continue
+        value, default = model_cfg[action.dest], getattr(defaults, action.dest, action.default)
+        if value == default:
+            continue
+        if action.nargs == 0 and action.const is True and value is True:  # store_true
+            flags.append(action.option_strings[0])
+        elif action.nargs == 0 or value is None:
+            raise DiagnosisError(f"the checkpoint's {action.dest} is {value!r} where its arch "
+                                 f"{arch} sets {default!r}, which {action.option_strings[0]} "
+                                 "cannot set back for the fine-tune; pass --no-finetune")
+        else:
+            flags += [action.option_strings[0], str(value)]
+    return flags
+
+
+def family_protocol(loaded: LoadedModel,
+                    schedule: finetuning.FinetuneProtocol) -> finetuning.FinetuneProtocol:
+    """The fixed fine-tune's protocol for ``loaded``: its family's (:data:`FAMILY_FINETUNE`)
+    with the schedule (first lr, epochs, batch, warm-up share) of ``schedule``; a recipe that
+    takes the arch from its settings gets the checkpoint's arch, position table, model flags
+    (:func:`checkpoint_model_flags`) and, by its ``--variant``, the attention its study
+    fine-tunes it with. A one-line :class:`DiagnosisError` for a family it does not take."""
+    from fairseq_ext.export.checkpoints import model_name
+
+    family = FAMILY_FINETUNE.get(loaded.family)
+    if family is None:
+        raise DiagnosisError(f"{loaded.checkpoint} is a {type(loaded.model).__name__}: the fixed "
+                             f"fine-tune takes checkpoints of {', '.join(FAMILY_FINETUNE)}; "
+                             "pass --no-finetune")
+    protocol = family.protocol
+    env, flags = dict(protocol.env), tuple(protocol.extra_args)
+    model_cfg, task_cfg = ((loaded.config or {}).get(part) or {} for part in ("model", "task"))
+    if family.positions_env is not None:
+        positions = model_cfg.get(family.positions_env.lower()) or task_cfg.get(
+            "tokens_per_sample")
+        env.update({"ARCH": model_name(model_cfg), family.positions_env: str(positions)})
+        flags = tuple(checkpoint_model_flags(model_cfg))
+    if family.attention_by_variant is not None:
+        variant = task_cfg.get("variant")
+        if variant not in family.attention_by_variant or task_cfg.get("n_bidir") is not None:
+            raise DiagnosisError(f"{loaded.checkpoint} was not pre-trained with one of --variant "
+                                 f"{', '.join(family.attention_by_variant)} and its own n_bidir "
+                                 "(the fine-tune's R_BIDIR is the variant's, as in its study); "
+                                 "pass --no-finetune")
+        env["R_BIDIR"] = family.attention_by_variant[variant]
+    return dataclasses.replace(
+        protocol, arms=(), env=env, extra_args=flags, model_env_keys=(), model_args=False,
+        lrs=schedule.lrs[:1], epochs=schedule.epochs, batch=schedule.batch,
+        warmup_share=schedule.warmup_share)
+
+
+def finetune_task(data_bin: Path, task: Optional[str] = None) -> str:
+    """The recipe's ``TASK`` (its classes and metric): ``task``, else the data-bin's name without
+    ``-bin`` (``FortuneTopic-bin``); one of the downstream suite's tasks or GLUE's."""
+    from fairseq_ext.corpus import downstream, glue
+
+    name = task or data_bin.name.removesuffix("-bin")
+    known = {each.upper(): each for each in (*downstream.TASKS, *glue.TASKS)}
+    if name.upper() not in known:
+        raise DiagnosisError(f"the fine-tune's TASK {name!r} (--task, else the data-bin's name "
+                             f"without -bin) is not one of {', '.join(known.values())}: pass "
+                             "--task NAME, or --no-finetune")
+    return known[name.upper()]
+
+
+def run_finetunes(loaded: LoadedModel, data_bin: Path, task: str, settings: "DiagnosisSettings",
+                  seed: int, work: Path, random_init: bool = False,
+                  printer=print) -> Dict[str, dict]:
+    """The fixed fine-tune of ``loaded``'s checkpoint (``random_init``: of its random-init draw
+    ``seed``, :func:`with_random`'s) with fine-tuning seed ``seed``, once per pooling, through
+    :func:`fairseq_ext_lab.finetuning.fine_tune_checkpoint` with ``settings.finetune`` (its
+    family's protocol, :func:`family_protocol`; runs under ``work``): ``{pooling: {"train",
+    "dev"}}``, the final model's accuracies (%)."""
+    out = {}
+    arm = "random" if random_init else "pretrained"
+    rows = finetuning.split_rows(data_bin, "train")
+    for pooling in settings.poolings:
+        result = finetuning.fine_tune_checkpoint(
+            settings.finetune, loaded.checkpoint, data_bin, task, seed, work / "exports",
+            work / f"{arm}-{pooling}-seed{seed}",
+            env={"POOLING": recipe_pooling(loaded.family, pooling)},
+            random_init=seed if random_init else None, score=("train",))
+        if result["train_rows"] != rows:
+            raise DiagnosisError(f"fairseq-validate scored {result['train_rows']} of the "
+                                 f"{rows} train rows of {data_bin}")
+        out[pooling] = {"train": result["train_accuracy"], "dev": result["accuracy"]}
+        printer(f"  fine-tune ({pooling} pooling, seed {seed}): train "
+                f"{out[pooling]['train']:.1f}%, dev {out[pooling]['dev']:.1f}%")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -527,11 +638,41 @@ def frequent_piece_norm(model, split: Split, padding_idx: int, top: int = 100) -
 
 @dataclasses.dataclass(frozen=True)
 class DiagnosisSettings:
+    """``finetune``: the fixed fine-tune's schedule (first learning rate, epochs, batch, warm-up
+    share; :func:`diagnose` puts it on the checkpoint family's protocol, :func:`family_protocol`,
+    whose recipe the report records); ``task``: the recipe's ``TASK`` (None:
+    :func:`finetune_task` reads it off the data-bin's name); ``max_rows``: the rows of each
+    split the features and probes read (the fine-tune reads the whole data-bin, so it takes
+    ``finetune_runs=False``)."""
+
     seeds: Tuple[int, ...] = (1, 2, 3)
     poolings: Tuple[str, ...] = POOLINGS
-    finetune: FinetuneSettings = FinetuneSettings()
+    finetune: finetuning.FinetuneProtocol = finetuning.DIAGNOSIS_PROTOCOL
     max_rows: Optional[int] = None
     finetune_runs: bool = True
+    task: Optional[str] = None
+
+    def problems(self) -> List[str]:
+        """What is wrong with the settings, as one-line errors."""
+        protocol = self.finetune
+        problems = []
+        if protocol.epochs < 1 or protocol.batch < 1 or finetuning.not_positive(protocol.lrs[:1]):
+            problems.append(f"--epochs {protocol.epochs}, --batch {protocol.batch} and --lr "
+                            f"{protocol.lrs[0]} must be positive")
+        if self.max_rows is not None and self.finetune_runs:
+            problems.append(f"--max-rows {self.max_rows} reads part of each split for the "
+                            "features and probes, and the fine-tune reads the whole data-bin: "
+                            "pass --no-finetune with it")
+        return problems
+
+    def as_json(self) -> dict:
+        """The settings a report records: the fine-tune's protocol as its recipe and schedule."""
+        out = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        protocol = self.finetune
+        out["finetune"] = {"recipe": protocol.recipe, "lr": protocol.lrs[0],
+                           "epochs": protocol.epochs, "batch": protocol.batch,
+                           "warmup_share": protocol.warmup_share, "schedule": protocol.schedule}
+        return out
 
 
 def estimate_json(estimate: Estimate) -> dict:
@@ -584,18 +725,6 @@ def diagnose_model(loaded: LoadedModel, train: Split, dev: Split) -> dict:
             "frequent_piece_norm": frequent_piece_norm(loaded.model, dev, loaded.padding_idx)}
 
 
-def run_finetunes(loaded: LoadedModel, train: Split, dev: Split, settings: DiagnosisSettings,
-                  seed: int, printer=print) -> Dict[str, dict]:
-    out = {}
-    for pooling in settings.poolings:
-        train_correct, dev_correct = fine_tune(loaded, train, dev, pooling, seed,
-                                               settings.finetune)
-        out[pooling] = {"train": 100.0 * train_correct.mean(), "dev": 100.0 * dev_correct.mean()}
-        printer(f"  fine-tune ({pooling} pooling, seed {seed}): train "
-                f"{out[pooling]['train']:.1f}%, dev {out[pooling]['dev']:.1f}%")
-    return out
-
-
 def with_random(loaded: LoadedModel, seed: int) -> LoadedModel:
     """``loaded`` with the weights of its random control, draw ``seed``
     (:func:`fairseq_ext.export.random_init.fresh_weights`)."""
@@ -611,8 +740,15 @@ def diagnose(checkpoint: Path, data_bin: Path, settings: DiagnosisSettings = Dia
     """The whole report (module docstring) of ``checkpoint`` on ``data_bin``: the pre-trained
     model, its random control (the features of draw ``seeds[0]``; one draw per fine-tuning
     seed), the paired differences."""
+    if settings.problems():
+        raise DiagnosisError(settings.problems()[0])
+    if settings.finetune_runs:
+        settings = dataclasses.replace(settings, task=finetune_task(data_bin, settings.task))
     with tempfile.TemporaryDirectory() as work:
         loaded = load_model(checkpoint, Path(work))
+        if settings.finetune_runs:  # the family's protocol, with the settings' schedule
+            settings = dataclasses.replace(settings,
+                                           finetune=family_protocol(loaded, settings.finetune))
         max_positions = int(loaded.model.max_positions() if callable(
             getattr(loaded.model, "max_positions", None)) else 512)
         train = read_split(data_bin, "train", max_positions, settings.max_rows)
@@ -623,13 +759,15 @@ def diagnose(checkpoint: Path, data_bin: Path, settings: DiagnosisSettings = Dia
         control = diagnose_model(with_random(loaded, settings.seeds[0]), train, dev)
         finetunes = {"pretrained": {}, "random": {}}
         if settings.finetune_runs:
+            runs = Path(work) / "finetune"
             for seed in settings.seeds:
                 printer(f"fine-tuning the pre-trained model, seed {seed}")
-                finetunes["pretrained"][seed] = run_finetunes(loaded, train, dev, settings,
-                                                              seed, printer)
+                finetunes["pretrained"][seed] = run_finetunes(
+                    loaded, data_bin, settings.task, settings, seed, runs, printer=printer)
                 printer(f"fine-tuning its random control, draw {seed}")
-                finetunes["random"][seed] = run_finetunes(with_random(loaded, seed), train, dev,
-                                                          settings, seed, printer)
+                finetunes["random"][seed] = run_finetunes(
+                    loaded, data_bin, settings.task, settings, seed, runs, random_init=True,
+                    printer=printer)
     majority = np.bincount(train.labels).argmax()
     return summarise(pretrained, control, finetunes, settings, {
         "checkpoint": str(checkpoint), "data": str(data_bin), "train_rows": len(train.labels),
@@ -652,7 +790,7 @@ def summarise(pretrained: dict, control: dict, finetunes: dict, settings: Diagno
                        "probe_mean_difference": estimate_json(paired_accuracy_difference(
                            mine["_probe_correct"], theirs["_probe_correct"]))})
     report = {
-        **about, "settings": dataclasses.asdict(settings), "layers": layers,
+        **about, "settings": settings.as_json(), "layers": layers,
         "probe_head": {"pretrained": estimate_json(pretrained["probe_head"]),
                        "random": estimate_json(control["probe_head"]),
                        "difference": estimate_json(paired_accuracy_difference(
@@ -725,8 +863,10 @@ def format_report(report: dict) -> str:
                 e = entry[split]
                 rows.append([f"{pooling} pooling, {split}", shown(e["pretrained"], 1),
                              shown(e["random"], 1), shown(e["difference"], 1, signed=True)])
-        lines.append(f"fixed fine-tune ({settings['epochs']} epochs of batch {settings['batch']}"
-                     f", lr {settings['lr']:g}, seeds {report['settings']['seeds']}): accuracy %")
+        recipe = f"{settings['recipe']}, " if "recipe" in settings else ""
+        lines.append(f"fixed fine-tune ({recipe}{settings['epochs']} epochs of batch "
+                     f"{settings['batch']}, lr {settings['lr']}, seeds "
+                     f"{list(report['settings']['seeds'])}): accuracy %")
         lines.append(ascii_table(["head", "pre-trained", "random init",
                                   "pre-trained - random, paired"], rows))
     return "\n".join(lines)
@@ -738,49 +878,69 @@ def main(argv=None) -> int:
 
     from fairseq_ext.training.output_files import OutputError, error_line, write_text
 
+    protocol = finetuning.DIAGNOSIS_PROTOCOL
     parser = argparse.ArgumentParser(
         prog="diagnose_transfer.py",
         description="Why a pre-trained checkpoint does or does not transfer: per-layer "
                     "anisotropy, effective rank, attention entropy and frozen probes, and a "
                     "fixed fine-tune, beside the same architecture at random initialisation "
-                    "(docs/transfer.md).")
-    parser.add_argument("checkpoint", type=Path, help="a checkpoint of any family (a 3ML "
-                        "checkpoint is exported first, as fine-tuning reads it)")
+                    "(docs/transfer.md). The fine-tune is the demo's and the studies' path: the "
+                    "checkpoint family's recipe, as its study fine-tunes it (RoBERTa and 3ML: "
+                    f"{protocol.recipe}; BERT-orig, BERT-rab and SwishRNN-BERT: "
+                    f"{SWISHRNN_FINETUNE.recipe}; bidirectional_lm: "
+                    f"{BIDIRECTIONAL_FINETUNE.recipe}) through fairseq_ext_lab.finetuning, with "
+                    f"the schedule lr {protocol.lrs[0]}, {protocol.epochs} epochs of batch "
+                    f"{protocol.batch} and {protocol.warmup_share:.0%} warm-up unless told; train "
+                    "accuracy by fairseq-validate of the final model.")
+    parser.add_argument("checkpoint", type=Path, help="a checkpoint of RoBERTa, 3ML (its "
+                        "encoder exported first, as fine-tuning reads it), BERT-orig, BERT-rab, "
+                        "SwishRNN-BERT or bidirectional_lm")
     parser.add_argument("data", type=Path, help="a sentence_prediction data-bin (input0/, "
                         "label/), e.g. data-bin/python-docs-spm8000-downstream/FortuneTopic-bin")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
                         help="fine-tuning seeds, each with its own random-init draw")
     parser.add_argument("--pooling", nargs="+", choices=POOLINGS, default=list(POOLINGS),
-                        help="the fine-tuned head's input: the token the family's head reads, "
-                             "and/or the mean over tokens")
-    parser.add_argument("--epochs", type=int, default=FinetuneSettings.epochs)
-    parser.add_argument("--lr", type=float, default=FinetuneSettings.lr)
-    parser.add_argument("--batch", type=int, default=FinetuneSettings.batch)
+                        help="the fine-tuned head's input: the token the family's head reads "
+                             "(the recipe's POOLING=first for an encoder, last for "
+                             "bidirectional_lm), and/or the mean over tokens (POOLING=mean)")
+    parser.add_argument("--epochs", type=int, default=protocol.epochs,
+                        help="passes over the training split (the recipe's TOTAL_UPDATES)")
+    parser.add_argument("--lr", default=protocol.lrs[0], help="the recipe's LR")
+    parser.add_argument("--batch", type=int, default=protocol.batch,
+                        help="the recipe's BATCH_SIZE (BATCH)")
+    parser.add_argument("--task", default=None,
+                        help="the recipe's TASK (its classes and metric); default: DATA's name "
+                             "without -bin, e.g. FortuneTopic")
     parser.add_argument("--no-finetune", action="store_true", help="features and probes only")
     parser.add_argument("--max-rows", type=int, default=None,
-                        help="read at most this many rows of each split")
+                        help="read at most this many rows of each split (with --no-finetune)")
     parser.add_argument("--out", type=Path, default=None, help="write the report as JSON")
     parser.add_argument("--force", action="store_true", help="overwrite --out")
     args = parser.parse_args(argv)
-    if args.epochs < 1 or args.batch < 1 or not args.lr > 0:
-        parser.error(f"--epochs {args.epochs}, --batch {args.batch} and --lr {args.lr} must be "
-                     "positive")
+    settings = DiagnosisSettings(
+        seeds=tuple(args.seeds), poolings=tuple(args.pooling), max_rows=args.max_rows,
+        finetune=dataclasses.replace(protocol, lrs=(args.lr,), epochs=args.epochs,
+                                     batch=args.batch),
+        finetune_runs=not args.no_finetune, task=args.task)
+    for problem in settings.problems():
+        parser.error(problem)
     if not (args.data / "input0").is_dir() or not (args.data / "label").is_dir():
         parser.error(f"{args.data} is not a sentence_prediction data-bin (no input0/ and "
                      "label/): build one with scripts/prepare_downstream.sh or "
                      "scripts/prepare_glue.sh")
     if args.out is not None and args.out.exists() and not args.force:
         parser.error(f"--out {args.out} exists; choose another path or pass --force")
-    settings = DiagnosisSettings(
-        seeds=tuple(args.seeds), poolings=tuple(args.pooling), max_rows=args.max_rows,
-        finetune=FinetuneSettings(lr=args.lr, epochs=args.epochs, batch=args.batch),
-        finetune_runs=not args.no_finetune)
+    if settings.finetune_runs:
+        try:
+            finetune_task(args.data, args.task)
+        except DiagnosisError as error:
+            parser.error(str(error))
     try:
         report = diagnose(args.checkpoint, args.data, settings)
     except Exception as error:  # the checkpoint or the data-bin: one line, not a traceback
         from fairseq_ext.export.checkpoints import ExportError
 
-        if isinstance(error, (ExportError, OutputError, FileNotFoundError)):
+        if isinstance(error, (ExportError, OutputError, FileNotFoundError, DiagnosisError)):
             print(error_line("diagnose_transfer.py", error))
             return 2
         raise

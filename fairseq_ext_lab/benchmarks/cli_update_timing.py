@@ -12,7 +12,7 @@ compiles, or loads its compiled graphs from the cache) cancel; what remains is e
 backward, clipping, optimizer). The families' runs are interleaved (A short, A long, B short,
 B long, ..., round after round), so drift on a shared machine hits all alike; each ratio is the
 geometric mean of the per-round ratios ± one standard error
-(:func:`~fairseq_ext_lab.benchmarks.bench_step.paired_ratio`).
+(:func:`~fairseq_ext_lab.benchmarks.trainer_step_timing.paired_ratio`).
 
 With ``compile`` a first, untimed run per family fills a fresh inductor cache
 (``TORCHINDUCTOR_CACHE_DIR`` under ``--cache``) and its training time, minus an eager short
@@ -20,8 +20,9 @@ run's, is reported as the **cold compile** time; the timed runs then find the ca
 the short run's time minus eager's is the **warm compile** (cache load) time. A user pays the
 compile once per batch shape per process, and the steady state every update.
 
-The families and their flags are :data:`~fairseq_ext_lab.benchmarks.bench_step.FAMILIES` (the
-same ``fairseq-train`` command lines as ``bench_step.py``), with ``--log-format json``.
+The families and their flags are
+:data:`~fairseq_ext_lab.benchmarks.trainer_step_timing.FAMILIES` (the same ``fairseq-train``
+command lines as ``bench_step.py``), with ``--log-format json``.
 
 Example (the tiny width, where the host's time is the update's)::
 
@@ -39,14 +40,14 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_ext_lab.benchmarks.bench_step import (
+from fairseq_ext_lab.benchmarks.common import environment
+from fairseq_ext_lab.benchmarks.trainer_step_timing import (
     FAMILIES,
     TINY,
     paired_ratio,
     synthetic_data_bin,
     width_of,
 )
-from fairseq_ext_lab.benchmarks.common import environment
 
 PROG = "bench_cli_step.py"
 MODES = ("eager", "compile")
@@ -316,8 +317,8 @@ def epoch_batch_shapes(argv: Sequence[str], splits: Sequence[str] = ("train", "v
 
 
 def count_shapes_main(argv=None) -> int:
-    """``python -m fairseq_ext_lab.benchmarks.cli_step FAIRSEQ_TRAIN_ARGS...``: print each split's
-    batch shapes (see :func:`epoch_batch_shapes`)."""
+    """``python -m fairseq_ext_lab.benchmarks.cli_update_timing FAIRSEQ_TRAIN_ARGS...``: print
+    each split's batch shapes (see :func:`epoch_batch_shapes`)."""
     import logging
 
     logging.disable(logging.WARNING)
