@@ -7,11 +7,13 @@ import itertools
 import json
 import math
 import random
+import shlex
 
 import numpy as np
 import pytest
 import torch
 from bert_models import build
+from recipe_checks import flag_values
 
 from conftest import WORDS
 from fairseq_ext.export import random_init
@@ -739,7 +741,7 @@ def test_each_family_fine_tunes_with_the_protocol_its_study_uses():
         assert td.FAMILY_FINETUNE[family].protocol is swishrnn.finetune, model.name
     assert {arch: td.FAMILY_FINETUNE[family].protocol.recipe
             for arch, family in families.items()} == {
-        arch: f"recipes/{'3ml' if study == '3ml' else study}/finetune_glue.sh"
+        arch: f"recipes/{study}/finetune_glue.sh"
         for arch, study in STUDY_OF_ARCH.items()}
     assert td.family_of_arch("roberta_pooled") is None  # no study fine-tunes it
     # the encoders' heads read <s>, the left-to-right LM's its last token
@@ -810,7 +812,7 @@ def test_the_family_protocol_rebuilds_the_checkpoint_through_its_study_s_recipe(
 
 
 def test_a_checkpoint_the_fine_tune_cannot_rebuild_is_refused_in_one_line(tmp_path):
-    with pytest.raises(td.DiagnosisError, match=r"pooled\.pt is a RobertaPooledModel: the fixed "
+    with pytest.raises(td.DiagnosisError, match=r"pooled\.pt is a PooledRobertaModel: the fixed "
                        r"fine-tune takes checkpoints of roberta, 3ml, .*; pass --no-finetune"):
         td.family_protocol(built_loaded("roberta_pooled", "pooled.pt", encoder_layers=2,
                                         encoder_embed_dim=64, encoder_ffn_embed_dim=128,
@@ -877,8 +879,13 @@ def test_the_diagnosis_fine_tunes_a_family_as_its_study_s_recipe_does(
     assert whole_rows(entry["train"]["per_seed"]["random"][0], 24)
     log = (tmp_path / "run" / "train.log").read_text()
     assert f"Loaded checkpoint {checkpoint}" in log
-    assert f"--arch {recipe_env['ARCH']}" in log and f"--classification-pooling {head}" in log
-    assert " ".join(model_flags) in log
+    command = flag_values(shlex.split(next(line for line in log.splitlines()
+                                           if line.startswith("+ "))[2:]))
+    wanted = {"--arch": recipe_env["ARCH"], "--classification-pooling": head,
+              **flag_values(list(model_flags))}
+    if "R_BIDIR" in recipe_env:
+        wanted["--r-bidir"] = recipe_env["R_BIDIR"]
+    assert {flag: command.get(flag) for flag in wanted} == wanted
 
 
 # ----------------------------------------------------------------------------------------------
