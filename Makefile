@@ -52,13 +52,13 @@ demo: install
 lint: install
 	$(PY) -m ruff check .
 
-# The full suite, as CI runs it (lint first), but for the tests marked heavy (inductor compiles
-# of the recipes, minutes each) and those marked real_processes (exact resume, kills, the
-# determinism repeats, an installed copy: every run a real process whether the fork server is
-# on or off, so they run in `make test-fresh` exactly as they would here): `make test-fresh`
-# runs both.
+# The full suite, as CI runs it (lint first), but for the tests marked heavy (inductor compiles,
+# minutes each), those marked real_processes (exact resume, kills, the determinism repeats, an
+# installed copy: every run a real process whether the fork server is on or off, so they run in
+# `make test-fresh` exactly as they would here) and the lab's slow tests (marked lab: the demo,
+# studies, fine-tuning stage, diagnosis, benchmarks, GPU suite): `make test-fresh` runs all three.
 test: lint $(EXTRAS_STAMP)
-	$(PYTEST) -m "not heavy and not real_processes" tests $(PYTEST_ARGS)
+	$(PYTEST) -m "not heavy and not real_processes and not lab" tests $(PYTEST_ARGS)
 
 # Everything but the tests marked slow (real fairseq-train runs, recipe runs, compiles): a few
 # minutes, for the edit-test loop.

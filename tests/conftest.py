@@ -40,6 +40,20 @@ SLOW_FIXTURES = frozenset({
 })
 
 
+#: The lab's test files (``fairseq_ext_lab``: the demo, the studies, the fine-tuning stage, the
+#: diagnosis, the benchmarks and the GPU suite): their slow tests are marked ``lab``, which
+#: ``make test`` leaves to ``make test-fresh`` (CI runs both), so that the plugin's checks stay
+#: fast.
+LAB_TEST_FILES = frozenset({
+    "test_demo.py", "test_readme_commands.py", "test_transfer_diagnosis.py",
+    "test_transfer_curve.py", "test_finetuning_stage.py", "test_studies.py",
+    "test_study_report_only.py", "test_gpu_study.py", "test_gpu_suite.py",
+    "test_gpu_suite_study.py", "test_bench_3ml.py", "test_bench_bidirectional.py",
+    "test_bench_cli_step.py", "test_bench_swishrnn.py", "test_device_reads.py", "test_figures.py",
+    "test_plot_curves.py", "test_budget.py", "test_recipe_runs.py", "test_masked_lm_scores.py",
+})
+
+
 #: The longest tests (minutes of a fresh clone's suite between them; docs/testing.md): they start
 #: first, so that no pytest-xdist worker is left running one of them alone at the end. The
 #: heavy ones first (``make test-fresh`` only), then the longest of ``make test`` (the real
@@ -90,6 +104,8 @@ def pytest_collection_modifyitems(config, items):
         if SLOW_FIXTURES & set(item.fixturenames) or item.get_closest_marker("heavy") \
                 or item.get_closest_marker("real_processes"):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("slow") and item.path.name in LAB_TEST_FILES:
+            item.add_marker(pytest.mark.lab)
     items.sort(key=run_order)
 
 

@@ -46,7 +46,7 @@ PRECISIONS = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_300_updates_without_nan(family, precision, served_cli, tiny_data_bin, tmp_path):

@@ -267,10 +267,10 @@ def check_demo(work: Work, run: Run) -> None:
 
 
 def check_make_test(work: Work, run: None) -> None:
-    # `make test` is lint + the whole suite but for its heavy and real-process tests (make
+    # `make test` is lint + the whole suite but for its heavy, real-process and lab tests (make
     # test-fresh runs them), this test included: running it here would recurse.
     assert makefile_rule("test") == [
-        '$(PYTEST) -m "not heavy and not real_processes" tests $(PYTEST_ARGS)']
+        '$(PYTEST) -m "not heavy and not real_processes and not lab" tests $(PYTEST_ARGS)']
     makefile = (REPO_ROOT / "Makefile").read_text()
     assert re.search(r"^PYTEST := .*\$\(PY\) -m pytest -q", makefile, flags=re.M)
 

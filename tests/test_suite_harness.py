@@ -55,5 +55,17 @@ def test_a_test_of_fresh_processes_is_left_to_make_test_fresh(fresh_cli, request
     makefile = (REPO_ROOT / "Makefile").read_text()
     test_recipe = re.search(r"^test: .*\n\t(.*)$", makefile, re.M).group(1)
     fresh_recipe = re.search(r"^test-fresh: .*\n\t(.*)$", makefile, re.M).group(1)
-    assert '-m "not heavy and not real_processes"' in test_recipe
+    assert '-m "not heavy and not real_processes and not lab"' in test_recipe
     assert "-m slow" in fresh_recipe
+
+
+def test_a_slow_test_of_the_lab_is_left_to_make_test_fresh(request):
+    """Of the tests this session collected, exactly the slow ones of the lab's files
+    (``LAB_TEST_FILES``) are marked ``lab``: ``make test`` deselects them, ``make test-fresh``
+    (``-m slow``) runs them."""
+    from conftest import LAB_TEST_FILES
+
+    assert all((REPO_ROOT / "tests" / name).is_file() for name in LAB_TEST_FILES)
+    for node in request.session.items:
+        expected = node.path.name in LAB_TEST_FILES and node.get_closest_marker("slow") is not None
+        assert (node.get_closest_marker("lab") is not None) == expected, node.nodeid

@@ -72,6 +72,7 @@ def test_compiled_roberta_has_eagers_losses(tiny_data_bin, one_thread):
     assert_same_training(eager_step, compiled_step, eager, losses(compiled_step, 20), initial)
 
 
+@pytest.mark.heavy
 def test_compiled_3ml_has_eagers_losses_and_compiles_each_bucket_once(tiny_data_bin,
                                                                        one_thread):
     """3ML-self over batches of several lengths (complete documents, bucketed to multiples

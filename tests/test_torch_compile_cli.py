@@ -97,6 +97,7 @@ def assert_one_compile_per_shape(log, compiles, unexpected, variants=2):
     assert any("valid_loss" in r for r in json_log_records(log, "valid_loss"))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("arch,criterion", PAIRINGS)
 def test_every_pairing_compiles_once_per_batch_shape(tiny_data_bin, tmp_path, arch, criterion):
     """One batch shape (--sample-break-mode none): one train compile and one valid compile
