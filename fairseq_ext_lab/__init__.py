@@ -9,3 +9,4 @@ never imports it, and ``--user-dir fairseq_ext`` loads none of it.
   recipe, its equal-FLOP budget, training and scoring one run, the resumable result store;
 - :mod:`.evaluation`, :mod:`.benchmarks` (with the GPU suite) and :mod:`.reporting`.
 """
+import fairseq_ext  # noqa: F401  (the plugin first: its checks, registrations and warning filter)

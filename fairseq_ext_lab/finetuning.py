@@ -63,9 +63,10 @@ import numpy as np
 
 from fairseq_ext.corpus.downstream import SELECTION_SPLIT  # runs with an lr grid validate on it
 from fairseq_ext.reporting.uncertainty import Estimate, mean_over_seeds, paired_over_seeds
-from fairseq_ext.training.fairseq_bin import console_script, python_executable
+from fairseq_ext.training.fairseq_bin import python_executable
 from fairseq_ext.training.output_files import write_text
 from fairseq_ext_lab import recipe_runs
+from fairseq_ext_lab.evaluation.fairseq_validate import validate_command
 from fairseq_ext_lab.reporting.log_records import parse_json_record
 from fairseq_ext_lab.run_store import RESULT, write_result
 
@@ -505,12 +506,9 @@ def validate_accuracy(checkpoint: Path, data: Path, split: str, log: Path,
     """``(accuracy %, rows)`` of a fine-tuned ``checkpoint`` on ``split`` of its data-bin: stock
     ``fairseq-validate`` with the ``sentence_prediction`` task and criterion it was trained with
     (eval mode; the accuracy fairseq-train logs for dev, rounded to 0.1)."""
-    cmd = [console_script("fairseq-validate"), str(data), "--user-dir",
-           str(recipe_runs.REPO_ROOT / "fairseq_ext"), "--path", str(checkpoint),
-           "--task", "sentence_prediction", "--criterion", "sentence_prediction",
-           "--valid-subset", split, "--batch-size", "64",
-           "--num-workers", "0", "--log-format", "json", "--no-progress-bar"]
-    cmd += ["--cpu"] if device == "cpu" else []
+    cmd = validate_command(data, checkpoint, "sentence_prediction", split, 64, device == "cpu",
+                           "--criterion", "sentence_prediction", "--num-workers", "0",
+                           "--no-progress-bar")
     env = recipe_runs.recipe_environment(data, recipe_runs.ONE_THREAD)
     records = [record for record in map(parse_json_record, recipe_runs.stream(cmd, env, log))
                if record and f"{split}_accuracy" in record and f"{split}_bsz" in record]

@@ -61,14 +61,10 @@ from fairseq_ext.reporting.uncertainty import (
     paired_over_seeds,
 )
 from fairseq_ext_lab import finetuning
-from fairseq_ext_lab.evaluation.feature_statistics import (  # noqa: F401 (the report's statistics)
-    RANK_JACKKNIFE_BLOCKS,
-    _group_index,
+from fairseq_ext_lab.evaluation.feature_statistics import (
     accuracy_estimate,
     attention_entropy_bits,
     effective_rank,
-    effective_rank_of_gram,
-    jackknife,
     linear_probe,
     mean_over_groups,
     mean_pairwise_cosine,

@@ -9,8 +9,8 @@
 # fairseq_ext_lab/benchmarks/gpu_suite/, run here by its path (its __main__.py) with GPU_PYTHON
 # [python3], the machine's interpreter that holds torch. fairseq is not installed there until
 # the setup stage has run, so that package uses the standard library only (-S: not even
-# site-packages) and is not imported as part of the fairseq_ext package, whose __init__
-# imports fairseq.
+# site-packages) and is not imported as part of the fairseq_ext_lab package, whose __init__
+# imports the plugin and so fairseq.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -318,6 +318,10 @@ def test_bad_mask_prob(capsys, value):
     assert code == 2 and "--mask-prob must be in (0, 1)" in err
     with pytest.raises(ValueError, match="--mask-prob"):
         flops.expected_forward_flops(ROBERTA_SPEC, 4, float(value), 10)
+    run_args = argparse.Namespace(tokens_per_sample=4, mask_prob=float(value),
+                                  leave_unmasked_prob=0.1, random_token_prob=0.1)
+    with pytest.raises(ValueError, match="--mask-prob"):
+        flops.masked_lm_predicted_per_sequence(run_args)
 
 
 @pytest.mark.parametrize("budget, message", [
@@ -633,7 +637,7 @@ def test_validation_records_carry_no_flops(train_runs):
 
 def test_cli_budget_is_rounded_down_on_both_lines(capsys):
     """19,591.6 updates buy the budget: both lines say 19591, the planner's rule
-    (experiments/budget.py; recipes/3ml/english.sh trains them)."""
+    (fairseq_ext_lab/budget.py; recipes/3ml/english.sh trains them)."""
     code, out, _ = calculator(capsys, "--arch", "3ml_self_mini", "--decoder-layers", "1",
                               "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "128",
                               "--mask-prob", "0.4", "--tokens-per-sample", "64",

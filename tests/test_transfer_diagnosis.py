@@ -1,5 +1,6 @@
 """The transfer diagnosis (:mod:`fairseq_ext_lab.transfer_diagnosis`) and its random
-control (:mod:`fairseq_ext.export.random_init`): each statistic against a hand or brute-force
+control (:mod:`fairseq_ext.export.random_init`): each statistic
+(:mod:`fairseq_ext_lab.evaluation.feature_statistics`) against a hand or brute-force
 computation, a collapse planted in a tiny RoBERTa, the random-init checkpoint of a tiny trained
 one, and the command line's refusals."""
 import dataclasses
@@ -21,6 +22,7 @@ from fairseq_ext.export.checkpoints import load_checkpoint, plain_config
 from fairseq_ext.training.output_files import OutputError
 from fairseq_ext_lab import finetuning, studies
 from fairseq_ext_lab import transfer_diagnosis as td
+from fairseq_ext_lab.evaluation import feature_statistics as fs
 
 # ----------------------------------------------------------------------------------------------
 # Brute-force references
@@ -62,7 +64,7 @@ def test_mean_pairwise_cosine_of_three_vectors_by_hand():
     # cos(e1, e2) = 0, cos(e1, (1, 1)) = cos(e2, (1, 1)) = 1/sqrt(2): mean over the 6 ordered
     # pairs (2 * (0 + 2 / sqrt 2)) / 6 = sqrt(2) / 3
     vectors = np.array([[1.0, 0.0], [0.0, 3.0], [2.0, 2.0]])
-    estimate = td.mean_pairwise_cosine(vectors, np.array([0, 1, 2]))
+    estimate = fs.mean_pairwise_cosine(vectors, np.array([0, 1, 2]))
     assert estimate.value == pytest.approx(math.sqrt(2) / 3, abs=1e-12)
     assert estimate.value == pytest.approx(brute_mean_cosine(vectors), abs=1e-12)
 
@@ -71,7 +73,7 @@ def test_mean_pairwise_cosine_and_its_jackknife_against_brute_force():
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(len(GROUPS), 5)) + np.array([1.0, 0.5, 0, 0, 0])
     vectors[5] = 0.0  # a zero row counts as cosine 0 with every other row
-    estimate = td.mean_pairwise_cosine(vectors, GROUPS)
+    estimate = fs.mean_pairwise_cosine(vectors, GROUPS)
     assert estimate.value == pytest.approx(brute_mean_cosine(vectors), abs=1e-12)
     assert estimate.standard_error == pytest.approx(
         brute_jackknife_se(brute_mean_cosine, vectors, GROUPS), rel=1e-9)
@@ -80,39 +82,39 @@ def test_mean_pairwise_cosine_and_its_jackknife_against_brute_force():
 
 def test_identical_directions_have_cosine_one():
     vectors = np.outer(np.array([1.0, 2.0, 0.5, 3.0, 1.0, 7.0]), np.array([0.3, -1.2, 2.0]))
-    estimate = td.mean_pairwise_cosine(vectors, np.array([0, 0, 1, 1, 2, 2]))
+    estimate = fs.mean_pairwise_cosine(vectors, np.array([0, 0, 1, 1, 2, 2]))
     assert estimate.value == pytest.approx(1.0, abs=1e-12)
     assert estimate.standard_error == pytest.approx(0.0, abs=1e-12)
 
 
 def test_effective_rank_of_a_planted_collapse_and_of_orthonormal_rows():
     row = np.array([0.3, -1.2, 2.0, 0.1])
-    collapsed = td.effective_rank(np.tile(row, (6, 1)), np.array([0, 0, 1, 1, 1, 2]))
+    collapsed = fs.effective_rank(np.tile(row, (6, 1)), np.array([0, 0, 1, 1, 1, 2]))
     assert collapsed.value == pytest.approx(1.0, abs=1e-5)
     assert collapsed.standard_error == pytest.approx(0.0, abs=1e-5)
     for k in (1, 3, 7):
-        assert td.effective_rank(np.eye(k), np.arange(k)).value == pytest.approx(k, rel=1e-9)
+        assert fs.effective_rank(np.eye(k), np.arange(k)).value == pytest.approx(k, rel=1e-9)
     # k orthogonal rows of different lengths: p = (3, 1, 1) / 5, exp of its entropy
     p = np.array([3.0, 1.0, 1.0]) / 5
-    assert td.effective_rank(np.diag([3.0, 1.0, 1.0]), np.arange(3)).value == pytest.approx(
+    assert fs.effective_rank(np.diag([3.0, 1.0, 1.0]), np.arange(3)).value == pytest.approx(
         math.exp(-np.sum(p * np.log(p))), rel=1e-9)
 
 
 def test_effective_rank_and_its_jackknife_against_the_svd():
     rng = np.random.default_rng(1)
     vectors = rng.normal(size=(len(GROUPS), 4)) * np.array([3.0, 1.0, 0.5, 0.1])
-    estimate = td.effective_rank(vectors, GROUPS)
+    estimate = fs.effective_rank(vectors, GROUPS)
     assert estimate.value == pytest.approx(brute_effective_rank(vectors), rel=1e-9)
     assert 1.0 < estimate.value < 4.0
     assert estimate.standard_error == pytest.approx(
         brute_jackknife_se(brute_effective_rank, vectors, GROUPS), rel=1e-6)
-    assert td.effective_rank_of_gram(np.zeros((3, 3))) == 0.0
+    assert fs.effective_rank_of_gram(np.zeros((3, 3))) == 0.0
 
 
 def test_mean_over_groups_and_its_jackknife_by_hand():
     values = np.array([1.0, 2.0, 3.0, 4.0, 10.0, 6.0])
     groups = np.array([5, 5, 1, 1, 1, 3])
-    estimate = td.mean_over_groups(values, groups)
+    estimate = fs.mean_over_groups(values, groups)
     assert estimate.value == pytest.approx(26.0 / 6)
     # leave out group 5: (3 + 4 + 10 + 6) / 4; group 1: (1 + 2 + 6) / 3; group 3: 20 / 5
     thetas = np.array([23.0 / 4, 9.0 / 3, 20.0 / 5])
@@ -120,7 +122,7 @@ def test_mean_over_groups_and_its_jackknife_by_hand():
     assert estimate.standard_error == pytest.approx(expected, rel=1e-12)
     assert estimate.standard_error == pytest.approx(
         brute_jackknife_se(np.mean, values, groups), rel=1e-12)
-    assert math.isnan(td.mean_over_groups(values, np.zeros(6)).standard_error)  # one group
+    assert math.isnan(fs.mean_over_groups(values, np.zeros(6)).standard_error)  # one group
 
 
 def test_attention_entropy_of_uniform_one_hot_and_padded_attention():
@@ -136,30 +138,30 @@ def test_attention_entropy_of_uniform_one_hot_and_padded_attention():
     weights[1, 1, :4, :4] = np.eye(4)
     # text 2: one position attends to itself
     weights[:, 2, :1, :1] = 1.0
-    entropy = td.attention_entropy_bits(weights, lengths)
+    entropy = fs.attention_entropy_bits(weights, lengths)
     assert entropy == pytest.approx([math.log2(6), (2.0 + 0.0) / 2, 0.0], abs=1e-12)
     # queries are averaged: head 0 of text 1 with its first query one-hot, the rest uniform
     weights[0, 1, 0, :4] = [0.0, 1.0, 0.0, 0.0]
     weights[1, 1, :4, :4] = 0.25
-    assert td.attention_entropy_bits(weights, lengths)[1] == pytest.approx(
+    assert fs.attention_entropy_bits(weights, lengths)[1] == pytest.approx(
         (3 * 2.0 / 4 + 2.0) / 2, abs=1e-12)
     # a row (0.5, 0.25, 0.25, 0) has 1.5 bits
     weights[:, 1, :4, :4] = [0.5, 0.25, 0.25, 0.0]
-    assert td.attention_entropy_bits(weights, lengths)[1] == pytest.approx(1.5, abs=1e-12)
+    assert fs.attention_entropy_bits(weights, lengths)[1] == pytest.approx(1.5, abs=1e-12)
 
 
 def test_accuracy_and_the_paired_difference_by_hand():
-    estimate = td.accuracy_estimate(np.array([1, 1, 1, 0]))
+    estimate = fs.accuracy_estimate(np.array([1, 1, 1, 0]))
     assert estimate.value == pytest.approx(75.0)
     assert estimate.standard_error == pytest.approx(100 * math.sqrt(0.75 * 0.25 / 4))
     a, b = np.array([1, 1, 0, 1, 0]), np.array([1, 0, 0, 0, 1])
     # d = (0, 1, 0, 1, -1): mean 0.2; squared deviations 0.04 + 0.64 + 0.04 + 0.64 + 1.44 = 2.8,
     # sd^2 = 2.8 / 4 = 0.7, SE = sqrt(0.7 / 5)
-    difference = td.paired_accuracy_difference(a, b)
+    difference = fs.paired_accuracy_difference(a, b)
     assert difference.value == pytest.approx(20.0)
     assert difference.standard_error == pytest.approx(100 * math.sqrt(0.14))
-    assert td.paired_accuracy_difference(a, a).value == 0.0
-    assert td.paired_accuracy_difference(a, a).standard_error == 0.0
+    assert fs.paired_accuracy_difference(a, a).value == 0.0
+    assert fs.paired_accuracy_difference(a, a).standard_error == 0.0
 
 
 def test_linear_probe_separates_a_separable_problem():
@@ -174,7 +176,7 @@ def test_linear_probe_separates_a_separable_problem():
     train_x, train_y = rows(60)
     dev_x, dev_y = rows(40)
     assert set(dev_y.tolist()) == {0, 1}
-    correct = td.linear_probe(train_x, train_y, dev_x, dev_y)
+    correct = fs.linear_probe(train_x, train_y, dev_x, dev_y)
     assert correct.shape == (40,) and correct.tolist() == [1.0] * 40
 
 
@@ -183,9 +185,9 @@ def test_linear_probe_of_collapsed_features_predicts_the_majority():
     train_x = np.tile([3.0, -1.0, 250.0], (len(train_y), 1))  # no variance at all
     dev_x = np.random.default_rng(4).normal(size=(6, 3))  # whatever dev looks like
     dev_y = np.array([0, 1, 1, 2, 1, 0])
-    assert td.linear_probe(train_x, train_y, dev_x, dev_y).tolist() == [0, 1, 1, 0, 1, 0]
+    assert fs.linear_probe(train_x, train_y, dev_x, dev_y).tolist() == [0, 1, 1, 0, 1, 0]
     # one training label only: that label, whatever the features
-    assert td.linear_probe(np.random.default_rng(5).normal(size=(4, 3)), np.array([2] * 4),
+    assert fs.linear_probe(np.random.default_rng(5).normal(size=(4, 3)), np.array([2] * 4),
                            dev_x, dev_y).tolist() == [0, 0, 0, 1, 0, 0]
 
 
@@ -204,7 +206,7 @@ def test_linear_probe_of_features_collapsed_up_to_float32_rounding_predicts_the_
     labels = (rounding[:, feature] > 0).astype(np.int64)
     majority = np.bincount(labels[:40]).argmax()
     assert not np.all(labels[40:] == majority)
-    correct = td.linear_probe(rows[:40], labels[:40], rows[40:], labels[40:])
+    correct = fs.linear_probe(rows[:40], labels[:40], rows[40:], labels[40:])
     assert correct.tolist() == (labels[40:] == majority).astype(float).tolist()
 
 
@@ -269,12 +271,12 @@ def test_collect_features_sees_a_collapse_planted_in_the_first_block(normalize_b
     # the embedding output is not touched by the collapse
     np.testing.assert_array_equal(before.tokens[0], after.tokens[0])
     for layer in range(4):
-        cosine = td.mean_pairwise_cosine(before.tokens[layer], groups).value
-        rank = td.effective_rank(before.tokens[layer], groups).value
+        cosine = fs.mean_pairwise_cosine(before.tokens[layer], groups).value
+        rank = fs.effective_rank(before.tokens[layer], groups).value
         assert cosine < 0.5 and rank > 20, (layer, cosine, rank)
     for layer in (1, 2, 3):  # block 1 on
-        cosine = td.mean_pairwise_cosine(after.tokens[layer], groups).value
-        rank = td.effective_rank(after.tokens[layer], groups).value
+        cosine = fs.mean_pairwise_cosine(after.tokens[layer], groups).value
+        rank = fs.effective_rank(after.tokens[layer], groups).value
         assert cosine > 0.9999 and rank < 1.05, (layer, cosine, rank)
         assert cosine == pytest.approx(brute_mean_cosine(after.tokens[layer][::4]), abs=1e-4)
 
@@ -571,8 +573,8 @@ def test_the_command_line_reports_a_tiny_checkpoint_beside_its_control(trained_c
     for model, key in ((loaded, "pretrained"), (td.with_random(loaded, 1), "random")):
         features = td.collect_features(model, dev)
         for layer, row in zip(features.tokens, report["layers"]):
-            rank = td.effective_rank(layer, features.text_of_token)
-            cosine = td.mean_pairwise_cosine(layer, features.text_of_token)
+            rank = fs.effective_rank(layer, features.text_of_token)
+            cosine = fs.mean_pairwise_cosine(layer, features.text_of_token)
             assert row[key]["effective_rank"]["value"] == pytest.approx(rank.value, rel=1e-6)
             assert row[key]["effective_rank"]["se"] == pytest.approx(rank.standard_error,
                                                                      rel=1e-4)

@@ -134,7 +134,7 @@ def run(args) -> int:
         budget_spec = spec_for_arch(budget_arch)
         budget_flops = training_flops_per_sequence(budget_spec, length, args.vs_mask_prob, vocab,
                                                    args.mask_fraction)
-        # rounded down, as the demo and the studies plan (experiments/budget.py): the same
+        # rounded down, as the demo and the studies plan (fairseq_ext_lab/budget.py): the same
         # number on both lines
         updates = math.floor(budget_updates * budget_flops / per_sequence["A"] * (1 + 1e-12))
         print(f"budget: {args.arch} gets {updates} updates for the FLOPs of {budget_arch} "

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple, Type
 
 from fairseq_ext.flops.formulas import (
     TRAINING_MULTIPLIER,
-    check_mask_prob,
+    corrupted_tokens,
     cross_block_flops,
     decoder_lm_forward_flops,
     prediction_head_flops,
@@ -485,11 +485,12 @@ def training_flops_of_rows(spec: ModelSpec, sequences: float, length: float,
     else on the family's :meth:`~FlopsFamily.run_lengths`. The criteria count their batches
     with it (:class:`~fairseq_ext.flops.training_metrics.TrainingFlops`) and a run's planned
     updates too (:func:`~fairseq_ext.flops.run_flops.update_training_flops`)."""
-    family = flops_family(spec.family)
     if run_lengths is None:
-        run_lengths = family.run_lengths(spec, length, mask_per_sequence)
-    per_sequence = family.forward_flops(spec, *run_lengths, mask_per_sequence,
-                                        other_per_sequence, vocab_size)
+        per_sequence = exact_forward_flops(spec, length, mask_per_sequence, other_per_sequence,
+                                           vocab_size)
+    else:
+        per_sequence = forward_flops(spec, *run_lengths, mask_per_sequence, other_per_sequence,
+                                     vocab_size)
     return TRAINING_MULTIPLIER * per_sequence * sequences
 
 
@@ -497,10 +498,8 @@ def expected_forward_flops(spec: ModelSpec, length: int, mask_prob: float, vocab
                            mask_fraction: float = 0.8) -> float:
     """Forward FLOPs of one sequence of ``length`` tokens at masking rate ``mask_prob``, of
     which ``mask_fraction`` become [MASK] (App. D, Eqs. 2-4, per sequence)."""
-    check_mask_prob(mask_prob)
-    corrupted = mask_prob * length
-    mask_tokens = mask_fraction * corrupted
-    return exact_forward_flops(spec, length, mask_tokens, corrupted - mask_tokens, vocab_size)
+    mask_tokens, other_tokens = corrupted_tokens(length, mask_prob, mask_fraction)
+    return exact_forward_flops(spec, length, mask_tokens, other_tokens, vocab_size)
 
 
 def training_flops_per_sequence(spec: ModelSpec, length: int, mask_prob: float, vocab_size: int,

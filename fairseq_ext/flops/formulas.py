@@ -4,6 +4,8 @@ A multiply-add counts as 2 FLOPs; embedding lookups, biases, norms, activations,
 dropout are ignored. The whole-model formulas combine these per family
 (:mod:`fairseq_ext.flops.families`).
 """
+from typing import Tuple
+
 from fairseq_ext.cli.errors import ConfigError
 
 #: Training FLOPs = 3 x forward: the backward pass computes the gradients of the inputs and of
@@ -74,6 +76,16 @@ def decoder_lm_forward_flops(length: float, dim: int, ffn_dim: int, layers: int,
 def check_mask_prob(mask_prob: float) -> None:
     if not 0.0 < mask_prob < 1.0:
         raise ConfigError(f"--mask-prob must be in (0, 1); got {mask_prob}")
+
+
+def corrupted_tokens(length: float, mask_prob: float, mask_fraction: float) -> Tuple[float, float]:
+    """``(mask, other)``: the expected ``<mask>`` and other corrupted tokens of ``length``
+    tokens at masking rate ``mask_prob`` (checked by :func:`check_mask_prob`), of which
+    ``mask_fraction`` become ``<mask>`` (App. D: ``f m L`` [MASK]s)."""
+    check_mask_prob(mask_prob)
+    corrupted = mask_prob * length
+    mask = mask_fraction * corrupted
+    return mask, corrupted - mask
 
 
 def format_flops(flops: float) -> str:

@@ -14,6 +14,7 @@ import argparse
 from typing import Sequence, Tuple
 
 from fairseq_ext.flops.families import spec_from_args, training_flops_of_rows
+from fairseq_ext.flops.formulas import corrupted_tokens
 
 
 def training_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -42,10 +43,10 @@ def masked_lm_predicted_per_sequence(args: argparse.Namespace) -> Tuple[float, f
     """``(mask, other)``: the expected ``<mask>`` and other corrupted tokens of a row of
     ``--tokens-per-sample`` tokens under ``masked_lm``'s corruption: ``--mask-prob`` of the
     tokens, of which ``--leave-unmasked-prob`` stay and ``--random-token-prob`` are replaced
-    (3ML paper, App. D: ``f m L`` [MASK]s, ``f = 1 - leave_unmasked - random``)."""
-    corrupted = args.mask_prob * args.tokens_per_sample
-    mask = (1.0 - args.leave_unmasked_prob - args.random_token_prob) * corrupted
-    return mask, corrupted - mask
+    (3ML paper, App. D: ``f m L`` [MASK]s, ``f = 1 - leave_unmasked - random``;
+    :func:`~fairseq_ext.flops.formulas.corrupted_tokens`, which checks ``--mask-prob``)."""
+    return corrupted_tokens(args.tokens_per_sample, args.mask_prob,
+                            1.0 - args.leave_unmasked_prob - args.random_token_prob)
 
 
 def update_training_flops(args: argparse.Namespace, vocab_size: int, mask_per_sequence: float,

@@ -280,7 +280,9 @@ class BidirectionalLMTask(FairseqTask):
         from this task (as fairseq's ``sentence_prediction`` passes ``max_positions``):
         ``no_cross_document_attention`` (footnote 4), and ``r_bidir = 0``: this task's batches
         carry their own layout, and its ``--r-bidir`` is the evaluation R, not the model's."""
-        if ARCH_MODEL_REGISTRY.get(model_name(cfg)) is MODEL_REGISTRY.get(BIDIRECTIONAL_LM_MODEL):
+        model_class = ARCH_MODEL_REGISTRY.get(model_name(cfg))
+        bidirectional = MODEL_REGISTRY[BIDIRECTIONAL_LM_MODEL]
+        if isinstance(model_class, type) and issubclass(model_class, bidirectional):
             with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.ExitStack():
                 cfg.no_cross_document_attention = bool(self.cfg.no_cross_document_attention)
                 cfg.r_bidir = 0.0

@@ -3,7 +3,7 @@
 same variable (``recipes/lib/common.sh``: ``fairseq_cmd``, ``recipe_python``), so a driver that
 starts fairseq-train, fairseq-validate or ``python -m fairseq_ext...`` itself starts the programs
 its recipes would (a site's wrapped fairseq, or the test suite's fork server of them,
-``tests/cli_zygote.py``).
+``tests/cli_zygote.py``), with the plugin as their ``--user-dir`` (:data:`PLUGIN_DIR`).
 """
 import os
 import sys
@@ -11,6 +11,8 @@ from pathlib import Path
 
 #: The environment variable the recipes and these helpers read.
 FAIRSEQ_BIN_ENV = "FAIRSEQ_BIN"
+#: The plugin's folder, the ``--user-dir`` such a driver passes to fairseq's console scripts.
+PLUGIN_DIR = Path(__file__).resolve().parents[1]
 
 
 def fairseq_bin() -> Path:

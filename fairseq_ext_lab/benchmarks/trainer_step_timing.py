@@ -52,8 +52,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-import fairseq_ext
 from fairseq_ext.reporting.uncertainty import mean_over_seeds
+from fairseq_ext.training.fairseq_bin import PLUGIN_DIR
 from fairseq_ext.training.trainer_harness import TrainerStep
 from fairseq_ext_lab.benchmarks.common import environment, interleaved_rounds, quartiles, timed
 from fairseq_ext_lab.benchmarks.device_reads import (
@@ -65,7 +65,6 @@ from fairseq_ext_lab.benchmarks.device_reads import (
 from fairseq_ext_lab.benchmarks.three_ml import MATMUL_OPS
 
 PROG = "bench_step.py"
-USER_DIR = Path(fairseq_ext.__file__).resolve().parent  # the plugin, as --user-dir
 
 #: The tiny width: 12 layers of 64 (FFN 256, one head), where compute is small next to the host.
 TINY = {"layers": 12, "dim": 64, "ffn": 256, "heads": 1}
@@ -86,7 +85,7 @@ class Family:
     def argv(self, data: str, width: Dict[str, int], seq_len: int, batch_size: int,
              optimizer: str, extra: Sequence[str] = ()) -> List[str]:
         side = self.side
-        argv = [data, "--user-dir", str(USER_DIR), "--task", self.task, "--arch", self.arch,
+        argv = [data, "--user-dir", str(PLUGIN_DIR), "--task", self.task, "--arch", self.arch,
                 "--criterion", self.criterion, "--optimizer", optimizer, "--lr", "1e-4",
                 "--batch-size", str(batch_size), "--tokens-per-sample", str(seq_len),
                 f"--{side}-layers", str(width["layers"]),

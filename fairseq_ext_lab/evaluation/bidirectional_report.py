@@ -44,7 +44,6 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import fairseq_ext
 from fairseq_ext.data.bidirectional_eval_dataset import (
     EVAL_MODES,
     PAPER_R_VALUES,
@@ -59,12 +58,11 @@ from fairseq_ext.reporting.uncertainty import (
     paired_accuracy_difference,
     paired_perplexity_difference,
 )
-from fairseq_ext.training.fairseq_bin import console_script
 from fairseq_ext.training.output_files import OutputError, error_line, refused, write_text
+from fairseq_ext_lab.evaluation.fairseq_validate import validate_command
 from fairseq_ext_lab.reporting.log_records import parse_json_record
 from fairseq_ext_lab.reporting.text_tables import ascii_table
 
-PACKAGE_DIR = Path(fairseq_ext.__file__).resolve().parent  # the plugin, as --user-dir
 #: A column of the tables: ``(mode, group label)``; its figure and whether lower is better.
 Column = Tuple[str, str]
 FIGURE_OF_MODE = {"full_doc_ppl": "full_ppl", "suffix_ppl": "suffix_ppl", "infill": "infill_acc"}
@@ -104,9 +102,8 @@ def run_validate(data: Path, checkpoint: Path, mode: str, r_values: Optional[str
     """One stock ``fairseq-validate`` run (``env``: variables to add to its environment;
     ``max_documents``: ``--eval-max-documents``, 0 every document); its final JSON record's
     ``valid_*`` values."""
-    cmd = [console_script("fairseq-validate"), str(data), "--user-dir", str(PACKAGE_DIR),
-           "--task", "bidirectional_lm", "--path", str(checkpoint), "--eval-mode", mode,
-           "--valid-subset", subset, "--batch-size", str(batch_size), "--log-format", "json"]
+    cmd = validate_command(data, checkpoint, "bidirectional_lm", subset, batch_size, cpu,
+                           "--eval-mode", mode)
     if r_values is not None:
         cmd += ["--r-bidir", r_values]
     if mode == "infill" and infill_positions != 1:
@@ -115,8 +112,6 @@ def run_validate(data: Path, checkpoint: Path, mode: str, r_values: Optional[str
         cmd += ["--eval-max-documents", str(max_documents)]
     if scores_path is not None:
         cmd += ["--eval-scores-out", str(scores_path)]
-    if cpu:
-        cmd.append("--cpu")
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     output = proc.stdout + proc.stderr
     if log_path is not None:

@@ -1,8 +1,8 @@
 """The GPU suite's entry, run by its path (scripts/gpu_suite.sh: `GPU_PYTHON -S
 fairseq_ext_lab/benchmarks/gpu_suite/__main__.py ARGS`; the driver starts each stage so, too): the
 package is imported as a top-level ``gpu_suite`` from fairseq_ext_lab/benchmarks/, not through
-``fairseq_ext``, whose __init__ imports fairseq, which the GPU machine lacks until the setup
-stage has run."""
+``fairseq_ext_lab``, whose __init__ imports the plugin and so fairseq, which the GPU machine
+lacks until the setup stage has run."""
 import sys
 from pathlib import Path
 

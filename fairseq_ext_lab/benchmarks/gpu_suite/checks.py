@@ -77,7 +77,7 @@ class TrainCheck:
 
 def standard_library_module(relative_path: str):
     """A module of the package that imports the standard library only, loaded from its file:
-    imported through ``fairseq_ext``, whose __init__ imports fairseq and torch, it would need
+    imported through ``fairseq_ext_lab``, whose __init__ imports the plugin (fairseq and torch), it would need
     what this suite installs."""
     path = REPO / relative_path
     spec = importlib.util.spec_from_file_location(f"gpu_suite_{path.stem}", path)

@@ -78,8 +78,8 @@ checks.py the pure checks of the train logs (check_train_log), of the tests' jun
 (check_junit_skips) and of two runs' losses (compare_losses), runner.py what every stage runs
 commands with (StageRun), and driver.py the driver (main). It runs before fairseq is installed,
 so it uses the standard library only (the wrapper and the driver start it with -S, without
-site-packages) and is run as a folder of its own, not through fairseq_ext (whose __init__
-imports fairseq); what needs torch or fairseq runs in subprocesses with the setup stage's
+site-packages) and is run as a folder of its own, not through fairseq_ext_lab (whose __init__
+imports the plugin and so fairseq); what needs torch or fairseq runs in subprocesses with the setup stage's
 interpreter. The setup stage is a Python stage like the others rather than shell in the
 wrapper: it needs nothing but the standard library and GPU_PYTHON, and as a stage it gets the
 same log, timeout, budget, stages.tsv row and --keep-going/--tar handling as the rest.

@@ -109,7 +109,7 @@ def check_train_settings(settings: Settings) -> None:
 
 # -------------------------------------------------------------------------- the training
 
-REPO_TEXT_ROOTS = ("README.md", "docs", "fairseq_ext", "recipes", "scripts", "tests")
+REPO_TEXT_ROOTS = ("README.md", "docs", "fairseq_ext", "fairseq_ext_lab", "recipes", "scripts", "tests")
 REPO_TEXT_SUFFIXES = (".md", ".py", ".sh", ".yaml")
 
 
