@@ -154,6 +154,7 @@ def test_ci_uses_the_wheels_nvcc(nvcc):
 HOST_SOURCE = REPO_ROOT / "fairseq_ext" / "ops" / "csrc" / "swish_recurrence_cuda.cpp"
 
 
+@pytest.mark.heavy
 def test_cuda_host_code_parses_against_torchs_headers(nvcc, tmp_path):
     """swish_recurrence_cuda.cpp (the op's CUDA registration: guards, streams, dispatch) goes
     through the C++ compiler with torch's headers and the nvcc wheel's CUDA headers, as the real
@@ -200,7 +201,7 @@ def test_the_kernels_read_the_python_name_of_their_switch():
     assert f'kColumnsPerThreadEnv = "{COLUMNS_PER_THREAD_ENV}"' in KERNELS.read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_cuda_kernels_compile_with_nvcc(kernels_object):
     """Every launcher the torch binding calls is defined, with the binding's signature."""
     symbols = subprocess.run(["nm", "-C", str(kernels_object)], capture_output=True, text=True,
@@ -242,7 +243,7 @@ def instantiations(entries: dict, type_code: str, pack: int) -> dict:
     return found
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_fp64_kernels_compute_in_double(kernels_ptx):
     """fp64 inputs are computed in fp64 (gradcheck needs it), not narrowed to fp32: the double
     instantiations convert nothing to f32 and use exp, not the fp32 fast ex2.approx of __expf
@@ -258,7 +259,7 @@ def global_accesses(body: str) -> collections.Counter:
     return collections.Counter(re.findall(r"\b((?:ld|st)\.global(?:\.nc)?(?:\.v2)?\.\w+)", body))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("type_code", ["6__half", "13__nv_bfloat16"])
 def test_packed_16_bit_kernels_move_4_bytes_an_access(kernels_ptx, type_code):
     """With two columns per thread, every access to x1, c, grad_c and grad_x1 is one 4-byte
