@@ -10,16 +10,21 @@
 #               pytest, pytest-xdist... are there; hydra-core, omegaconf, antlr4, bitarray,
 #               cffi, pycparser, tensorboardX are not), and fairscale (the sharding extra).
 #               Versions are constraints.txt's pins.
-#   .gpu-data/python-docs-spm8000/
-#               the embedded corpus's data-bin (dict.txt and the train/valid/test .bin/.idx,
-#               about 4.5 MB; not the 17 MB of intermediates in its prep/), copied from
-#               data-bin/python-docs-spm8000, which scripts/prepare_corpus.sh builds first if
-#               it is missing (it needs apt-get and the network, which this machine has).
-#   .gpu-data/python-docs-spm8000-downstream/
+#   .gpu-data/english-spm8000-share/
+#               an evenly spread share of the embedded English corpus's data-bin (the demo's,
+#               data-bin/english-spm8000, which scripts/prepare_corpus.sh builds first if it is
+#               missing): SHARE_TRAIN_TOKENS [8,000,000] of its 31.1M training pieces and
+#               SHARE_VALID_TOKENS [400,000] of its validation ones, about 21 MB, with its
+#               dict.txt and spm.model and a share.json of what was kept
+#               (python -m fairseq_ext_lab.benchmarks.gpu_data_share; the whole data-bin, 85 MB,
+#               does not fit a call).
+#   .gpu-data/english-spm8000-downstream/
 #               the downstream suite the GPU study fine-tunes on (downstream.json and each
-#               task's -bin, about 1.6 MB; not its prep/), copied from
-#               data-bin/python-docs-spm8000-downstream, which scripts/prepare_downstream.sh
-#               builds first on that data-bin if it is missing.
+#               task's -bin, about 1.5 MB; not its prep/), copied from
+#               data-bin/english-spm8000-downstream, which scripts/prepare_downstream.sh
+#               builds first on the full data-bin if it is missing (its packages fetched into
+#               data/cache, as make demo does); the share keeps the full data-bin's
+#               dictionary, so the suite encodes alike.
 #
 #   scripts/gpu_wheels.sh            # both
 #   scripts/gpu_wheels.sh --no-data  # the wheels only
@@ -32,8 +37,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 WHEEL_DIR="${WHEEL_DIR:-.whl}"
 DATA_DIR="${DATA_DIR:-.gpu-data}"
-CORPUS="${CORPUS:-data-bin/python-docs-spm8000}"
+CORPUS="${CORPUS:-data-bin/english-spm8000}"
 SUITE="${SUITE:-${CORPUS}-downstream}"
+SHARE_TRAIN_TOKENS="${SHARE_TRAIN_TOKENS:-8000000}"
+SHARE_VALID_TOKENS="${SHARE_VALID_TOKENS:-400000}"
 LIMIT_MIB="${LIMIT_MIB:-48}"
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
@@ -94,20 +101,17 @@ if [[ "${with_data}" == 1 ]]; then
     echo "== ${CORPUS} is missing: scripts/prepare_corpus.sh builds it"
     scripts/prepare_corpus.sh --destdir "${CORPUS}"
   fi
-  dest="${DATA_DIR}/$(basename "${CORPUS}")"
-  echo "== ${CORPUS} -> ${dest} (the data-bin, without prep/)"
-  rm -rf "${dest}"
-  mkdir -p "${dest}"
-  for f in dict.txt manifest.json spm.model {train,valid,test}.{bin,idx}; do
-    if [[ -f "${CORPUS}/${f}" ]]; then cp "${CORPUS}/${f}" "${dest}/"; fi
-  done
+  rm -rf "${DATA_DIR}"  # this script's own output: nothing else is carried from it
+  dest="${DATA_DIR}/$(basename "${CORPUS}")-share"
+  echo "== ${CORPUS} -> ${dest} (a share: ${SHARE_TRAIN_TOKENS} training, ${SHARE_VALID_TOKENS} validation tokens)"
+  PYTHONWARNINGS=ignore "${PYTHON}" -m fairseq_ext_lab.benchmarks.gpu_data_share "${CORPUS}" \
+    "${dest}" --train-tokens "${SHARE_TRAIN_TOKENS}" --valid-tokens "${SHARE_VALID_TOKENS}"
   if [[ ! -f "${SUITE}/downstream.json" ]]; then
     echo "== ${SUITE} is missing: scripts/prepare_downstream.sh builds it"
-    scripts/prepare_downstream.sh "${CORPUS}" "${SUITE}"
+    scripts/prepare_downstream.sh "${CORPUS}" "${SUITE}" --fetch --cache-dir data/cache
   fi
   suite_dest="${DATA_DIR}/$(basename "${SUITE}")"
   echo "== ${SUITE} -> ${suite_dest} (the suite, without prep/)"
-  rm -rf "${suite_dest}"
   mkdir -p "${suite_dest}"
   cp "${SUITE}/downstream.json" "${suite_dest}/"
   for task_bin in "${SUITE}"/*-bin; do cp -r "${task_bin}" "${suite_dest}/"; done
@@ -124,8 +128,27 @@ for folder in "${folders[@]}"; do
   printf '%10.2f MiB  %s (total)\n' "$(awk -v b="${bytes}" 'BEGIN { print b / 1048576 }')" "${folder}"
   total=$(( total + bytes ))
 done
-printf '%10.2f MiB  all carried paths\n' "$(awk -v b="${total}" 'BEGIN { print b / 1048576 }')"
+printf '%10.2f MiB  these carried paths\n' "$(awk -v b="${total}" 'BEGIN { print b / 1048576 }')"
 if (( total > LIMIT_MIB * 1048576 )); then
   echo "error: over LIMIT_MIB=${LIMIT_MIB} MiB (the device call carries 64 MiB with the tree)" >&2
+  exit 1
+fi
+# What a call carries beside them: the working tree (tracked and untracked, not ignored), the
+# study's runs (.gpu-study) and the prebuilt extension (.gpu-build; BUILD_RESERVE_MIB [8] for it
+# while it is not built yet).
+tree="$(git ls-files -z -co --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null |
+        awk '{ s += $1 } END { print s + 0 }')"
+others=0
+for folder in .gpu-study .gpu-build; do
+  if [[ -d "${folder}" ]]; then others=$(( others + $(du -sb "${folder}" | cut -f1) )); fi
+done
+if [[ ! -d .gpu-build ]] || [[ -z "$(ls -A .gpu-build)" ]]; then
+  others=$(( others + ${BUILD_RESERVE_MIB:-8} * 1048576 ))
+fi
+call=$(( total + tree + others ))
+printf '%10.2f MiB  a device call with the tree (%.2f), .gpu-study and .gpu-build (or its reserve)\n' \
+  "$(awk -v b="${call}" 'BEGIN { print b / 1048576 }')" "$(awk -v b="${tree}" 'BEGIN { print b / 1048576 }')"
+if (( call > 64 * 1048576 )); then
+  echo "error: a device call would carry more than 64 MiB: shrink SHARE_TRAIN_TOKENS" >&2
   exit 1
 fi

@@ -51,7 +51,7 @@ LAB_TEST_FILES = frozenset({
     "test_gpu_suite_study.py", "test_bench_3ml.py", "test_bench_bidirectional.py",
     "test_bench_cli_step.py", "test_bench_swishrnn.py", "test_device_reads.py", "test_figures.py",
     "test_plot_curves.py", "test_budget.py", "test_recipe_runs.py", "test_masked_lm_scores.py",
-    "test_bidirectional_scoring.py",
+    "test_bidirectional_scoring.py", "test_gpu_data_share.py",
 })
 
 

@@ -81,7 +81,8 @@ def test_the_gpu_study_trains_both_models_for_the_same_updates(tiny_data_bin):
 def test_the_planned_power_quoted_for_the_gpu_study_comes_from_the_committed_cpu_study():
     """docs/studies.md plans the GPU study's fine-tuning comparison from the CPU 3ML study's
     spread: its "3ML-self-40% fine-tunes better than RoBERTa-15%" per-seed differences give an
-    MDE of 19.9 points at 3 seeds, against the paper's 0.7 (Table 3, first block)."""
+    MDE of 19.9 points at 3 seeds, against the paper's 0.7 (Table 3, first block); the demo's
+    three seeds on the English corpus give 8.0."""
     import json
 
     from conftest import REPO_ROOT
@@ -96,6 +97,12 @@ def test_the_planned_power_quoted_for_the_gpu_study_comes_from_the_committed_cpu
     assert gpu_claim.paper_effect == pytest.approx(0.7)
     docs = " ".join((REPO_ROOT / "docs/studies.md").read_text().split())  # lines re-wrapped
     assert "planned MDE of 19.9 points at 3 seeds" in docs
+    # and the English corpus's spread, from the demo's three pre-training seeds
+    spread = json.loads((REPO_ROOT / "docs/demo/seed_spread.json").read_text())
+    english = spread["figures"]["finetune/FortuneTopic/3ml-self-40%/vs_roberta-15%"]["values"]
+    shown = ", ".join(f"{value:+.1f}" for value in english)
+    assert f"minus RoBERTa-15%: {shown} points) give {power.planned_mde(english, 3):.1f} " \
+           "points at 3 seeds" in docs
 
 
 def test_the_rehearsal_figures_in_the_docs_are_the_committed_summaries():

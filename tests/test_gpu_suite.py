@@ -268,9 +268,9 @@ def test_dry_run_prints_every_stages_commands_and_runs_none(tmp_path):
         assert f"distributed_training.ddp_backend={backend}" in first
     assert "compare_losses(" in logs["fsdp"]
     # study: the GPU study on the carried data-bin, its runs in the carried .gpu-study/
-    assert (f"scripts/study.py 3ml-gpu --data {REPO_ROOT}/.gpu-data/python-docs-spm8000 "
+    assert (f"scripts/study.py 3ml-gpu --data {REPO_ROOT}/.gpu-data/english-spm8000-share "
             f"--runs-dir {REPO_ROOT}/.gpu-study/3ml-gpu --minutes 0 --downstream "
-            f"{REPO_ROOT}/.gpu-data/python-docs-spm8000-downstream") in logs["study"]
+            f"{REPO_ROOT}/.gpu-data/english-spm8000-downstream") in logs["study"]
     assert "--device" not in logs["study"] and "--updates" not in logs["study"]
     assert f"+ copy_study_files {REPO_ROOT}/.gpu-study/3ml-gpu {out}/study/3ml-gpu" in logs["study"]
 

@@ -9,9 +9,10 @@
 # accuracy, mean ± SE over seeds. Needs a CUDA device (--device cpu to try it on the CPU).
 # Resumable: run it again and finished runs are read back; --compare REF.json checks the figures.
 # On the lent GPU machine: scripts/gpu_suite.sh --stages "setup study" (docs/benchmarks.md).
-#   DATA=data-bin/python-docs-spm8000 recipes/studies/3ml-gpu.sh --downstream data-bin/python-docs-spm8000-downstream \
+# Default DATA: the embedded English corpus (the demo's); the GPU suite gives it a carried share.
+#   recipes/studies/3ml-gpu.sh --downstream data-bin/english-spm8000-downstream \
 #       [--runs-dir DIR] [--updates N] [--seeds S ...] [--compare REF.json]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
-DATA="${DATA:-${REPO_ROOT}/data-bin/python-docs-spm8000}"
+DATA="${DATA:-${REPO_ROOT}/data-bin/english-spm8000}"
 exec "$(recipe_python)" "${REPO_ROOT}/scripts/study.py" 3ml-gpu --data "${DATA}" "$@"

@@ -46,9 +46,10 @@ calls that run it.
 
 Stages, in this order (LIST: names separated by spaces or commas; `bench` = step and the three
 bench_* stages, `all` = every stage; default: all of them; also the STAGES variable):
-{stages}Training data: the embedded corpus's data-bin CARRIED in the tree, .gpu-data/python-docs-
-spm8000 (scripts/gpu_wheels.sh copies it there from data-bin/python-docs-spm8000, which needs
-apt-get and the network, so it is built on the CPU machine). If it is not there, the train
+{stages}Training data: a share of the embedded English corpus's data-bin CARRIED in the tree,
+.gpu-data/english-spm8000-share (scripts/gpu_wheels.sh writes it there from
+data-bin/english-spm8000, which needs apt-get and the network, so it is built on the CPU
+machine: 8M of its 31.1M training tokens, spread evenly). If it is not there, the train
 stage builds a data-bin from text shipped in the repo (its Markdown, Python, shell and YAML
 files, about 1 MB) with fairseq_ext.corpus.prepare_corpus, and says so in its log.
 

@@ -44,8 +44,8 @@ SETTINGS: Tuple[Setting, ...] = (
             "made: GPU_ENV/site on PYTHONPATH)", "gpu_env", "path"),
     Setting("WHEEL_DIR", ".whl", "the carried cp312 wheels (scripts/gpu_wheels.sh)", "wheel_dir",
             "path"),
-    Setting("GPU_SUITE_DATA", ".gpu-data/python-docs-spm8000", "the carried data-bin", "data",
-            "path"),
+    Setting("GPU_SUITE_DATA", ".gpu-data/english-spm8000-share", "the carried data-bin (a share "
+            "of the English corpus's: scripts/gpu_wheels.sh)", "data", "path"),
     Setting("GPU_SUITE_PREBUILT", ".gpu-build", "a carried prebuilt fairseq_ext.ops._C "
             "(the build stage's OUTDIR/prebuilt/)", "prebuilt", "path"),
     Setting("GPU_SUITE_WORK", "/tmp/gpu-suite-work", "scratch: checkpoints, a built data-bin",
@@ -98,7 +98,7 @@ SETTINGS: Tuple[Setting, ...] = (
             "refuses fully_sharded with bf16", "fsdp_precision"),
     Setting("GPU_SUITE_STUDY", "3ml-gpu", "the study stage's study", "study"),
     Setting("GPU_SUITE_STUDY_DIR", ".gpu-study", "where the study's runs go", "study_dir", "path"),
-    Setting("GPU_SUITE_DOWNSTREAM", ".gpu-data/python-docs-spm8000-downstream", "the carried "
+    Setting("GPU_SUITE_DOWNSTREAM", ".gpu-data/english-spm8000-downstream", "the carried "
             "downstream suite the study fine-tunes on (built on GPU_SUITE_DATA's dictionary)",
             "downstream", "path"),
     Setting("STUDY_UPDATES", "", "the study's baseline updates (default: the study's own)",
