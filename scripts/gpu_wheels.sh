@@ -4,7 +4,8 @@
 # (docs/benchmarks.md, "GPU suite"):
 #
 #   .whl/       every cp312 wheel missing there: our patched fairseq (ve-fairseq 0.12.3 +
-#               patches/series, scripts/build_fairseq_wheel.sh) and fairseq's
+#               patches/series, scripts/build_fairseq_wheel.sh, SLIM=1: without the media of
+#               its examples folder) and fairseq's
 #               needs that the GPU image lacks (/work/.library/device/KINDS.md lists what it
 #               has: torch, numpy, regex, sacrebleu, tqdm, scikit-learn, PyYAML, sentencepiece,
 #               pytest, pytest-xdist... are there; hydra-core, omegaconf, antlr4, bitarray,
@@ -71,7 +72,7 @@ pip_() { "${PYTHON}" -m pip --disable-pip-version-check "$@"; }
 rm -rf "${WHEEL_DIR}"
 mkdir -p "${WHEEL_DIR}"
 echo "== fairseq (ve-fairseq 0.12.3, patched), cp312"
-PYTHON="${PYTHON}" scripts/build_fairseq_wheel.sh "${WHEEL_DIR}" 3.12
+PYTHON="${PYTHON}" SLIM=1 scripts/build_fairseq_wheel.sh "${WHEEL_DIR}" 3.12
 
 pins=()
 for name in "${BINARY_PACKAGES[@]}"; do pins+=("$(pin "${name}")"); done
