@@ -135,10 +135,12 @@ def test_fairseq_train_on_an_unpatched_fairseq_stops_with_one_line(tmp_path, mar
 @pytest.mark.slow
 def test_build_applies_the_series_and_installs_what_the_venv_has(tmp_path):
     """scripts/build_fairseq_wheel.sh on the pinned wheel: every item applies in order, the
-    marker is written, and every Python file of the result is the installed one."""
+    marker is written, and every Python file of the result is the installed one. Built SLIM=1
+    (as scripts/gpu_wheels.sh builds it): against the full wheel `make install` built, only
+    media and sample arrays under fairseq/examples are left out."""
     subprocess.run(["bash", "scripts/build_fairseq_wheel.sh", str(tmp_path / "wheel")],
-                   cwd=REPO_ROOT, env=dict(os.environ, PYTHON=sys.executable), check=True,
-                   capture_output=True, timeout=300)
+                   cwd=REPO_ROOT, env=dict(os.environ, PYTHON=sys.executable, SLIM="1"),
+                   check=True, capture_output=True, timeout=300)
     (wheel,) = (tmp_path / "wheel").glob("ve_fairseq-0.12.3-1fairseqext-*.whl")
     import fairseq
     site = os.path.dirname(os.path.dirname(fairseq.__file__))
@@ -150,6 +152,16 @@ def test_build_applies_the_series_and_installs_what_the_venv_has(tmp_path):
                      if archive.read(n) != open(os.path.join(site, n), "rb").read()]
         init = archive.read("fairseq/__init__.py").decode()
     assert differing == [], "the .venv's fairseq is not this series' build: run `make install`"
+    with zipfile.ZipFile(wheel) as archive:
+        slim = set(archive.namelist())
+    assert not any(name.endswith((".npy", ".png", ".ipynb", ".flac")) for name in slim)
+    full_wheels = sorted((REPO_ROOT / "build" / "fairseq-wheel").glob(wheel.name))
+    if full_wheels:  # make install's build of the same series
+        with zipfile.ZipFile(full_wheels[-1]) as archive:
+            dropped = set(archive.namelist()) - slim
+        assert dropped and all(name.startswith("fairseq/examples/") and name.endswith(
+            (".npy", ".png", ".jpg", ".gif", ".pdf", ".ipynb", ".flac", ".wav"))
+            for name in dropped)
     version, items = read_series(SERIES)
     assert f'{MARKER} = {{"version": {version}, "items": (' in init
     assert all(f'"{item}"' in init for item in items)
