@@ -236,9 +236,9 @@ THREE_ML_GPU_ENV = {"TOKENS_PER_SAMPLE": "512", "SAMPLE_BREAK_MODE": "complete",
                     "BATCH_SIZE": "32", "MAX_SENTENCES": "32", "PEAK_LR": "5e-4",
                     "WARMUP_UPDATES": "100", "DROPOUT": "0.1", "ATTENTION_DROPOUT": "0.1"}
 THREE_ML_GPU_DIFFERS = ("one GPU (the paper: 16 V100s), 6 x 512 for 600 updates of up to 16k "
-                        "tokens (on the GPU suite's carried share of the English corpus, 8.0M of "
-                        "its 31.1M training tokens: about 1.2 passes, masks drawn again each "
-                        "pass), fairseq fp16")
+                        "tokens of the English corpus (on the GPU suite's carried share of it, "
+                        "8.0M of its 31.1M training tokens: about 1.2 passes, masks drawn again "
+                        "each pass), fairseq fp16")
 #: The GPU study's fine-tuning: the 3ML paper's claim is fine-tuned quality at lower
 #: cost, so both models' checkpoints are fine-tuned on the offline suite beside a random-init
 #: control, as the CPU study's are: THREE_ML_FINETUNE's schedule, lr grid and arms (the
