@@ -105,21 +105,28 @@ def test_the_planned_power_quoted_for_the_gpu_study_comes_from_the_committed_cpu
            "points at 3 seeds" in docs
 
 
-def test_the_rehearsal_figures_in_the_docs_are_the_committed_summaries():
+@pytest.mark.parametrize("day, step_seconds, study_seconds, seconds, baseline_seconds, ratio", [
+    ("2026-11-28", "142.6", "777.6", 158.0, 206.0, "0.767"),  # the Python docs' data-bin
+    ("2026-12-07", "118.6", "1675.6", 215.0, 265.0, "0.811"),  # the English corpus's share
+])
+def test_the_rehearsal_figures_in_the_docs_are_the_committed_summaries(
+        day, step_seconds, study_seconds, seconds, baseline_seconds, ratio):
     """docs/benchmarks.md quotes the CPU rehearsals of the step and study stages from
-    docs/gpu_rehearsal/2026-11-28/: the stages' seconds and the trial's time ratio (3ML-self's
-    158 s over RoBERTa's 206 s at one seed)."""
+    docs/gpu_rehearsal/DAY/: the stages' seconds and the trial's time ratio (3ML-self's
+    seconds over RoBERTa's at one seed)."""
     import json
 
     from conftest import REPO_ROOT
 
-    folder = REPO_ROOT / "docs/gpu_rehearsal/2026-11-28"
+    folder = REPO_ROOT / "docs/gpu_rehearsal" / day
     rows = {name: (folder / name / "stages.tsv").read_text().splitlines()[1].split("\t")
             for name in ("step", "study")}
-    assert rows == {"step": ["step", "142.6", "ok"], "study": ["study", "777.6", "ok"]}
+    assert rows == {"step": ["step", step_seconds, "ok"], "study": ["study", study_seconds, "ok"]}
     (claim,) = json.loads((folder / "study" / "study.json").read_text())["claims"]
-    assert (claim["seconds"], claim["baseline_seconds"]) == ({"1": 158.0}, {"1": 206.0})
-    assert claim["ratio"] == pytest.approx(158 / 206) and round(claim["ratio"], 3) == 0.767
+    assert (claim["seconds"], claim["baseline_seconds"]) == ({"1": seconds},
+                                                             {"1": baseline_seconds})
+    assert claim["ratio"] == pytest.approx(seconds / baseline_seconds)
+    assert f"{claim['ratio']:.3f}" == ratio
     # its report, rendered again from the summary, is the one the run printed: trained on the
     # CPU (the summary records its device; the study's own is cuda)
     report = json.loads((folder / "study" / "study.json").read_text())
@@ -130,5 +137,6 @@ def test_the_rehearsal_figures_in_the_docs_are_the_committed_summaries():
     assert text in printed and "1 seeds, equal training tokens, trained on cpu;" in text
     assert studies.format_finetune(report["finetune"], 1) in printed
     benchmarks = " ".join((REPO_ROOT / "docs/benchmarks.md").read_text().split())
-    for figure in ("passed in 142.6 s", "stage ok in 777.6 s", "0.767 at one seed"):
+    for figure in (f"passed in {step_seconds} s", f"stage ok in {study_seconds} s",
+                   f"{ratio} at one seed"):
         assert figure in benchmarks, figure
