@@ -62,7 +62,8 @@ def write_split(source: Path, dest: Path, split: str, tokens: int, windows: int)
     dataset = indexed_dataset.MMapIndexedDataset(str(source / split))
     sizes = np.array(dataset.sizes, dtype=np.int64)
     ranges = share_lines(sizes, tokens, windows)
-    vocab = sum(1 for _ in open(source / "dict.txt", encoding="utf-8")) + 4
+    with open(source / "dict.txt", encoding="utf-8") as dictionary:
+        vocab = sum(1 for _ in dictionary) + 4  # fairseq's 4 special symbols come first
     builder = indexed_dataset.make_builder(str(dest / f"{split}.bin"), "mmap", vocab_size=vocab)
     kept_lines = kept_tokens = 0
     for start, stop in ranges:
