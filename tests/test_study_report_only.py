@@ -37,6 +37,13 @@ RENDERED = {
         "markdown_finetune": "1642144e30d37701",
         "figures": "e65f086910c04e82",
     },
+    "docs/gpu_rehearsal/2026-12-07/study/study.json": {
+        "text": "2aa01c4767163c62",
+        "finetune": "943c3081ba148c58",
+        "markdown": "9354cae5489a0f1f",
+        "markdown_finetune": "6ee5dfaf7a89e2d0",
+        "figures": "ded6fd78ffc6b8b5",
+    },
     "docs/studies/2026-11-26/3ml/study.json": {
         "text": "cf2b37d2d163cc24",
         "finetune": "e3b0c44298fc1c14",
