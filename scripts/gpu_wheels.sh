@@ -102,8 +102,7 @@ if [[ "${with_data}" == 1 ]]; then
     echo "== ${CORPUS} is missing: scripts/prepare_corpus.sh builds it"
     scripts/prepare_corpus.sh --destdir "${CORPUS}"
   fi
-  rm -rf "${DATA_DIR}"  # this script's own output: nothing else is carried from it
-  dest="${DATA_DIR}/$(basename "${CORPUS}")-share"
+  dest="${DATA_DIR}/$(basename "${CORPUS}")-share"  # replaced by the share tool, if a share
   echo "== ${CORPUS} -> ${dest} (a share: ${SHARE_TRAIN_TOKENS} training, ${SHARE_VALID_TOKENS} validation tokens)"
   PYTHONWARNINGS=ignore "${PYTHON}" -m fairseq_ext_lab.benchmarks.gpu_data_share "${CORPUS}" \
     "${dest}" --train-tokens "${SHARE_TRAIN_TOKENS}" --valid-tokens "${SHARE_VALID_TOKENS}"
@@ -113,9 +112,15 @@ if [[ "${with_data}" == 1 ]]; then
   fi
   suite_dest="${DATA_DIR}/$(basename "${SUITE}")"
   echo "== ${SUITE} -> ${suite_dest} (the suite, without prep/)"
+  rm -rf "${suite_dest}"
   mkdir -p "${suite_dest}"
   cp "${SUITE}/downstream.json" "${suite_dest}/"
   for task_bin in "${SUITE}"/*-bin; do cp -r "${task_bin}" "${suite_dest}/"; done
+  for other in "${DATA_DIR}"/*; do  # counted below and carried too
+    if [[ "${other}" != "${dest}" && "${other}" != "${suite_dest}" ]]; then
+      echo "warning: ${other} is carried too (not written by this script): remove it if unused" >&2
+    fi
+  done
 fi
 
 echo "== sizes"

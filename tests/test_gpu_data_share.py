@@ -78,3 +78,10 @@ def test_a_second_share_replaces_the_first_and_bad_destinations_are_refused(tiny
         write_share(copy, tmp_path / "other", {"train": 10, "valid": 10}, 2)
     with pytest.raises(SystemExit):
         gpu_data_share.main([str(tiny_data_bin), str(dest), "--windows", "0"])
+    # a folder of the user's that is not a share is left as it is
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="is not a share"):
+        write_share(tiny_data_bin, saved, {"train": 10, "valid": 10}, 2)
+    assert (saved / "notes.txt").read_text() == "mine"

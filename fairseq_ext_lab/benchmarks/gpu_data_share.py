@@ -54,17 +54,18 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def write_split(source: Path, dest: Path, split: str, tokens: int, windows: int) -> Dict:
+def write_split(source: Path, dest: Path, split: str, tokens: int, windows: int,
+                vocab_size: int) -> Dict:
     """Write split ``split`` of data-bin ``source`` into ``dest`` cut to :func:`share_lines`'s
-    ranges, with fairseq's mmap builder; its counts for ``share.json``."""
+    ranges, with fairseq's mmap builder (as fairseq-preprocess makes it for ``vocab_size``
+    symbols); its counts for ``share.json``."""
     from fairseq.data import indexed_dataset
 
     dataset = indexed_dataset.MMapIndexedDataset(str(source / split))
     sizes = np.array(dataset.sizes, dtype=np.int64)
     ranges = share_lines(sizes, tokens, windows)
-    with open(source / "dict.txt", encoding="utf-8") as dictionary:
-        vocab = sum(1 for _ in dictionary) + 4  # fairseq's 4 special symbols come first
-    builder = indexed_dataset.make_builder(str(dest / f"{split}.bin"), "mmap", vocab_size=vocab)
+    builder = indexed_dataset.make_builder(str(dest / f"{split}.bin"), "mmap",
+                                           vocab_size=vocab_size)
     kept_lines = kept_tokens = 0
     for start, stop in ranges:
         for index in range(start, stop):
@@ -79,7 +80,8 @@ def write_split(source: Path, dest: Path, split: str, tokens: int, windows: int)
 
 
 def write_share(source: Path, dest: Path, split_tokens: Dict[str, int], windows: int) -> Dict:
-    """Write the share of data-bin ``source`` into ``dest`` (emptied first): each split of
+    """Write the share of data-bin ``source`` into ``dest`` (a new or empty folder, or an earlier
+    share, which is replaced): each split of
     ``split_tokens`` cut to about that many tokens, the dictionary and sentencepiece model
     copied; returns what ``share.json`` holds."""
     for name in ("dict.txt",) + tuple(f"{split}.idx" for split in split_tokens):
@@ -89,6 +91,12 @@ def write_share(source: Path, dest: Path, split_tokens: Dict[str, int], windows:
     if dest.resolve() == source.resolve():
         raise SystemExit(f"error: the share would overwrite its source {source}: give another "
                          "destination")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / SHARE_JSON).is_file():
+        raise SystemExit(f"error: {dest} holds files and is not a share (no {SHARE_JSON}): give "
+                         "a new or empty folder")
+    from fairseq.data import Dictionary
+
+    vocab_size = len(Dictionary.load(str(source / "dict.txt")))
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     for name in COPIED_FILES:
@@ -99,7 +107,7 @@ def write_share(source: Path, dest: Path, split_tokens: Dict[str, int], windows:
         "dictionary_sha256": sha256_of(source / "dict.txt"),
         "method": f"each split in {windows} stretches of equal tokens; the first whole lines "
                   "of each stretch up to its part of the split's tokens",
-        "splits": {split: write_split(source, dest, split, tokens, windows)
+        "splits": {split: write_split(source, dest, split, tokens, windows, vocab_size)
                    for split, tokens in split_tokens.items()},
     }
     (dest / SHARE_JSON).write_text(json.dumps(summary, indent=1) + "\n")
